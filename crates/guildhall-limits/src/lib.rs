@@ -1,0 +1,488 @@
+//! Every bound in Guildhall lives here, once.
+//!
+//! Each bound is a constant named with its unit last (`_ms`, `_bytes`, `_max`,
+//! `_permille`, `_per_s`), a doc comment saying why that value and what happens
+//! when it is hit, and a field of [`Limits`] so a deployment can override it.
+//! Relations between bounds are checked twice: at compile time for the defaults
+//! (the `const _: () = assert!(..)` blocks) and at run time for overrides
+//! ([`Limits::validate`]).
+//!
+//! Architecture invariant: this crate depends on nothing and does no I/O. Every
+//! other crate may depend on it.
+
+use std::fmt;
+
+// ---------------------------------------------------------------------------
+// Ring and placement (seed 003: the voice-syncer ring collapse)
+// ---------------------------------------------------------------------------
+
+/// Virtual nodes per member on the hash ring. 160 points per member keeps the
+/// plain ring's max/avg load near 1.1-1.2 at 20 members and spreads a failed
+/// member's keys over all survivors instead of its one clockwise neighbour.
+/// When hit: not a limit on traffic; the ring simply has this many points.
+pub const RING_VNODES_PER_MEMBER: u32 = 160;
+
+/// Members a ring may hold. A registry offering more is refused at the
+/// membership table (new members are rejected, existing ones keep their place).
+pub const RING_MEMBERS_MAX: usize = 4096;
+
+/// Bounded-load slack ε in permille: no member holds more than
+/// ⌈(1 + ε) × average⌉ keys. 250 (ε = 0.25) is the value the bounded-load
+/// literature and resilience.md use: low movement, and failover spreads.
+/// When hit: the key goes to the next member of its preference walk.
+pub const RING_LOAD_EPSILON_PERMILLE: u32 = 250;
+
+/// Longest preference list (primary, secondary, tertiary, ...). Requests for
+/// more distinct members are clamped to this.
+pub const RING_PREFERENCE_LIST_LEN_MAX: usize = 8;
+
+/// Ring generations kept so a lookup that started on generation g finishes on
+/// g even while newer generations are built. When hit: the oldest is dropped
+/// and a lookup on it answers "generation gone" so the caller re-resolves.
+pub const RING_HISTORY_GENERATIONS_MAX: usize = 8;
+
+// ---------------------------------------------------------------------------
+// Membership and leases (seeds 002, 003, 004)
+// ---------------------------------------------------------------------------
+
+/// Lease time-to-live. Discord used 60 s in etcd v2; 15 s with renewals every
+/// TTL/3 notices a dead member four times sooner while tolerating two lost
+/// renewals in a row.
+pub const LEASE_TTL_MS: u64 = 15_000;
+
+/// How often a member renews its lease: TTL/3, so two renewals can be lost
+/// before the lease expires (the keep-alive task is isolated from the work it
+/// protects, seed 004).
+pub const LEASE_RENEW_INTERVAL_MS: u64 = LEASE_TTL_MS / 3;
+
+/// Hysteresis between "down" (lease expired: no new work placed on it) and
+/// "permanently down" (removed from the ring: its keys move). A stall shorter
+/// than this moves nothing.
+pub const MEMBER_PERMANENT_DOWN_MS: u64 = 10_000;
+
+/// Self-preservation window: removals are counted per window of this length.
+pub const SELF_PRESERVATION_WINDOW_MS: u64 = 30_000;
+
+/// Self-preservation threshold: if more than this fraction (permille) of the
+/// members would be removed within one window, removals freeze and an alarm is
+/// raised; they are released as renewals return (a mass expiry is far more
+/// likely a registry or network fault than a mass death, seed 003).
+pub const SELF_PRESERVATION_REMOVAL_PERMILLE: u32 = 150;
+
+/// Ring rebuilds allowed per self-preservation window. Further membership
+/// changes are coalesced into the next allowed rebuild, so a flapping member
+/// cannot make every node recompute placements continuously.
+pub const RING_REBUILDS_PER_WINDOW_MAX: u32 = 6;
+
+// ---------------------------------------------------------------------------
+// Admission and overload control (seeds 000, 001)
+// ---------------------------------------------------------------------------
+
+/// Adaptive concurrency limit: the floor it never goes below, so a burst of
+/// errors cannot starve a dependency to zero.
+pub const ADAPTIVE_LIMIT_FLOOR: u32 = 4;
+
+/// Adaptive concurrency limit: where it starts. Discord's static limit was 64.
+pub const ADAPTIVE_LIMIT_START: u32 = 64;
+
+/// Adaptive concurrency limit: the ceiling it never exceeds, whatever latency
+/// says (a memory bound: each in-flight request holds buffers).
+pub const ADAPTIVE_LIMIT_CEILING: u32 = 1024;
+
+/// Retry budget: retries may add at most this fraction (permille) of first
+/// attempts (Finagle's default of 20 %).
+pub const RETRY_BUDGET_RATIO_PERMILLE: u32 = 200;
+
+/// Retry budget: retries always allowed per second regardless of traffic, so a
+/// quiet client can still retry a lone failure.
+pub const RETRY_BUDGET_FLOOR_PER_S: u32 = 10;
+
+/// Retry budget: the sliding window over which attempts are counted.
+pub const RETRY_BUDGET_WINDOW_MS: u64 = 10_000;
+
+/// Buckets the retry budget's window is divided into (memory is fixed: this
+/// many pairs of counters).
+pub const RETRY_BUDGET_BUCKETS: usize = 10;
+
+/// Backoff: first retry delay upper bound (full jitter draws in [0, this]).
+pub const BACKOFF_BASE_MS: u64 = 100;
+
+/// Backoff: the largest delay ever drawn.
+pub const BACKOFF_CAP_MS: u64 = 30_000;
+
+/// Single-flight: distinct keys in flight at once. When hit: a new key is
+/// rejected with `Overloaded` (the caller may not fetch around it).
+pub const SINGLEFLIGHT_KEYS_MAX: usize = 65_536;
+
+/// Single-flight: waiters sharing one fetch. When hit: further callers for the
+/// key are rejected with `Overloaded` instead of queueing without bound.
+pub const SINGLEFLIGHT_WAITERS_PER_KEY_MAX: usize = 1024;
+
+/// Token bucket rates are clamped to this, so a fat-fingered runtime change
+/// cannot overflow the arithmetic or open the floodgates.
+pub const TOKEN_BUCKET_RATE_PER_S_MAX: u32 = 10_000_000;
+
+// ---------------------------------------------------------------------------
+// DOWN notices (seed 004: millions of :DOWN messages)
+// ---------------------------------------------------------------------------
+
+/// Most DOWN notices one peer receives in one batch.
+pub const DOWN_BATCH_MAX: usize = 5_000;
+
+/// How often per-peer DOWN batches are flushed.
+pub const DOWN_BATCH_INTERVAL_MS: u64 = 100;
+
+/// Local deliveries of DOWN notices per second per node (the rate the local
+/// watchers can absorb without starving other work).
+pub const DOWN_DELIVER_PER_S: u32 = 10_000;
+
+/// DOWN reasons are truncated to this many bytes: the reason is diagnostic,
+/// and a million copies of a long reason is how mailboxes blow up.
+pub const DOWN_REASON_BYTES_MAX: usize = 64;
+
+/// Bytes of queued DOWN notices a node holds before it stops expanding new
+/// ones (they stay compressed as "peer down" markers, which cost O(1)).
+pub const DOWN_QUEUE_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+// ---------------------------------------------------------------------------
+// Drain (seed 004: a resize the handoff could not fit)
+// ---------------------------------------------------------------------------
+
+/// Grace period the orchestrator gives a node between SIGTERM and SIGKILL.
+pub const DRAIN_GRACE_MS: u64 = 30_000;
+
+/// Time kept free at the end of the grace period for the last clients to
+/// resume and for the node to flush and exit.
+pub const DRAIN_MARGIN_MS: u64 = 5_000;
+
+/// Interval between RECONNECT batches.
+pub const DRAIN_BATCH_INTERVAL_MS: u64 = 100;
+
+/// Fraction (permille) of the receivers' resume cap the drain planner uses, so
+/// receivers keep headroom for their own reconnects during a rolling restart.
+pub const DRAIN_RECEIVER_UTILIZATION_PERMILLE: u32 = 800;
+
+// ---------------------------------------------------------------------------
+// Logging (seed 000: a warning per slow-consumer event burned the CPU)
+// ---------------------------------------------------------------------------
+
+/// A log line of one (kind, subject) key is emitted at most once per interval;
+/// the rest are counted and the count is printed with the next line.
+pub const LOG_THROTTLE_INTERVAL_MS: u64 = 1_000;
+
+/// Distinct keys the log throttle tracks. When hit: new keys share one
+/// overflow key, so a flood of distinct subjects still logs once per interval.
+pub const LOG_THROTTLE_KEYS_MAX: usize = 1_024;
+
+// Relations between the defaults, checked when this crate compiles.
+const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
+const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
+const _: () = assert!(ADAPTIVE_LIMIT_START <= ADAPTIVE_LIMIT_CEILING);
+const _: () = assert!(DRAIN_MARGIN_MS < DRAIN_GRACE_MS);
+const _: () = assert!(SELF_PRESERVATION_REMOVAL_PERMILLE < 1000);
+const _: () = assert!(DRAIN_RECEIVER_UTILIZATION_PERMILLE <= 1000);
+const _: () = assert!(RETRY_BUDGET_WINDOW_MS.is_multiple_of(RETRY_BUDGET_BUCKETS as u64));
+const _: () = assert!(RING_HISTORY_GENERATIONS_MAX >= 2);
+
+/// The effective value of every bound. `Limits::default()` holds the constants
+/// above; a deployment overrides fields and must pass [`Limits::validate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// See [`RING_VNODES_PER_MEMBER`].
+    pub ring_vnodes_per_member: u32,
+    /// See [`RING_MEMBERS_MAX`].
+    pub ring_members_max: usize,
+    /// See [`RING_LOAD_EPSILON_PERMILLE`].
+    pub ring_load_epsilon_permille: u32,
+    /// See [`RING_HISTORY_GENERATIONS_MAX`].
+    pub ring_history_generations_max: usize,
+    /// See [`LEASE_TTL_MS`].
+    pub lease_ttl_ms: u64,
+    /// See [`LEASE_RENEW_INTERVAL_MS`].
+    pub lease_renew_interval_ms: u64,
+    /// See [`MEMBER_PERMANENT_DOWN_MS`].
+    pub member_permanent_down_ms: u64,
+    /// See [`SELF_PRESERVATION_WINDOW_MS`].
+    pub self_preservation_window_ms: u64,
+    /// See [`SELF_PRESERVATION_REMOVAL_PERMILLE`].
+    pub self_preservation_removal_permille: u32,
+    /// See [`RING_REBUILDS_PER_WINDOW_MAX`].
+    pub ring_rebuilds_per_window_max: u32,
+    /// See [`ADAPTIVE_LIMIT_FLOOR`].
+    pub adaptive_limit_floor: u32,
+    /// See [`ADAPTIVE_LIMIT_START`].
+    pub adaptive_limit_start: u32,
+    /// See [`ADAPTIVE_LIMIT_CEILING`].
+    pub adaptive_limit_ceiling: u32,
+    /// See [`RETRY_BUDGET_RATIO_PERMILLE`].
+    pub retry_budget_ratio_permille: u32,
+    /// See [`RETRY_BUDGET_FLOOR_PER_S`].
+    pub retry_budget_floor_per_s: u32,
+    /// See [`RETRY_BUDGET_WINDOW_MS`].
+    pub retry_budget_window_ms: u64,
+    /// See [`BACKOFF_BASE_MS`].
+    pub backoff_base_ms: u64,
+    /// See [`BACKOFF_CAP_MS`].
+    pub backoff_cap_ms: u64,
+    /// See [`SINGLEFLIGHT_KEYS_MAX`].
+    pub singleflight_keys_max: usize,
+    /// See [`SINGLEFLIGHT_WAITERS_PER_KEY_MAX`].
+    pub singleflight_waiters_per_key_max: usize,
+    /// See [`DOWN_BATCH_MAX`].
+    pub down_batch_max: usize,
+    /// See [`DOWN_BATCH_INTERVAL_MS`].
+    pub down_batch_interval_ms: u64,
+    /// See [`DOWN_DELIVER_PER_S`].
+    pub down_deliver_per_s: u32,
+    /// See [`DOWN_REASON_BYTES_MAX`].
+    pub down_reason_bytes_max: usize,
+    /// See [`DOWN_QUEUE_BYTES_MAX`].
+    pub down_queue_bytes_max: usize,
+    /// See [`DRAIN_GRACE_MS`].
+    pub drain_grace_ms: u64,
+    /// See [`DRAIN_MARGIN_MS`].
+    pub drain_margin_ms: u64,
+    /// See [`DRAIN_BATCH_INTERVAL_MS`].
+    pub drain_batch_interval_ms: u64,
+    /// See [`DRAIN_RECEIVER_UTILIZATION_PERMILLE`].
+    pub drain_receiver_utilization_permille: u32,
+    /// See [`LOG_THROTTLE_INTERVAL_MS`].
+    pub log_throttle_interval_ms: u64,
+    /// See [`LOG_THROTTLE_KEYS_MAX`].
+    pub log_throttle_keys_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            ring_vnodes_per_member: RING_VNODES_PER_MEMBER,
+            ring_members_max: RING_MEMBERS_MAX,
+            ring_load_epsilon_permille: RING_LOAD_EPSILON_PERMILLE,
+            ring_history_generations_max: RING_HISTORY_GENERATIONS_MAX,
+            lease_ttl_ms: LEASE_TTL_MS,
+            lease_renew_interval_ms: LEASE_RENEW_INTERVAL_MS,
+            member_permanent_down_ms: MEMBER_PERMANENT_DOWN_MS,
+            self_preservation_window_ms: SELF_PRESERVATION_WINDOW_MS,
+            self_preservation_removal_permille: SELF_PRESERVATION_REMOVAL_PERMILLE,
+            ring_rebuilds_per_window_max: RING_REBUILDS_PER_WINDOW_MAX,
+            adaptive_limit_floor: ADAPTIVE_LIMIT_FLOOR,
+            adaptive_limit_start: ADAPTIVE_LIMIT_START,
+            adaptive_limit_ceiling: ADAPTIVE_LIMIT_CEILING,
+            retry_budget_ratio_permille: RETRY_BUDGET_RATIO_PERMILLE,
+            retry_budget_floor_per_s: RETRY_BUDGET_FLOOR_PER_S,
+            retry_budget_window_ms: RETRY_BUDGET_WINDOW_MS,
+            backoff_base_ms: BACKOFF_BASE_MS,
+            backoff_cap_ms: BACKOFF_CAP_MS,
+            singleflight_keys_max: SINGLEFLIGHT_KEYS_MAX,
+            singleflight_waiters_per_key_max: SINGLEFLIGHT_WAITERS_PER_KEY_MAX,
+            down_batch_max: DOWN_BATCH_MAX,
+            down_batch_interval_ms: DOWN_BATCH_INTERVAL_MS,
+            down_deliver_per_s: DOWN_DELIVER_PER_S,
+            down_reason_bytes_max: DOWN_REASON_BYTES_MAX,
+            down_queue_bytes_max: DOWN_QUEUE_BYTES_MAX,
+            drain_grace_ms: DRAIN_GRACE_MS,
+            drain_margin_ms: DRAIN_MARGIN_MS,
+            drain_batch_interval_ms: DRAIN_BATCH_INTERVAL_MS,
+            drain_receiver_utilization_permille: DRAIN_RECEIVER_UTILIZATION_PERMILLE,
+            log_throttle_interval_ms: LOG_THROTTLE_INTERVAL_MS,
+            log_throttle_keys_max: LOG_THROTTLE_KEYS_MAX,
+        }
+    }
+}
+
+/// A relation between two bounds that an override broke.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitError {
+    /// The field at fault.
+    pub field: &'static str,
+    /// What must hold, in words.
+    pub rule: &'static str,
+}
+
+impl fmt::Display for LimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.rule)
+    }
+}
+
+impl std::error::Error for LimitError {}
+
+impl Limits {
+    /// Checks every relation between bounds; returns all violations, not just
+    /// the first, so an operator fixes a config file in one pass.
+    pub fn validate(&self) -> Result<(), Vec<LimitError>> {
+        let mut errors = Vec::new();
+        let mut check = |ok: bool, field: &'static str, rule: &'static str| {
+            if !ok {
+                errors.push(LimitError { field, rule });
+            }
+        };
+        check(
+            self.ring_vnodes_per_member >= 1,
+            "ring_vnodes_per_member",
+            "must be at least 1",
+        );
+        check(
+            self.ring_vnodes_per_member <= 4096,
+            "ring_vnodes_per_member",
+            "must be at most 4096",
+        );
+        check(
+            self.ring_members_max >= 1,
+            "ring_members_max",
+            "must be at least 1",
+        );
+        check(
+            self.ring_load_epsilon_permille >= 1,
+            "ring_load_epsilon_permille",
+            "must be at least 1 (a cap of exactly the average cannot always be met)",
+        );
+        check(
+            self.ring_history_generations_max >= 2,
+            "ring_history_generations_max",
+            "must be at least 2 (the current and the previous generation)",
+        );
+        check(self.lease_ttl_ms >= 1, "lease_ttl_ms", "must be at least 1");
+        check(
+            self.lease_renew_interval_ms.saturating_mul(2) < self.lease_ttl_ms,
+            "lease_renew_interval_ms",
+            "two renewals must fit in one lease TTL",
+        );
+        check(
+            self.self_preservation_window_ms >= 1,
+            "self_preservation_window_ms",
+            "must be at least 1",
+        );
+        check(
+            self.self_preservation_removal_permille < 1000,
+            "self_preservation_removal_permille",
+            "must be below 1000",
+        );
+        check(
+            self.ring_rebuilds_per_window_max >= 1,
+            "ring_rebuilds_per_window_max",
+            "must be at least 1",
+        );
+        check(
+            self.adaptive_limit_floor >= 1,
+            "adaptive_limit_floor",
+            "must be at least 1",
+        );
+        check(
+            self.adaptive_limit_floor <= self.adaptive_limit_start
+                && self.adaptive_limit_start <= self.adaptive_limit_ceiling,
+            "adaptive_limit_start",
+            "must satisfy floor <= start <= ceiling",
+        );
+        check(
+            self.retry_budget_ratio_permille <= 1000,
+            "retry_budget_ratio_permille",
+            "must be at most 1000 (one retry per first attempt)",
+        );
+        check(
+            self.retry_budget_window_ms >= 1,
+            "retry_budget_window_ms",
+            "must be at least 1",
+        );
+        check(
+            self.backoff_base_ms >= 1,
+            "backoff_base_ms",
+            "must be at least 1",
+        );
+        check(
+            self.backoff_base_ms <= self.backoff_cap_ms,
+            "backoff_cap_ms",
+            "must be at least backoff_base_ms",
+        );
+        check(
+            self.singleflight_keys_max >= 1,
+            "singleflight_keys_max",
+            "must be at least 1",
+        );
+        check(
+            self.singleflight_waiters_per_key_max >= 1,
+            "singleflight_waiters_per_key_max",
+            "must be at least 1",
+        );
+        check(
+            self.down_batch_max >= 1,
+            "down_batch_max",
+            "must be at least 1",
+        );
+        check(
+            self.down_batch_interval_ms >= 1,
+            "down_batch_interval_ms",
+            "must be at least 1",
+        );
+        check(
+            self.down_deliver_per_s >= 1,
+            "down_deliver_per_s",
+            "must be at least 1",
+        );
+        check(
+            self.drain_margin_ms < self.drain_grace_ms,
+            "drain_margin_ms",
+            "must be below drain_grace_ms",
+        );
+        check(
+            self.drain_batch_interval_ms >= 1,
+            "drain_batch_interval_ms",
+            "must be at least 1",
+        );
+        check(
+            (1..=1000).contains(&self.drain_receiver_utilization_permille),
+            "drain_receiver_utilization_permille",
+            "must be in 1..=1000",
+        );
+        check(
+            self.log_throttle_interval_ms >= 1,
+            "log_throttle_interval_ms",
+            "must be at least 1",
+        );
+        check(
+            self.log_throttle_keys_max >= 1,
+            "log_throttle_keys_max",
+            "must be at least 1",
+        );
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(Limits::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn every_broken_relation_is_reported_at_once() {
+        let limits = Limits {
+            adaptive_limit_floor: 100,
+            adaptive_limit_start: 10,
+            drain_margin_ms: 40_000,
+            lease_renew_interval_ms: 10_000,
+            ..Limits::default()
+        };
+        let fields: Vec<_> = limits
+            .validate()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "lease_renew_interval_ms",
+                "adaptive_limit_start",
+                "drain_margin_ms"
+            ]
+        );
+    }
+}

@@ -1,0 +1,561 @@
+//! The lease table that decides who is on the ring.
+//!
+//! A member is `Alive` while it renews its lease. When the lease expires it
+//! becomes `Down`: nothing new should be placed on it, but its keys stay put,
+//! because most expiries are short stalls (seed 001's soft lockups, seed 004's
+//! starved keep-alives). Only after `permanent_down_ms` more does it become a
+//! removal candidate, and removal is what moves its keys.
+//!
+//! **Self-preservation** (Eureka's idea, seed 003's lesson): if more members
+//! are down at once than `removal_permille` of the members allows within one
+//! window, that is far more likely a fault between the members and the
+//! registry than a mass death. Removals freeze, [`MembershipEffect::Alarm`]
+//! fires, and nothing moves; as renewals return, the few members still down
+//! fit the budget again and are removed normally. An operator can still remove
+//! a member explicitly ([`Membership::force_remove`]) during a freeze.
+//!
+//! **Graceful leaves** are honoured at once: the member said it is going.
+//!
+//! **Rebuild cap**: at most `rebuilds_per_window_max` ring changes per window;
+//! further changes are coalesced into one rebuild at the next window, so a
+//! flapping member cannot make every node recompute placements nonstop.
+//!
+//! Pure: every method takes `now_ms` and returns effects for the caller to
+//! carry out (publish the ring, raise the alarm, log).
+
+use crate::MemberId;
+use std::collections::BTreeMap;
+
+/// Configuration; defaults come from [`guildhall_limits`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipConfig {
+    /// Lease time-to-live.
+    pub lease_ttl_ms: u64,
+    /// Down → removal candidate hysteresis.
+    pub permanent_down_ms: u64,
+    /// Window over which removals and rebuilds are counted.
+    pub window_ms: u64,
+    /// Most members (permille of those at window start) removed per window
+    /// before removals freeze.
+    pub removal_permille: u32,
+    /// Ring rebuilds allowed per window.
+    pub rebuilds_per_window_max: u32,
+    /// Members the table holds; further joins are refused.
+    pub members_max: usize,
+    /// Off only in the naive configuration that reproduces seed 003.
+    pub self_preservation: bool,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        use guildhall_limits as l;
+        Self {
+            lease_ttl_ms: l::LEASE_TTL_MS,
+            permanent_down_ms: l::MEMBER_PERMANENT_DOWN_MS,
+            window_ms: l::SELF_PRESERVATION_WINDOW_MS,
+            removal_permille: l::SELF_PRESERVATION_REMOVAL_PERMILLE,
+            rebuilds_per_window_max: l::RING_REBUILDS_PER_WINDOW_MAX,
+            members_max: l::RING_MEMBERS_MAX,
+            self_preservation: true,
+        }
+    }
+}
+
+impl MembershipConfig {
+    /// The configuration that reproduces seed 003: removal at lease expiry, no
+    /// freeze, no rebuild cap.
+    pub fn naive() -> Self {
+        Self {
+            permanent_down_ms: 0,
+            removal_permille: 1000,
+            rebuilds_per_window_max: u32::MAX,
+            self_preservation: false,
+            ..Self::default()
+        }
+    }
+}
+
+/// State of one member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    /// Renewing its lease.
+    Alive,
+    /// Lease expired at `since_ms`; keys stay, no new placements.
+    Down {
+        /// When the lease expired.
+        since_ms: u64,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Member {
+    state: MemberState,
+    lease_expires_ms: u64,
+}
+
+/// What the caller must do after a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipEffect {
+    /// A new member joined the table.
+    Joined(MemberId),
+    /// A member's lease expired (stop placing new work on it).
+    Down(MemberId),
+    /// A down member renewed before removal (nothing moved).
+    Up(MemberId),
+    /// A member was removed: gracefully, expired past the hysteresis, or by
+    /// an operator.
+    Removed {
+        /// Who.
+        member: MemberId,
+        /// Why.
+        reason: RemovalReason,
+    },
+    /// Removals froze: `down` members are down, more than the window's budget
+    /// of `budget` removals allows.
+    Alarm {
+        /// Members down right now.
+        down: usize,
+        /// Removals still allowed in this window.
+        budget: usize,
+    },
+    /// The freeze ended: the members still down fit the budget again.
+    AlarmCleared,
+    /// Publish a new ring of these members (sorted) with this generation.
+    RingChanged {
+        /// Strictly increasing.
+        generation: u64,
+        /// Every member that is not removed (alive or down).
+        members: Vec<MemberId>,
+    },
+    /// A join was refused because the table is full.
+    Refused(MemberId),
+}
+
+/// Why a member left the ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemovalReason {
+    /// It announced its departure.
+    Graceful,
+    /// Down longer than the hysteresis, within the removal budget.
+    Expired,
+    /// An operator removed it.
+    Forced,
+}
+
+/// The lease table.
+#[derive(Clone, Debug)]
+pub struct Membership {
+    config: MembershipConfig,
+    members: BTreeMap<MemberId, Member>,
+    window_start_ms: u64,
+    members_at_window_start: usize,
+    removed_in_window: usize,
+    rebuilds_in_window: u32,
+    frozen: bool,
+    rebuild_pending: bool,
+    generation: u64,
+}
+
+impl Membership {
+    /// An empty table; `now_ms` starts the first window.
+    pub fn new(config: MembershipConfig, now_ms: u64) -> Self {
+        Self {
+            config,
+            members: BTreeMap::new(),
+            window_start_ms: now_ms,
+            members_at_window_start: 0,
+            removed_in_window: 0,
+            rebuilds_in_window: 0,
+            frozen: false,
+            rebuild_pending: false,
+            generation: 0,
+        }
+    }
+
+    /// Whether removals are frozen (the alarm is raised).
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// The current ring generation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// State of `member`, if on the table.
+    pub fn state(&self, member: MemberId) -> Option<MemberState> {
+        self.members.get(&member).map(|m| m.state)
+    }
+
+    /// Members on the table (alive or down), sorted.
+    pub fn members(&self) -> Vec<MemberId> {
+        self.members.keys().copied().collect()
+    }
+
+    /// Members whose lease is current.
+    pub fn alive(&self) -> impl Iterator<Item = MemberId> + '_ {
+        self.members
+            .iter()
+            .filter(|(_, m)| m.state == MemberState::Alive)
+            .map(|(id, _)| *id)
+    }
+
+    /// A member announces itself or renews its lease.
+    pub fn renew(&mut self, now_ms: u64, member: MemberId, effects: &mut Vec<MembershipEffect>) {
+        self.roll_window(now_ms, effects);
+        let lease_expires_ms = now_ms.saturating_add(self.config.lease_ttl_ms);
+        let full = self.members.len() >= self.config.members_max;
+        match self.members.get_mut(&member) {
+            Some(m) => {
+                m.lease_expires_ms = lease_expires_ms;
+                if m.state != MemberState::Alive {
+                    m.state = MemberState::Alive;
+                    effects.push(MembershipEffect::Up(member));
+                }
+            }
+            None if full => {
+                effects.push(MembershipEffect::Refused(member));
+            }
+            None => {
+                self.members.insert(
+                    member,
+                    Member {
+                        state: MemberState::Alive,
+                        lease_expires_ms,
+                    },
+                );
+                effects.push(MembershipEffect::Joined(member));
+                self.request_rebuild(false, effects);
+            }
+        }
+        self.evaluate(now_ms, effects);
+    }
+
+    /// A member leaves gracefully: removed at once, ring rebuilt at once.
+    pub fn leave(&mut self, now_ms: u64, member: MemberId, effects: &mut Vec<MembershipEffect>) {
+        self.roll_window(now_ms, effects);
+        if self.members.remove(&member).is_some() {
+            effects.push(MembershipEffect::Removed {
+                member,
+                reason: RemovalReason::Graceful,
+            });
+            self.request_rebuild(true, effects);
+        }
+        self.evaluate(now_ms, effects);
+    }
+
+    /// An operator removes a member, even during a freeze.
+    pub fn force_remove(
+        &mut self,
+        now_ms: u64,
+        member: MemberId,
+        effects: &mut Vec<MembershipEffect>,
+    ) {
+        self.roll_window(now_ms, effects);
+        if self.members.remove(&member).is_some() {
+            effects.push(MembershipEffect::Removed {
+                member,
+                reason: RemovalReason::Forced,
+            });
+            self.request_rebuild(true, effects);
+        }
+        self.evaluate(now_ms, effects);
+    }
+
+    /// Advances time: expires leases, removes what the budget allows, applies
+    /// pending rebuilds. Call at least once per lease renewal interval.
+    pub fn tick(&mut self, now_ms: u64, effects: &mut Vec<MembershipEffect>) {
+        self.roll_window(now_ms, effects);
+        for (id, m) in &mut self.members {
+            if m.state == MemberState::Alive && m.lease_expires_ms <= now_ms {
+                m.state = MemberState::Down {
+                    since_ms: m.lease_expires_ms,
+                };
+                effects.push(MembershipEffect::Down(*id));
+            }
+        }
+        self.evaluate(now_ms, effects);
+    }
+
+    fn roll_window(&mut self, now_ms: u64, effects: &mut Vec<MembershipEffect>) {
+        if now_ms >= self.window_start_ms.saturating_add(self.config.window_ms) {
+            // Align windows so every observer counts the same windows.
+            let elapsed = now_ms - self.window_start_ms;
+            self.window_start_ms += elapsed - elapsed % self.config.window_ms.max(1);
+            self.members_at_window_start = self.members.len();
+            self.removed_in_window = 0;
+            self.rebuilds_in_window = 0;
+            if self.rebuild_pending {
+                self.rebuild_pending = false;
+                self.publish(effects);
+            }
+        }
+    }
+
+    fn budget(&self) -> usize {
+        // Members that joined during the window count too: the budget of a
+        // cluster that is still forming must not be zero.
+        let base = self.members_at_window_start.max(self.members.len());
+        let allowed = base * self.config.removal_permille as usize / 1000;
+        allowed.saturating_sub(self.removed_in_window)
+    }
+
+    fn evaluate(&mut self, now_ms: u64, effects: &mut Vec<MembershipEffect>) {
+        let down = self
+            .members
+            .values()
+            .filter(|m| m.state != MemberState::Alive)
+            .count();
+        let budget = self.budget();
+        if self.config.self_preservation && down > budget {
+            if !self.frozen {
+                self.frozen = true;
+                effects.push(MembershipEffect::Alarm { down, budget });
+            }
+            return;
+        }
+        if self.frozen {
+            self.frozen = false;
+            effects.push(MembershipEffect::AlarmCleared);
+            // Renewals of a healed partition trickle in over one renewal
+            // interval; members still down get a fresh hysteresis period
+            // instead of being removed a moment before their renewal lands.
+            for m in self.members.values_mut() {
+                if let MemberState::Down { since_ms } = &mut m.state {
+                    *since_ms = now_ms;
+                }
+            }
+            return;
+        }
+        let candidates: Vec<MemberId> = self
+            .members
+            .iter()
+            .filter(|(_, m)| match m.state {
+                MemberState::Down { since_ms } => {
+                    now_ms.saturating_sub(since_ms) >= self.config.permanent_down_ms
+                }
+                MemberState::Alive => false,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        for member in candidates {
+            self.members.remove(&member);
+            self.removed_in_window += 1;
+            effects.push(MembershipEffect::Removed {
+                member,
+                reason: RemovalReason::Expired,
+            });
+        }
+        self.request_rebuild(false, effects);
+    }
+
+    fn request_rebuild(&mut self, urgent: bool, effects: &mut Vec<MembershipEffect>) {
+        if urgent || self.rebuilds_in_window < self.config.rebuilds_per_window_max {
+            self.rebuilds_in_window = self.rebuilds_in_window.saturating_add(1);
+            self.rebuild_pending = false;
+            self.publish(effects);
+        } else {
+            self.rebuild_pending = true;
+        }
+    }
+
+    fn publish(&mut self, effects: &mut Vec<MembershipEffect>) {
+        self.generation += 1;
+        effects.push(MembershipEffect::RingChanged {
+            generation: self.generation,
+            members: self.members.keys().copied().collect(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MembershipEffect as E;
+    use proptest::prelude::*;
+
+    fn cluster(n: u64, config: MembershipConfig) -> Membership {
+        let mut table = Membership::new(config, 0);
+        let mut fx = Vec::new();
+        for id in 0..n {
+            table.renew(0, MemberId(id), &mut fx);
+        }
+        table
+    }
+
+    fn removed(fx: &[E]) -> usize {
+        fx.iter().filter(|e| matches!(e, E::Removed { .. })).count()
+    }
+
+    #[test]
+    fn a_short_stall_moves_nothing() {
+        let config = MembershipConfig::default();
+        let mut table = cluster(20, config.clone());
+        let mut fx = Vec::new();
+        // Member 0 stalls: misses renewals past its TTL, then comes back
+        // before the permanent-down hysteresis ends.
+        for t in (5_000..=20_000).step_by(5_000) {
+            for id in 1..20 {
+                table.renew(t, MemberId(id), &mut fx);
+            }
+            table.tick(t, &mut fx);
+        }
+        assert!(fx.contains(&E::Down(MemberId(0))));
+        table.renew(21_000, MemberId(0), &mut fx);
+        assert!(fx.contains(&E::Up(MemberId(0))));
+        assert_eq!(removed(&fx), 0);
+        assert!(!fx.iter().any(|e| matches!(e, E::RingChanged { .. })));
+    }
+
+    #[test]
+    fn a_dead_member_is_removed_after_the_hysteresis() {
+        let mut table = cluster(20, MembershipConfig::default());
+        let mut fx = Vec::new();
+        for t in (1_000..=40_000).step_by(1_000) {
+            for id in 1..20 {
+                table.renew(t, MemberId(id), &mut fx);
+            }
+            table.tick(t, &mut fx);
+        }
+        assert_eq!(removed(&fx), 1);
+        assert!(fx.contains(&E::Removed {
+            member: MemberId(0),
+            reason: RemovalReason::Expired
+        }));
+        assert!(!table.is_frozen());
+    }
+
+    #[test]
+    fn a_partition_of_forty_percent_freezes_and_releases_without_removals() {
+        let mut table = cluster(20, MembershipConfig::default());
+        let mut fx = Vec::new();
+        // Members 0..8 cannot reach the registry from t=1s to t=61s.
+        for t in (1_000..=120_000).step_by(1_000) {
+            for id in 0..20 {
+                if id >= 8 || !(1_000..61_000).contains(&t) {
+                    table.renew(t, MemberId(id), &mut fx);
+                }
+            }
+            table.tick(t, &mut fx);
+        }
+        assert_eq!(removed(&fx), 0, "{fx:?}");
+        assert!(fx.iter().any(|e| matches!(e, E::Alarm { .. })));
+        assert!(fx.contains(&E::AlarmCleared));
+        assert!(!table.is_frozen());
+    }
+
+    #[test]
+    fn naive_config_removes_the_partitioned_members() {
+        let mut table = cluster(20, MembershipConfig::naive());
+        let mut fx = Vec::new();
+        for t in (1_000..=40_000).step_by(1_000) {
+            for id in 8..20 {
+                table.renew(t, MemberId(id), &mut fx);
+            }
+            table.tick(t, &mut fx);
+        }
+        assert_eq!(removed(&fx), 8);
+    }
+
+    #[test]
+    fn graceful_leave_is_immediate_and_forced_removal_works_while_frozen() {
+        let mut table = cluster(10, MembershipConfig::default());
+        let mut fx = Vec::new();
+        table.leave(1, MemberId(9), &mut fx);
+        assert!(fx.contains(&E::Removed {
+            member: MemberId(9),
+            reason: RemovalReason::Graceful
+        }));
+        assert!(matches!(fx.last(), Some(E::RingChanged { .. })));
+        fx.clear();
+        // Everybody but 0 goes silent: freeze.
+        for t in (1_000..=40_000).step_by(1_000) {
+            table.renew(t, MemberId(0), &mut fx);
+            table.tick(t, &mut fx);
+        }
+        assert!(table.is_frozen());
+        table.force_remove(41_000, MemberId(5), &mut fx);
+        assert!(fx.contains(&E::Removed {
+            member: MemberId(5),
+            reason: RemovalReason::Forced
+        }));
+    }
+
+    #[test]
+    fn table_is_bounded() {
+        let config = MembershipConfig {
+            members_max: 3,
+            ..MembershipConfig::default()
+        };
+        let mut table = cluster(3, config);
+        let mut fx = Vec::new();
+        table.renew(1, MemberId(99), &mut fx);
+        assert_eq!(fx, [E::Refused(MemberId(99))]);
+    }
+
+    #[test]
+    fn rebuilds_are_capped_and_coalesced() {
+        let config = MembershipConfig {
+            rebuilds_per_window_max: 2,
+            ..MembershipConfig::default()
+        };
+        let mut table = Membership::new(config, 0);
+        let mut fx = Vec::new();
+        for id in 0..10 {
+            table.renew(10 * id, MemberId(id), &mut fx);
+        }
+        let rebuilds = fx
+            .iter()
+            .filter(|e| matches!(e, E::RingChanged { .. }))
+            .count();
+        assert_eq!(rebuilds, 2);
+        fx.clear();
+        table.tick(30_000, &mut fx);
+        match fx.first() {
+            Some(E::RingChanged { members, .. }) => assert_eq!(members.len(), 10),
+            other => panic!("expected the coalesced rebuild, got {other:?}"),
+        }
+    }
+
+    proptest! {
+        /// Whatever renewals arrive, expiry removals never exceed the
+        /// per-window budget, and generations only grow.
+        #[test]
+        fn removals_stay_within_budget(
+            silent in proptest::collection::vec(proptest::bool::ANY, 20),
+            heal_s in 0u64..200,
+        ) {
+            let config = MembershipConfig::default();
+            let mut table = cluster(20, config.clone());
+            let mut per_window: BTreeMap<u64, usize> = BTreeMap::new();
+            let mut last_generation = 0;
+            for t in (1_000..=200_000).step_by(1_000) {
+                let mut fx = Vec::new();
+                for id in 0..20u64 {
+                    if !silent[id as usize] || t >= heal_s * 1000 {
+                        table.renew(t, MemberId(id), &mut fx);
+                    }
+                }
+                table.tick(t, &mut fx);
+                for e in &fx {
+                    match e {
+                        E::Removed { reason: RemovalReason::Expired, .. } => {
+                            *per_window.entry(t / config.window_ms).or_default() += 1;
+                        }
+                        E::RingChanged { generation, .. } => {
+                            prop_assert!(*generation > last_generation);
+                            last_generation = *generation;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            for count in per_window.values() {
+                prop_assert!(*count <= 3, "{per_window:?}");
+            }
+        }
+    }
+}
