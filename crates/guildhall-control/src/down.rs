@@ -194,9 +194,24 @@ const MARKER_BYTES: usize = std::mem::size_of::<Pending>();
 impl DownInbox {
     /// An inbox delivering at most `deliver_per_s` notices per second with at
     /// most `queue_bytes_max` bytes queued.
+    ///
+    /// ```
+    /// use guildhall_control::down::{DownInbox, InboxEffect};
+    /// let mut inbox = DownInbox::new(0, 1_000, 1 << 20);
+    /// assert!(inbox.watch(1, 7, 100)); // first local watcher: send a remote watch
+    /// assert!(!inbox.watch(2, 7, 100)); // second: nothing crosses the network
+    /// inbox.on_peer_down(7); // node 7 died: one marker, whatever it held
+    /// let mut effects = Vec::new();
+    /// inbox.deliver(0, &mut effects);
+    /// assert_eq!(effects, [
+    ///     InboxEffect::Deliver { watcher: 1, target: 100 },
+    ///     InboxEffect::Deliver { watcher: 2, target: 100 },
+    /// ]);
+    /// ```
     pub fn new(now_ms: u64, deliver_per_s: u32, queue_bytes_max: usize) -> Self {
-        // Burst of a tenth of a second: delivery is smooth, not bursty.
-        let burst = (deliver_per_s / 10).max(1);
+        // Burst of a hundredth of a second: delivery is smooth, not bursty
+        // (callers deliver at least every 10 ms).
+        let burst = (deliver_per_s / 100).max(1);
         Self {
             watchers: BTreeMap::new(),
             node_targets: BTreeMap::new(),

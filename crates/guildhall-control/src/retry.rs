@@ -36,7 +36,18 @@ impl RetryBudget {
         }
     }
 
-    /// The defaults of [`guildhall_limits`].
+    /// The defaults of [`guildhall_limits`]: 20 % of first attempts plus 10
+    /// per second, over 10 s.
+    ///
+    /// ```
+    /// use guildhall_control::retry::RetryBudget;
+    /// let mut budget = RetryBudget::with_defaults();
+    /// for t in 0..1_000 {
+    ///     budget.on_first_attempt(t); // 1,000 first attempts in 1 s
+    /// }
+    /// let granted = (0..1_000).filter(|_| budget.try_retry(1_000)).count();
+    /// assert_eq!(granted, 200 + 100); // 20 % + 10/s × 10 s, then no more
+    /// ```
     pub fn with_defaults() -> Self {
         use guildhall_limits as l;
         Self::new(

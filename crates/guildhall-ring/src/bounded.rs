@@ -51,6 +51,18 @@ pub fn capacity_for(keys: usize, members: usize, epsilon_permille: u32) -> u32 {
 
 impl BoundedLoads {
     /// An empty table over `ring`, holding at most `keys_max` keys.
+    ///
+    /// ```
+    /// use guildhall_ring::{BoundedLoads, MemberId, Ring};
+    /// let members: Vec<_> = (0..10).map(MemberId).collect();
+    /// let mut table = BoundedLoads::new(Ring::new(1, &members, 64), 250, 100_000);
+    /// for key in 0..10_000 {
+    ///     table.place(key).unwrap();
+    /// }
+    /// // Seven members fail: the three survivors share the load evenly.
+    /// table.set_ring(Ring::new(2, &members[..3], 64));
+    /// assert!(table.max_load() <= 4_167); // ⌈1.25 × 10,000 / 3⌉
+    /// ```
     pub fn new(ring: Ring, epsilon_permille: u32, keys_max: usize) -> Self {
         let load = ring.members().iter().map(|m| (*m, 0)).collect();
         Self {

@@ -20,6 +20,15 @@ pub struct RingHistory {
 impl RingHistory {
     /// A history holding `initial` and at most `generations_max` (at least 2)
     /// generations.
+    ///
+    /// ```
+    /// use guildhall_ring::{MemberId, Ring, RingHistory};
+    /// let mut history = RingHistory::new(Ring::new(1, &[MemberId(1), MemberId(2)], 16), 4);
+    /// let owner = history.current().primary(42);
+    /// history.push(Ring::new(2, &[MemberId(3)], 16));
+    /// // A request resolved on generation 1 still finds its owner there.
+    /// assert_eq!(history.get(1).unwrap().primary(42), owner);
+    /// ```
     pub fn new(initial: Ring, generations_max: usize) -> Self {
         let generations_max = generations_max.max(2);
         let mut rings = VecDeque::with_capacity(generations_max);

@@ -158,6 +158,23 @@ pub struct Membership {
 
 impl Membership {
     /// An empty table; `now_ms` starts the first window.
+    ///
+    /// ```
+    /// use guildhall_ring::{MemberId, Membership, MembershipConfig, MembershipEffect};
+    /// let mut table = Membership::new(MembershipConfig::default(), 0);
+    /// let mut effects = Vec::new();
+    /// for id in 0..10 {
+    ///     table.renew(0, MemberId(id), &mut effects);
+    /// }
+    /// // Eight of ten go silent at once: that is a partition, not eight deaths.
+    /// for t in (1_000..=60_000).step_by(1_000) {
+    ///     table.renew(t, MemberId(8), &mut effects);
+    ///     table.renew(t, MemberId(9), &mut effects);
+    ///     table.tick(t, &mut effects);
+    /// }
+    /// assert!(table.is_frozen());
+    /// assert!(!effects.iter().any(|e| matches!(e, MembershipEffect::Removed { .. })));
+    /// ```
     pub fn new(config: MembershipConfig, now_ms: u64) -> Self {
         Self {
             config,
