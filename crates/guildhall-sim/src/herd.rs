@@ -175,58 +175,61 @@ struct Dependency {
     outage: (Micros, Micros),
     rps: u64,
     naive: bool,
+    /// When the FIFO is next free.
+    free_at: Micros,
+    /// Calls served for clients that had already gone.
+    wasted: u64,
 }
 
-/// An admitted upgrade starts IDENTIFY against the dependency.
-#[allow(clippy::too_many_arguments)] // one call site per mode; a struct would only rename them
-fn admit(
-    now: Micros,
-    s: u32,
-    epoch: u32,
-    sessions: &mut [Session],
-    nodes: &mut [Node],
-    q: &mut Queue<Ev>,
-    dep_free: &mut Micros,
-    wasted: &mut u64,
-    dep: &Dependency,
-) {
-    let sess = sessions[s as usize];
-    if sess.epoch != epoch {
-        return;
-    }
-    let node = &mut nodes[sess.node as usize];
-    if sess.state == State::Held {
-        node.held -= 1;
-    }
-    node.identifying += 1;
-    node.identifying_since_sum += u128::from(now);
-    sessions[s as usize].state = State::Identifying { since: now };
-    // Calls made during the outage queue up and are served when it ends.
-    let (outage_at, outage_end) = dep.outage;
-    let start = if now >= outage_at && now < outage_end {
-        (*dep_free).max(outage_end)
-    } else {
-        (*dep_free).max(now)
-    };
-    let cost = S / dep.rps.max(1);
-    *dep_free = start + cost;
-    let done = *dep_free + IDENTIFY_WORK;
-    let limit = if dep.naive {
-        NAIVE_IDENTIFY_TIMEOUT
-    } else {
-        HARDENED_IDENTIFY_DEADLINE
-    };
-    if done <= now + limit {
-        q.push(done, Ev::IdentifyDone { s, epoch });
-    } else {
-        if dep.naive {
-            *wasted += 1; // served later for a client that has left
-        } else {
-            // The deadline travels with the call: the dependency drops it
-            // unstarted, costing nothing.
-            *dep_free -= cost;
+impl Dependency {
+    /// An admitted upgrade starts IDENTIFY.
+    fn admit(
+        &mut self,
+        now: Micros,
+        s: u32,
+        epoch: u32,
+        sessions: &mut [Session],
+        nodes: &mut [Node],
+        q: &mut Queue<Ev>,
+    ) {
+        let sess = sessions[s as usize];
+        if sess.epoch != epoch {
+            return;
         }
-        q.push(now + limit, Ev::IdentifyTimeout { s, epoch });
+        let node = &mut nodes[sess.node as usize];
+        if sess.state == State::Held {
+            node.held -= 1;
+        }
+        node.identifying += 1;
+        node.identifying_since_sum += u128::from(now);
+        sessions[s as usize].state = State::Identifying { since: now };
+        // Calls made during the outage queue up and are served when it ends.
+        let (outage_at, outage_end) = self.outage;
+        let start = if now >= outage_at && now < outage_end {
+            self.free_at.max(outage_end)
+        } else {
+            self.free_at.max(now)
+        };
+        let cost = S / self.rps.max(1);
+        self.free_at = start + cost;
+        let done = self.free_at + IDENTIFY_WORK;
+        let limit = if self.naive {
+            NAIVE_IDENTIFY_TIMEOUT
+        } else {
+            HARDENED_IDENTIFY_DEADLINE
+        };
+        if done <= now + limit {
+            q.push(done, Ev::IdentifyDone { s, epoch });
+        } else {
+            if self.naive {
+                self.wasted += 1; // served later for a client that has left
+            } else {
+                // The deadline travels with the call: the dependency drops it
+                // unstarted, costing nothing.
+                self.free_at -= cost;
+            }
+            q.push(now + limit, Ev::IdentifyTimeout { s, epoch });
+        }
     }
 }
 
@@ -259,7 +262,14 @@ pub fn run(params: &Params, seed: u64, naive: bool) -> Report {
     let mut attempts = Windows::new(S);
     let mut admitted: Vec<Windows> = (0..n_nodes).map(|_| Windows::new(S)).collect();
     let mut ready_after: Vec<u64> = Vec::with_capacity(sessions.len());
-    let (mut dep_free, mut wasted, mut oom_kills) = (0 as Micros, 0u64, 0u32);
+    let mut dep = Dependency {
+        outage: (OUTAGE_AT, outage_end),
+        rps: users_rps,
+        naive,
+        free_at: 0,
+        wasted: 0,
+    };
+    let mut oom_kills = 0u32;
     let mut last_ready: Micros = OUTAGE_AT;
 
     // The disconnect: every session goes away and comes back 0–1 s later.
@@ -346,22 +356,7 @@ pub fn run(params: &Params, seed: u64, naive: bool) -> Report {
                 if naive {
                     // Accepted at once (the 101 comes before any check).
                     admitted[node_id as usize].add(now, 1);
-                    let d = Dependency {
-                        outage: (OUTAGE_AT, outage_end),
-                        rps: users_rps,
-                        naive,
-                    };
-                    admit(
-                        now,
-                        s,
-                        epoch,
-                        &mut sessions,
-                        &mut nodes,
-                        &mut q,
-                        &mut dep_free,
-                        &mut wasted,
-                        &d,
-                    );
+                    dep.admit(now, s, epoch, &mut sessions, &mut nodes, &mut q);
                     continue;
                 }
                 let dependency_down = now >= OUTAGE_AT && now < outage_end + 500 * MS;
@@ -391,22 +386,7 @@ pub fn run(params: &Params, seed: u64, naive: bool) -> Report {
                 q.push(at, Ev::Admit { s, epoch });
             }
             Ev::Admit { s, epoch } => {
-                let d = Dependency {
-                    outage: (OUTAGE_AT, outage_end),
-                    rps: users_rps,
-                    naive,
-                };
-                admit(
-                    now,
-                    s,
-                    epoch,
-                    &mut sessions,
-                    &mut nodes,
-                    &mut q,
-                    &mut dep_free,
-                    &mut wasted,
-                    &d,
-                );
+                dep.admit(now, s, epoch, &mut sessions, &mut nodes, &mut q);
             }
             Ev::IdentifyDone { s, epoch } | Ev::IdentifyTimeout { s, epoch } => {
                 let sess = sessions[s as usize];
@@ -481,6 +461,6 @@ pub fn run(params: &Params, seed: u64, naive: bool) -> Report {
         memory_peak_bytes_per_node: nodes.iter().map(|n| n.peak).max().unwrap_or(0),
         oom_nodes: nodes.iter().filter(|n| n.oomed).count() as u32,
         oom_kills,
-        wasted_dependency_calls: wasted,
+        wasted_dependency_calls: dep.wasted,
     }
 }
