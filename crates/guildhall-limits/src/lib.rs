@@ -174,6 +174,75 @@ pub const LOG_THROTTLE_INTERVAL_MS: u64 = 1_000;
 /// overflow key, so a flood of distinct subjects still logs once per interval.
 pub const LOG_THROTTLE_KEYS_MAX: usize = 1_024;
 
+// ---------------------------------------------------------------------------
+// Gateway sessions (seeds 001 and 004, and Discord's documented limits)
+// ---------------------------------------------------------------------------
+
+/// Largest payload a client may send, as Discord documents. When hit: close
+/// 4002 (decode error), counted.
+pub const GATEWAY_PAYLOAD_BYTES_MAX: usize = 4096;
+
+/// Payloads a client may send per minute (Discord: 120 per 60 s). When hit:
+/// close 4008 (rate limited), which is reconnectable.
+pub const GATEWAY_INBOUND_PER_MINUTE_MAX: u32 = 120;
+
+/// The heartbeat interval announced in HELLO. Kept at Discord's value:
+/// discord.py treats 60 s of silence as a dead socket, so a longer interval
+/// would make it reconnect for nothing.
+pub const HEARTBEAT_INTERVAL_MS: u64 = 41_250;
+
+/// A session that has not heartbeated for this long is closed with 4009
+/// (session timed out). 1.5 intervals: one missed heartbeat is tolerated
+/// (clients jitter their first one), two are not.
+pub const HEARTBEAT_TIMEOUT_MS: u64 = HEARTBEAT_INTERVAL_MS * 3 / 2;
+
+/// Messages a session's outbound queue holds. When hit: the session is a
+/// slow consumer and is closed with 4000 (reconnectable); the client resumes
+/// from the replay buffer. Never buffered without bound (seed 001).
+pub const SESSION_QUEUE_MESSAGES_MAX: usize = 2_048;
+
+/// Bytes a session's outbound queue holds; same behaviour as the count.
+pub const SESSION_QUEUE_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// Dispatches kept per session for RESUME. When hit: the oldest is dropped;
+/// a RESUME whose gap reaches past it gets INVALID_SESSION (re-identify).
+pub const REPLAY_BUFFER_EVENTS_MAX: usize = 1_024;
+
+/// Bytes kept per session for RESUME; oldest dropped first.
+pub const REPLAY_BUFFER_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// How long a disconnected session stays resumable.
+pub const RESUME_WINDOW_MS: u64 = 180_000;
+
+/// Sessions one node holds. When hit: upgrades are refused with 503 and
+/// `Retry-After` before the 101 (never accept-then-close).
+pub const SESSIONS_PER_NODE_MAX: usize = 19_000;
+
+/// IDENTIFY and RESUME handshakes admitted per second per node. When hit:
+/// the upgrade is held up to [`HANDSHAKE_HOLD_MS_MAX`], then refused with
+/// 503 and `Retry-After`.
+pub const HANDSHAKE_RATE_PER_S: u32 = 2_000;
+
+/// Longest a handshake waits for admission before it is refused.
+pub const HANDSHAKE_HOLD_MS_MAX: u64 = 1_000;
+
+// ---------------------------------------------------------------------------
+// REST
+// ---------------------------------------------------------------------------
+
+/// Largest JSON request body. When hit: 413 with Discord's error body.
+pub const REST_BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// Longest message content, in characters (Discord's 2,000). When hit: 400
+/// with code 50035 (invalid form body).
+pub const MESSAGE_CONTENT_CHARS_MAX: usize = 2_000;
+
+/// Most messages one GET returns (Discord's `limit` cap).
+pub const MESSAGES_PER_PAGE_MAX: usize = 100;
+
+/// Most members one GET or one GUILD_MEMBERS_CHUNK carries.
+pub const MEMBERS_PER_PAGE_MAX: usize = 1_000;
+
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
@@ -183,6 +252,8 @@ const _: () = assert!(SELF_PRESERVATION_REMOVAL_PERMILLE < 1000);
 const _: () = assert!(DRAIN_RECEIVER_UTILIZATION_PERMILLE <= 1000);
 const _: () = assert!(RETRY_BUDGET_WINDOW_MS.is_multiple_of(RETRY_BUDGET_BUCKETS as u64));
 const _: () = assert!(RING_HISTORY_GENERATIONS_MAX >= 2);
+const _: () = assert!(HEARTBEAT_TIMEOUT_MS > HEARTBEAT_INTERVAL_MS);
+const _: () = assert!(REPLAY_BUFFER_EVENTS_MAX >= 1 && SESSION_QUEUE_MESSAGES_MAX >= 1);
 
 /// The effective value of every bound. `Limits::default()` holds the constants
 /// above; a deployment overrides fields and must pass [`Limits::validate`].
@@ -250,6 +321,38 @@ pub struct Limits {
     pub log_throttle_interval_ms: u64,
     /// See [`LOG_THROTTLE_KEYS_MAX`].
     pub log_throttle_keys_max: usize,
+    /// See [`GATEWAY_PAYLOAD_BYTES_MAX`].
+    pub gateway_payload_bytes_max: usize,
+    /// See [`GATEWAY_INBOUND_PER_MINUTE_MAX`].
+    pub gateway_inbound_per_minute_max: u32,
+    /// See [`HEARTBEAT_INTERVAL_MS`].
+    pub heartbeat_interval_ms: u64,
+    /// See [`HEARTBEAT_TIMEOUT_MS`].
+    pub heartbeat_timeout_ms: u64,
+    /// See [`SESSION_QUEUE_MESSAGES_MAX`].
+    pub session_queue_messages_max: usize,
+    /// See [`SESSION_QUEUE_BYTES_MAX`].
+    pub session_queue_bytes_max: usize,
+    /// See [`REPLAY_BUFFER_EVENTS_MAX`].
+    pub replay_buffer_events_max: usize,
+    /// See [`REPLAY_BUFFER_BYTES_MAX`].
+    pub replay_buffer_bytes_max: usize,
+    /// See [`RESUME_WINDOW_MS`].
+    pub resume_window_ms: u64,
+    /// See [`SESSIONS_PER_NODE_MAX`].
+    pub sessions_per_node_max: usize,
+    /// See [`HANDSHAKE_RATE_PER_S`].
+    pub handshake_rate_per_s: u32,
+    /// See [`HANDSHAKE_HOLD_MS_MAX`].
+    pub handshake_hold_ms_max: u64,
+    /// See [`REST_BODY_BYTES_MAX`].
+    pub rest_body_bytes_max: usize,
+    /// See [`MESSAGE_CONTENT_CHARS_MAX`].
+    pub message_content_chars_max: usize,
+    /// See [`MESSAGES_PER_PAGE_MAX`].
+    pub messages_per_page_max: usize,
+    /// See [`MEMBERS_PER_PAGE_MAX`].
+    pub members_per_page_max: usize,
 }
 
 impl Default for Limits {
@@ -286,6 +389,22 @@ impl Default for Limits {
             drain_receiver_utilization_permille: DRAIN_RECEIVER_UTILIZATION_PERMILLE,
             log_throttle_interval_ms: LOG_THROTTLE_INTERVAL_MS,
             log_throttle_keys_max: LOG_THROTTLE_KEYS_MAX,
+            gateway_payload_bytes_max: GATEWAY_PAYLOAD_BYTES_MAX,
+            gateway_inbound_per_minute_max: GATEWAY_INBOUND_PER_MINUTE_MAX,
+            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+            heartbeat_timeout_ms: HEARTBEAT_TIMEOUT_MS,
+            session_queue_messages_max: SESSION_QUEUE_MESSAGES_MAX,
+            session_queue_bytes_max: SESSION_QUEUE_BYTES_MAX,
+            replay_buffer_events_max: REPLAY_BUFFER_EVENTS_MAX,
+            replay_buffer_bytes_max: REPLAY_BUFFER_BYTES_MAX,
+            resume_window_ms: RESUME_WINDOW_MS,
+            sessions_per_node_max: SESSIONS_PER_NODE_MAX,
+            handshake_rate_per_s: HANDSHAKE_RATE_PER_S,
+            handshake_hold_ms_max: HANDSHAKE_HOLD_MS_MAX,
+            rest_body_bytes_max: REST_BODY_BYTES_MAX,
+            message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
+            messages_per_page_max: MESSAGES_PER_PAGE_MAX,
+            members_per_page_max: MEMBERS_PER_PAGE_MAX,
         }
     }
 }

@@ -1,0 +1,180 @@
+//! REST error bodies: `{"code": INT, "message": STR, "errors": {...}}` with
+//! Discord's JSON error codes, and the 429 body. One enum, one mapping to
+//! status and body (the server's single `IntoResponse` uses it).
+
+use serde::Serialize;
+
+/// Discord's JSON error codes used by the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// 0: general error (with 401 Unauthorized, 404 not found routes, 405).
+    General,
+    /// 10003 Unknown channel.
+    UnknownChannel,
+    /// 10004 Unknown guild.
+    UnknownGuild,
+    /// 10006 Unknown invite.
+    UnknownInvite,
+    /// 10007 Unknown member.
+    UnknownMember,
+    /// 10008 Unknown message.
+    UnknownMessage,
+    /// 10011 Unknown role.
+    UnknownRole,
+    /// 10013 Unknown user.
+    UnknownUser,
+    /// 10002 Unknown application.
+    UnknownApplication,
+    /// 40001 Unauthorized.
+    Unauthorized,
+    /// 50001 Missing access.
+    MissingAccess,
+    /// 50006 Cannot send an empty message.
+    EmptyMessage,
+    /// 50013 Missing permissions.
+    MissingPermissions,
+    /// 50035 Invalid form body.
+    InvalidFormBody,
+    /// 50109 The request body contains invalid JSON.
+    InvalidJson,
+    /// 40005 Request entity too large.
+    EntityTooLarge,
+    /// 130000 API resource overloaded.
+    Overloaded,
+}
+
+impl ErrorCode {
+    /// The numeric code.
+    pub fn code(self) -> u32 {
+        match self {
+            ErrorCode::General => 0,
+            ErrorCode::UnknownApplication => 10002,
+            ErrorCode::UnknownChannel => 10003,
+            ErrorCode::UnknownGuild => 10004,
+            ErrorCode::UnknownInvite => 10006,
+            ErrorCode::UnknownMember => 10007,
+            ErrorCode::UnknownMessage => 10008,
+            ErrorCode::UnknownRole => 10011,
+            ErrorCode::UnknownUser => 10013,
+            ErrorCode::Unauthorized => 40001,
+            ErrorCode::EntityTooLarge => 40005,
+            ErrorCode::MissingAccess => 50001,
+            ErrorCode::EmptyMessage => 50006,
+            ErrorCode::MissingPermissions => 50013,
+            ErrorCode::InvalidFormBody => 50035,
+            ErrorCode::InvalidJson => 50109,
+            ErrorCode::Overloaded => 130000,
+        }
+    }
+
+    /// Discord's message for the code.
+    pub fn message(self) -> &'static str {
+        match self {
+            ErrorCode::General => "404: Not Found",
+            ErrorCode::UnknownApplication => "Unknown Application",
+            ErrorCode::UnknownChannel => "Unknown Channel",
+            ErrorCode::UnknownGuild => "Unknown Guild",
+            ErrorCode::UnknownInvite => "Unknown Invite",
+            ErrorCode::UnknownMember => "Unknown Member",
+            ErrorCode::UnknownMessage => "Unknown Message",
+            ErrorCode::UnknownRole => "Unknown Role",
+            ErrorCode::UnknownUser => "Unknown User",
+            ErrorCode::Unauthorized => "401: Unauthorized",
+            ErrorCode::EntityTooLarge => "Request entity too large",
+            ErrorCode::MissingAccess => "Missing Access",
+            ErrorCode::EmptyMessage => "Cannot send an empty message",
+            ErrorCode::MissingPermissions => "Missing Permissions",
+            ErrorCode::InvalidFormBody => "Invalid Form Body",
+            ErrorCode::InvalidJson => "The request body contains invalid JSON.",
+            ErrorCode::Overloaded => {
+                "API resource is currently overloaded. Try again a little later."
+            }
+        }
+    }
+
+    /// The HTTP status Discord answers with.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::MissingAccess | ErrorCode::MissingPermissions => 403,
+            ErrorCode::General
+            | ErrorCode::UnknownApplication
+            | ErrorCode::UnknownChannel
+            | ErrorCode::UnknownGuild
+            | ErrorCode::UnknownInvite
+            | ErrorCode::UnknownMember
+            | ErrorCode::UnknownMessage
+            | ErrorCode::UnknownRole
+            | ErrorCode::UnknownUser => 404,
+            ErrorCode::EntityTooLarge => 413,
+            ErrorCode::EmptyMessage | ErrorCode::InvalidFormBody | ErrorCode::InvalidJson => 400,
+            ErrorCode::Overloaded => 503,
+        }
+    }
+}
+
+/// A REST error body.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ErrorBody {
+    /// JSON error code.
+    pub code: u32,
+    /// Human-readable message.
+    pub message: String,
+    /// Per-field errors (50035), Discord's nested `_errors` shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<serde_json::Value>,
+}
+
+impl ErrorBody {
+    /// The body for `code`.
+    pub fn new(code: ErrorCode) -> Self {
+        Self {
+            code: code.code(),
+            message: code.message().to_owned(),
+            errors: None,
+        }
+    }
+
+    /// A 50035 body saying `field` failed with `field_code` and `message`
+    /// (for example `BASE_TYPE_MAX_LENGTH`).
+    ///
+    /// ```
+    /// use guildhall_proto::error::ErrorBody;
+    /// let body = ErrorBody::invalid_field("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.");
+    /// let json = serde_json::to_value(&body).unwrap();
+    /// assert_eq!(json["code"], 50035);
+    /// assert_eq!(json["errors"]["content"]["_errors"][0]["code"], "BASE_TYPE_MAX_LENGTH");
+    /// ```
+    pub fn invalid_field(field: &str, field_code: &str, message: &str) -> Self {
+        let mut body = Self::new(ErrorCode::InvalidFormBody);
+        body.errors = Some(serde_json::json!({
+            field: {"_errors": [{"code": field_code, "message": message}]}
+        }));
+        body
+    }
+}
+
+/// The 429 body (discord.py refuses to retry without `retry_after`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RateLimitedBody {
+    /// "You are being rate limited."
+    pub message: &'static str,
+    /// Seconds, fractional.
+    pub retry_after: f64,
+    /// Whether the global limit was hit.
+    pub global: bool,
+    /// Always 0.
+    pub code: u32,
+}
+
+impl RateLimitedBody {
+    /// A 429 body.
+    pub fn new(retry_after_s: f64, global: bool) -> Self {
+        Self {
+            message: "You are being rate limited.",
+            retry_after: retry_after_s,
+            global,
+            code: 0,
+        }
+    }
+}

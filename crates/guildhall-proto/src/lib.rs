@@ -1,0 +1,25 @@
+//! Discord's wire contract: Gateway v10 and REST v10 as the official docs
+//! and OpenAPI spec define them, and as the bot libraries actually require
+//! them (field sets, nullability, string-encoded snowflakes and
+//! permissions, timestamp format, close codes, error bodies).
+//!
+//! - [`snowflake`]: ids on the Discord epoch, and their generator.
+//! - [`timestamp`]: ISO 8601 the way every library parses it.
+//! - [`intents`]: gateway intents, privileged bits, event → intent.
+//! - [`gateway`]: opcodes, close codes, bounded parsing of client payloads,
+//!   server frames, and dispatches encoded once for many sessions.
+//! - [`model`]: users, guilds, roles, channels, members, messages, READY.
+//! - [`error`]: REST error bodies with Discord's JSON error codes.
+//!
+//! Architecture invariant: pure. No I/O, no clock (times are arguments), and
+//! this is the only crate that derives serde for the wire: a field renamed
+//! anywhere else cannot break a client library.
+
+pub mod error;
+pub mod gateway;
+pub mod intents;
+pub mod model;
+pub mod snowflake;
+pub mod timestamp;
+
+pub use snowflake::Snowflake;

@@ -1,0 +1,356 @@
+//! Objects on the wire, with exactly the fields the bot libraries require.
+//!
+//! Every field is always present (nullable ones as `null`) unless the
+//! reference marks it optional *and* a library is known to tolerate its
+//! absence; then it is `skip_serializing_if`. Serenity is the strictest
+//! decoder of GUILD_CREATE, discord.js the strictest about `channels`, and
+//! the field sets here are the ones all four libraries accepted.
+
+use crate::Snowflake;
+use serde::Serialize;
+
+/// A user (or bot user).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct User {
+    /// Id.
+    pub id: Snowflake,
+    /// Unique name.
+    pub username: String,
+    /// "0" for every new-style account.
+    pub discriminator: String,
+    /// Display name.
+    pub global_name: Option<String>,
+    /// Avatar hash.
+    pub avatar: Option<String>,
+    /// A bot account.
+    pub bot: bool,
+    /// Multi-factor authentication on (READY's user needs it).
+    pub mfa_enabled: bool,
+    /// Email verified.
+    pub verified: bool,
+    /// Account flags.
+    pub flags: u64,
+    /// Public flags.
+    pub public_flags: u64,
+}
+
+/// A role's colours.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RoleColors {
+    /// Main colour.
+    pub primary_color: u32,
+    /// Gradient second colour.
+    pub secondary_color: Option<u32>,
+    /// Gradient third colour.
+    pub tertiary_color: Option<u32>,
+}
+
+/// A guild role. The `@everyone` role's id is the guild's id.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Role {
+    /// Id.
+    pub id: Snowflake,
+    /// Name.
+    pub name: String,
+    /// Integer colour (deprecated by Discord, still read by libraries).
+    pub color: u32,
+    /// Colours.
+    pub colors: RoleColors,
+    /// Shown separately in the member list.
+    pub hoist: bool,
+    /// Icon hash.
+    pub icon: Option<String>,
+    /// Unicode emoji.
+    pub unicode_emoji: Option<String>,
+    /// Position.
+    pub position: i32,
+    /// Permission bits as a decimal string.
+    pub permissions: String,
+    /// Managed by an integration.
+    pub managed: bool,
+    /// Mentionable.
+    pub mentionable: bool,
+    /// Role flags.
+    pub flags: u64,
+}
+
+/// A permission overwrite on a channel.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PermissionOverwrite {
+    /// Role or member id.
+    pub id: Snowflake,
+    /// 0 role, 1 member.
+    #[serde(rename = "type")]
+    pub kind: u8,
+    /// Allowed bits, decimal string.
+    pub allow: String,
+    /// Denied bits, decimal string.
+    pub deny: String,
+}
+
+/// A guild channel (text 0, voice 2, category 4).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Channel {
+    /// Id.
+    pub id: Snowflake,
+    /// Channel type.
+    #[serde(rename = "type")]
+    pub kind: u8,
+    /// Guild id (omitted inside GUILD_CREATE, as Discord does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guild_id: Option<Snowflake>,
+    /// Name.
+    pub name: String,
+    /// Sort position.
+    pub position: i32,
+    /// Overwrites.
+    pub permission_overwrites: Vec<PermissionOverwrite>,
+    /// Topic.
+    pub topic: Option<String>,
+    /// Age-restricted.
+    pub nsfw: bool,
+    /// Newest message id.
+    pub last_message_id: Option<Snowflake>,
+    /// Slow mode seconds.
+    pub rate_limit_per_user: u32,
+    /// Category.
+    pub parent_id: Option<Snowflake>,
+    /// Channel flags.
+    pub flags: u64,
+}
+
+/// A guild member. `user` is absent in a message's partial member.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Member {
+    /// The user.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<User>,
+    /// Guild nickname.
+    pub nick: Option<String>,
+    /// Guild avatar hash.
+    pub avatar: Option<String>,
+    /// Role ids (never `@everyone`).
+    pub roles: Vec<Snowflake>,
+    /// When the member joined.
+    pub joined_at: String,
+    /// Boosting since.
+    pub premium_since: Option<String>,
+    /// Server-deafened.
+    pub deaf: bool,
+    /// Server-muted.
+    pub mute: bool,
+    /// Member flags.
+    pub flags: u64,
+    /// Membership screening pending.
+    pub pending: bool,
+}
+
+/// An always-empty list whose element type libraries never see.
+pub type Empty = Vec<serde_json::Value>;
+
+/// GUILD_CREATE's payload: a complete guild.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Guild {
+    /// Id.
+    pub id: Snowflake,
+    /// Name.
+    pub name: String,
+    /// Icon hash.
+    pub icon: Option<String>,
+    /// Splash hash.
+    pub splash: Option<String>,
+    /// Discovery splash hash.
+    pub discovery_splash: Option<String>,
+    /// Owner.
+    pub owner_id: Snowflake,
+    /// AFK channel.
+    pub afk_channel_id: Option<Snowflake>,
+    /// AFK timeout, seconds.
+    pub afk_timeout: u32,
+    /// Verification level.
+    pub verification_level: u8,
+    /// Default notifications.
+    pub default_message_notifications: u8,
+    /// Explicit content filter.
+    pub explicit_content_filter: u8,
+    /// Roles, `@everyone` first.
+    pub roles: Vec<Role>,
+    /// Emojis.
+    pub emojis: Empty,
+    /// Features.
+    pub features: Vec<String>,
+    /// MFA level.
+    pub mfa_level: u8,
+    /// Creating application.
+    pub application_id: Option<Snowflake>,
+    /// System channel.
+    pub system_channel_id: Option<Snowflake>,
+    /// System channel flags.
+    pub system_channel_flags: u64,
+    /// Rules channel.
+    pub rules_channel_id: Option<Snowflake>,
+    /// Most presences.
+    pub max_presences: Option<u32>,
+    /// Most members.
+    pub max_members: u32,
+    /// Vanity code.
+    pub vanity_url_code: Option<String>,
+    /// Description.
+    pub description: Option<String>,
+    /// Banner hash.
+    pub banner: Option<String>,
+    /// Boost tier.
+    pub premium_tier: u8,
+    /// Boosts.
+    pub premium_subscription_count: u32,
+    /// Locale.
+    pub preferred_locale: String,
+    /// Public updates channel.
+    pub public_updates_channel_id: Option<Snowflake>,
+    /// Video users cap.
+    pub max_video_channel_users: u32,
+    /// Stage video users cap.
+    pub max_stage_video_channel_users: u32,
+    /// NSFW level.
+    pub nsfw_level: u8,
+    /// Stickers.
+    pub stickers: Empty,
+    /// Boost bar shown.
+    pub premium_progress_bar_enabled: bool,
+    /// Safety alerts channel.
+    pub safety_alerts_channel_id: Option<Snowflake>,
+    /// When the receiving user joined.
+    pub joined_at: String,
+    /// Above the large threshold.
+    pub large: bool,
+    /// Always false in GUILD_CREATE.
+    pub unavailable: bool,
+    /// Members in the guild.
+    pub member_count: u32,
+    /// Voice states.
+    pub voice_states: Empty,
+    /// Members (all of them for small guilds).
+    pub members: Vec<Member>,
+    /// Channels (discord.js drops a guild's messages without them).
+    pub channels: Vec<Channel>,
+    /// Threads.
+    pub threads: Empty,
+    /// Presences.
+    pub presences: Empty,
+    /// Stage instances.
+    pub stage_instances: Empty,
+    /// Scheduled events.
+    pub guild_scheduled_events: Empty,
+    /// Soundboard sounds.
+    pub soundboard_sounds: Empty,
+}
+
+/// A message.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Message {
+    /// Id.
+    pub id: Snowflake,
+    /// Channel.
+    pub channel_id: Snowflake,
+    /// Guild (guild messages only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guild_id: Option<Snowflake>,
+    /// Author.
+    pub author: User,
+    /// The author as a member (guild messages only; no `user`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub member: Option<Member>,
+    /// Text (blanked without MESSAGE_CONTENT, see [`Message::blanked`]).
+    pub content: String,
+    /// Sent at.
+    pub timestamp: String,
+    /// Edited at.
+    pub edited_timestamp: Option<String>,
+    /// Text to speech.
+    pub tts: bool,
+    /// Mentions everyone.
+    pub mention_everyone: bool,
+    /// Mentioned users.
+    pub mentions: Vec<User>,
+    /// Mentioned roles.
+    pub mention_roles: Vec<Snowflake>,
+    /// Attachments.
+    pub attachments: Empty,
+    /// Embeds.
+    pub embeds: Empty,
+    /// Pinned.
+    pub pinned: bool,
+    /// Message type (0 default).
+    #[serde(rename = "type")]
+    pub kind: u8,
+    /// Message flags.
+    pub flags: u64,
+    /// Components.
+    pub components: Empty,
+    /// The client's nonce, echoed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<serde_json::Value>,
+}
+
+impl Message {
+    /// The copy a session without MESSAGE_CONTENT receives: content, embeds,
+    /// attachments and components blank (Discord's rule; DMs and mentions of
+    /// the recipient are exempt, which the caller decides).
+    pub fn blanked(&self) -> Message {
+        Message {
+            content: String::new(),
+            embeds: Vec::new(),
+            attachments: Vec::new(),
+            components: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
+
+/// An unavailable guild, as READY lists them.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct UnavailableGuild {
+    /// Id.
+    pub id: Snowflake,
+    /// Always true in READY.
+    pub unavailable: bool,
+}
+
+/// READY's `application`.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PartialApplication {
+    /// Id.
+    pub id: Snowflake,
+    /// Flags.
+    pub flags: u64,
+}
+
+/// READY's payload.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Ready {
+    /// Gateway version.
+    pub v: u8,
+    /// The session's user.
+    pub user: User,
+    /// Guilds, each followed by its GUILD_CREATE.
+    pub guilds: Vec<UnavailableGuild>,
+    /// Session id for RESUME.
+    pub session_id: String,
+    /// Where to RESUME (`ws://host:port`, no trailing slash).
+    pub resume_gateway_url: String,
+    /// `[shard_id, num_shards]`, when the client sent one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<[u32; 2]>,
+    /// The application (discord.js crashes without it).
+    pub application: PartialApplication,
+    /// DM channels.
+    pub private_channels: Empty,
+    /// Relationships.
+    pub relationships: Empty,
+    /// Presences.
+    pub presences: Empty,
+    /// Guild join requests.
+    pub guild_join_requests: Empty,
+    /// User settings.
+    pub user_settings: serde_json::Map<String, serde_json::Value>,
+}

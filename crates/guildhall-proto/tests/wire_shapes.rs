@@ -1,0 +1,283 @@
+//! Snapshot tests of the wire payloads against the shapes every bot library
+//! accepted (fixtures: payloads that discord.py, discord.js, twilight and
+//! serenity all accepted unmodified). A payload must carry every field of
+//! its fixture with the same JSON type (null matches anything nullable);
+//! extra fields are allowed only where listed.
+
+// Helpers of a test file: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
+use guildhall_proto::model::*;
+use guildhall_proto::timestamp::format_unix_ms;
+use guildhall_proto::{Snowflake, gateway::EncodedDispatch};
+use serde_json::Value;
+
+fn id(n: u64) -> Snowflake {
+    Snowflake::new(n).unwrap()
+}
+
+fn user(n: u64, name: &str, bot: bool) -> User {
+    User {
+        id: id(n),
+        username: name.into(),
+        discriminator: "0".into(),
+        global_name: None,
+        avatar: None,
+        bot,
+        mfa_enabled: false,
+        verified: true,
+        flags: 0,
+        public_flags: 0,
+    }
+}
+
+fn member(u: Option<User>) -> Member {
+    Member {
+        user: u,
+        nick: None,
+        avatar: None,
+        roles: vec![],
+        joined_at: format_unix_ms(1_704_067_200_000),
+        premium_since: None,
+        deaf: false,
+        mute: false,
+        flags: 0,
+        pending: false,
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Every key of `want` is in `got` with a compatible type, recursively.
+fn check_shape(path: &str, want: &Value, got: &Value, extra_ok: &[&str]) {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, wv) in w {
+                let gv = g.get(k).unwrap_or_else(|| panic!("{path}.{k} is missing"));
+                check_shape(&format!("{path}.{k}"), wv, gv, extra_ok);
+            }
+            for k in g.keys() {
+                assert!(
+                    w.contains_key(k) || extra_ok.contains(&k.as_str()),
+                    "{path}.{k} is not in the accepted shape"
+                );
+            }
+        }
+        (Value::Array(w), Value::Array(g)) => {
+            if let (Some(w0), Some(g0)) = (w.first(), g.first()) {
+                check_shape(&format!("{path}[0]"), w0, g0, extra_ok);
+            }
+        }
+        (Value::Null, _) | (_, Value::Null) => {}
+        (w, g) => assert_eq!(kind(w), kind(g), "{path} has the wrong JSON type"),
+    }
+}
+
+fn fixture(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn sample_guild() -> Guild {
+    let gid = id(2_000_000_000_000_000_001);
+    Guild {
+        id: gid,
+        name: "Test Guild".into(),
+        icon: None,
+        splash: None,
+        discovery_splash: None,
+        owner_id: id(1_000_000_000_000_000_002),
+        afk_channel_id: None,
+        afk_timeout: 300,
+        verification_level: 0,
+        default_message_notifications: 0,
+        explicit_content_filter: 0,
+        roles: vec![Role {
+            id: gid,
+            name: "@everyone".into(),
+            color: 0,
+            colors: RoleColors {
+                primary_color: 0,
+                secondary_color: None,
+                tertiary_color: None,
+            },
+            hoist: false,
+            icon: None,
+            unicode_emoji: None,
+            position: 0,
+            permissions: "117824".into(),
+            managed: false,
+            mentionable: false,
+            flags: 0,
+        }],
+        emojis: vec![],
+        features: vec![],
+        mfa_level: 0,
+        application_id: None,
+        system_channel_id: None,
+        system_channel_flags: 0,
+        rules_channel_id: None,
+        max_presences: None,
+        max_members: 500_000,
+        vanity_url_code: None,
+        description: None,
+        banner: None,
+        premium_tier: 0,
+        premium_subscription_count: 0,
+        preferred_locale: "en-US".into(),
+        public_updates_channel_id: None,
+        max_video_channel_users: 25,
+        max_stage_video_channel_users: 50,
+        nsfw_level: 0,
+        stickers: vec![],
+        premium_progress_bar_enabled: false,
+        safety_alerts_channel_id: None,
+        joined_at: format_unix_ms(1_704_067_200_000),
+        large: false,
+        unavailable: false,
+        member_count: 1,
+        voice_states: vec![],
+        members: vec![member(Some(user(
+            1_000_000_000_000_000_001,
+            "testbot",
+            true,
+        )))],
+        channels: vec![Channel {
+            id: id(3_000_000_000_000_000_001),
+            kind: 0,
+            guild_id: None,
+            name: "general".into(),
+            position: 0,
+            permission_overwrites: vec![],
+            topic: None,
+            nsfw: false,
+            last_message_id: None,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            flags: 0,
+        }],
+        threads: vec![],
+        presences: vec![],
+        stage_instances: vec![],
+        guild_scheduled_events: vec![],
+        soundboard_sounds: vec![],
+    }
+}
+
+#[test]
+fn ready_matches_the_accepted_shape() {
+    let ready = Ready {
+        v: 10,
+        user: user(1_000_000_000_000_000_001, "testbot", true),
+        guilds: vec![UnavailableGuild {
+            id: id(2_000_000_000_000_000_001),
+            unavailable: true,
+        }],
+        session_id: "sess1".into(),
+        resume_gateway_url: "ws://127.0.0.1:8765".into(),
+        shard: Some([0, 1]),
+        application: PartialApplication {
+            id: id(1_000_000_000_000_000_001),
+            flags: 0,
+        },
+        private_channels: vec![],
+        relationships: vec![],
+        presences: vec![],
+        guild_join_requests: vec![],
+        user_settings: Default::default(),
+    };
+    let got = serde_json::to_value(&ready).unwrap();
+    check_shape("READY", &fixture("ready"), &got, &[]);
+    assert_eq!(
+        got,
+        fixture("ready"),
+        "READY is byte-for-byte the accepted payload"
+    );
+}
+
+#[test]
+fn guild_create_matches_the_accepted_shape() {
+    let got = serde_json::to_value(sample_guild()).unwrap();
+    check_shape("GUILD_CREATE", &fixture("guild_create"), &got, &[]);
+    assert_eq!(got, fixture("guild_create"));
+    assert_eq!(
+        got["roles"][0]["id"], got["id"],
+        "@everyone's id is the guild's"
+    );
+}
+
+#[test]
+fn message_matches_the_accepted_shape() {
+    let mut author = user(1_000_000_000_000_000_002, "alice", false);
+    author.global_name = Some("Alice".into());
+    let message = Message {
+        id: id(4_000_000_000_000_000_001),
+        channel_id: id(3_000_000_000_000_000_001),
+        guild_id: Some(id(2_000_000_000_000_000_001)),
+        author,
+        member: Some(member(None)),
+        content: "!ping".into(),
+        timestamp: format_unix_ms(1_704_067_200_000),
+        edited_timestamp: None,
+        tts: false,
+        mention_everyone: false,
+        mentions: vec![],
+        mention_roles: vec![],
+        attachments: vec![],
+        embeds: vec![],
+        pinned: false,
+        kind: 0,
+        flags: 0,
+        components: vec![],
+        nonce: None,
+    };
+    let got = serde_json::to_value(&message).unwrap();
+    // Authors carry the full user object; the extra user fields are harmless
+    // to every library and needed elsewhere.
+    check_shape(
+        "MESSAGE_CREATE",
+        &fixture("message"),
+        &got,
+        &["mfa_enabled", "verified", "flags"],
+    );
+    let blank = serde_json::to_value(message.blanked()).unwrap();
+    assert_eq!(blank["content"], "");
+    assert_eq!(blank["id"], got["id"]);
+}
+
+#[test]
+fn dispatch_frame_wraps_the_payload_unchanged() {
+    let event = EncodedDispatch::new("GUILD_CREATE", &sample_guild()).unwrap();
+    let frame: Value = serde_json::from_str(&event.frame(42)).unwrap();
+    assert_eq!(frame["op"], 0);
+    assert_eq!(frame["t"], "GUILD_CREATE");
+    assert_eq!(frame["s"], 42);
+    assert_eq!(frame["d"], fixture("guild_create"));
+}
+
+#[test]
+fn error_bodies_follow_discord() {
+    let body = serde_json::to_value(ErrorBody::new(ErrorCode::UnknownChannel)).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"code": 10003, "message": "Unknown Channel"})
+    );
+    assert_eq!(ErrorCode::InvalidJson.status(), 400);
+    assert_eq!(ErrorCode::MissingAccess.status(), 403);
+    assert_eq!(ErrorCode::Unauthorized.status(), 401);
+    let limited = serde_json::to_value(RateLimitedBody::new(1.5, false)).unwrap();
+    assert_eq!(
+        limited,
+        serde_json::json!({"message": "You are being rate limited.", "retry_after": 1.5, "global": false, "code": 0})
+    );
+}
