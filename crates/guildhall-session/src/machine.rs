@@ -1,0 +1,527 @@
+//! The session state machine.
+//!
+//! ```text
+//!  HELLO ─► AwaitingIdentify ─IDENTIFY─► Authenticating ─ok─► Ready
+//!               ▲   │                        │    ▲              │
+//!               │   └─RESUME─────────────────┘    │              │
+//!               └──── INVALID_SESSION (d=false) ◄─┘ (overloaded, │
+//!                                                    gap)        ▼
+//!                                      any close code ──────► Closed
+//! ```
+//!
+//! Rules (Discord's, with the close codes the docs give):
+//! - heartbeats are accepted in every open phase and answered at once;
+//! - anything but HEARTBEAT, IDENTIFY and RESUME before READY: 4003;
+//! - IDENTIFY or RESUME once authenticated (or authenticating): 4005;
+//! - undefined intent bits: 4013 at once; privileged bits the application
+//!   may not use: 4014 after authentication; a bad token: 4004;
+//! - no heartbeat for `heartbeat_timeout_ms`: 4009;
+//! - more than `inbound_per_minute_max` payloads in a minute: 4008;
+//! - a payload that does not parse, is too large, or is binary: 4002; an
+//!   op clients may not send: 4001.
+
+use guildhall_proto::Snowflake;
+use guildhall_proto::gateway::{
+    self, CloseCode, Identify, Inbound, PresenceUpdate, RequestGuildMembers, Resume,
+    VoiceStateUpdate,
+};
+use guildhall_proto::intents;
+
+/// Bounds; defaults from [`guildhall_limits`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// Announced in HELLO.
+    pub heartbeat_interval_ms: u64,
+    /// Silence before 4009.
+    pub heartbeat_timeout_ms: u64,
+    /// Largest client payload.
+    pub payload_bytes_max: usize,
+    /// Client payloads per minute before 4008.
+    pub inbound_per_minute_max: u32,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        use guildhall_limits as l;
+        Self {
+            heartbeat_interval_ms: l::HEARTBEAT_INTERVAL_MS,
+            heartbeat_timeout_ms: l::HEARTBEAT_TIMEOUT_MS,
+            payload_bytes_max: l::GATEWAY_PAYLOAD_BYTES_MAX,
+            inbound_per_minute_max: l::GATEWAY_INBOUND_PER_MINUTE_MAX,
+        }
+    }
+}
+
+/// Where the session is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// HELLO sent; waiting for IDENTIFY or RESUME.
+    AwaitingIdentify,
+    /// The token (or the session to resume) is being looked up.
+    Authenticating,
+    /// READY or RESUMED sent.
+    Ready,
+    /// A close code was sent; input is ignored.
+    Closed,
+}
+
+/// Who the token belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The user (or bot user).
+    pub user_id: Snowflake,
+    /// Privileged intents the application may use.
+    pub privileged_intents_allowed: u64,
+}
+
+/// Why authentication did not produce an identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// Unknown or revoked token: 4004.
+    BadToken,
+    /// The users service shed the request: INVALID_SESSION (d=false), the
+    /// client identifies again ~5 s later. Never refuse a first connection
+    /// that could succeed later (discord.py and discord.js exit on that).
+    Overloaded,
+}
+
+/// Why a RESUME could not be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeFailure {
+    /// Unknown, expired or foreign session, or the replay window no longer
+    /// covers the gap: INVALID_SESSION (d=false).
+    Invalid,
+    /// The client claims a sequence the session never sent: 4007.
+    InvalidSeq,
+}
+
+/// What the I/O layer must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Send this (non-dispatch) frame.
+    Send(String),
+    /// Send the close frame with this code, then close the socket.
+    Close(CloseCode),
+    /// Look the token up; answer with [`Session::identified`].
+    Authenticate(Identify),
+    /// Look the session up and replay; answer with [`Session::resumed`].
+    Resume(Resume),
+    /// Authenticated: send READY, then one GUILD_CREATE per guild.
+    SendReady {
+        /// The identity.
+        identity: Identity,
+        /// Granted intents.
+        intents: u64,
+        /// Shard, echoed in READY.
+        shard: Option<[u32; 2]>,
+    },
+    /// Op 8.
+    RequestGuildMembers(RequestGuildMembers),
+    /// Op 4.
+    VoiceStateUpdate(VoiceStateUpdate),
+    /// Op 3.
+    PresenceUpdate(PresenceUpdate),
+}
+
+/// One gateway session's protocol state.
+#[derive(Clone, Debug)]
+pub struct Session {
+    config: SessionConfig,
+    phase: Phase,
+    last_heartbeat_ms: u64,
+    window_start_ms: u64,
+    window_count: u32,
+    pending_identify: Option<Identify>,
+    intents: u64,
+    user_id: Option<Snowflake>,
+}
+
+impl Session {
+    /// A new session at `now_ms`, and the HELLO to send.
+    pub fn new(config: SessionConfig, now_ms: u64) -> (Self, Command) {
+        let hello = Command::Send(gateway::hello_frame(config.heartbeat_interval_ms));
+        let session = Self {
+            config,
+            phase: Phase::AwaitingIdentify,
+            last_heartbeat_ms: now_ms,
+            window_start_ms: now_ms,
+            window_count: 0,
+            pending_identify: None,
+            intents: 0,
+            user_id: None,
+        };
+        (session, hello)
+    }
+
+    /// The phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Granted intents (0 before READY).
+    pub fn intents(&self) -> u64 {
+        self.intents
+    }
+
+    /// The authenticated user.
+    pub fn user_id(&self) -> Option<Snowflake> {
+        self.user_id
+    }
+
+    fn close(&mut self, code: CloseCode, out: &mut Vec<Command>) {
+        self.phase = Phase::Closed;
+        out.push(Command::Close(code));
+    }
+
+    /// A text frame from the client.
+    pub fn on_text(&mut self, now_ms: u64, payload: &[u8], out: &mut Vec<Command>) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        if now_ms >= self.window_start_ms + 60_000 {
+            self.window_start_ms = now_ms;
+            self.window_count = 0;
+        }
+        self.window_count += 1;
+        if self.window_count > self.config.inbound_per_minute_max {
+            return self.close(CloseCode::RateLimited, out);
+        }
+        let inbound = match gateway::parse(payload, self.config.payload_bytes_max) {
+            Ok(inbound) => inbound,
+            Err(error) => return self.close(error.close_code(), out),
+        };
+        match (self.phase, inbound) {
+            (_, Inbound::Heartbeat(_)) => {
+                self.last_heartbeat_ms = now_ms;
+                out.push(Command::Send(gateway::heartbeat_ack_frame().to_owned()));
+            }
+            (Phase::AwaitingIdentify, Inbound::Identify(identify)) => {
+                if let Err(error) = intents::check(identify.intents, intents::PRIVILEGED) {
+                    return self.close(error.into(), out);
+                }
+                self.phase = Phase::Authenticating;
+                self.pending_identify = Some(identify.clone());
+                out.push(Command::Authenticate(identify));
+            }
+            (Phase::AwaitingIdentify, Inbound::Resume(resume)) => {
+                self.phase = Phase::Authenticating;
+                out.push(Command::Resume(resume));
+            }
+            (_, Inbound::Identify(_) | Inbound::Resume(_)) => {
+                self.close(CloseCode::AlreadyAuthenticated, out)
+            }
+            (Phase::Ready, Inbound::RequestGuildMembers(r)) => {
+                out.push(Command::RequestGuildMembers(r))
+            }
+            (Phase::Ready, Inbound::VoiceStateUpdate(v)) => out.push(Command::VoiceStateUpdate(v)),
+            (Phase::Ready, Inbound::PresenceUpdate(p)) => out.push(Command::PresenceUpdate(p)),
+            (_, _) => self.close(CloseCode::NotAuthenticated, out),
+        }
+    }
+
+    /// A binary frame: compression and ETF are not offered, so 4002.
+    pub fn on_binary(&mut self, out: &mut Vec<Command>) {
+        if self.phase != Phase::Closed {
+            self.close(CloseCode::DecodeError, out);
+        }
+    }
+
+    /// Time passes: closes a session whose heartbeats stopped.
+    pub fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Command>) {
+        if self.phase != Phase::Closed
+            && now_ms > self.last_heartbeat_ms + self.config.heartbeat_timeout_ms
+        {
+            self.close(CloseCode::SessionTimedOut, out);
+        }
+    }
+
+    /// The answer to [`Command::Authenticate`].
+    pub fn identified(&mut self, result: Result<Identity, AuthFailure>, out: &mut Vec<Command>) {
+        if self.phase != Phase::Authenticating {
+            return;
+        }
+        let Some(identify) = self.pending_identify.take() else {
+            return;
+        };
+        match result {
+            Err(AuthFailure::BadToken) => self.close(CloseCode::AuthenticationFailed, out),
+            Err(AuthFailure::Overloaded) => {
+                self.phase = Phase::AwaitingIdentify;
+                out.push(Command::Send(
+                    gateway::invalid_session_frame(false).to_owned(),
+                ));
+            }
+            Ok(identity) => {
+                match intents::check(identify.intents, identity.privileged_intents_allowed) {
+                    Err(error) => self.close(error.into(), out),
+                    Ok(()) => {
+                        self.phase = Phase::Ready;
+                        self.intents = identify.intents;
+                        self.user_id = Some(identity.user_id);
+                        out.push(Command::SendReady {
+                            identity,
+                            intents: identify.intents,
+                            shard: identify.shard,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The answer to [`Command::Resume`]: on success the I/O layer has
+    /// replayed the missed dispatches and sends RESUMED.
+    pub fn resumed(
+        &mut self,
+        result: Result<(Identity, u64), ResumeFailure>,
+        out: &mut Vec<Command>,
+    ) {
+        if self.phase != Phase::Authenticating {
+            return;
+        }
+        match result {
+            Ok((identity, intents)) => {
+                self.phase = Phase::Ready;
+                self.intents = intents;
+                self.user_id = Some(identity.user_id);
+            }
+            Err(ResumeFailure::Invalid) => {
+                self.phase = Phase::AwaitingIdentify;
+                out.push(Command::Send(
+                    gateway::invalid_session_frame(false).to_owned(),
+                ));
+            }
+            Err(ResumeFailure::InvalidSeq) => self.close(CloseCode::InvalidSeq, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDENTIFY: &str = r#"{"op":2,"d":{"token":"Bot t","intents":513,"properties":{}}}"#;
+
+    fn identity() -> Identity {
+        Identity {
+            user_id: Snowflake::new(1).unwrap(),
+            privileged_intents_allowed: intents::PRIVILEGED,
+        }
+    }
+
+    fn ready_session() -> Session {
+        let (mut s, _) = Session::new(SessionConfig::default(), 0);
+        let mut out = Vec::new();
+        s.on_text(1, IDENTIFY.as_bytes(), &mut out);
+        s.identified(Ok(identity()), &mut out);
+        assert_eq!(s.phase(), Phase::Ready);
+        s
+    }
+
+    fn closed_with(out: &[Command]) -> Option<u16> {
+        out.iter().find_map(|c| match c {
+            Command::Close(code) => Some(code.code()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn happy_path_hello_identify_ready() {
+        let (mut s, hello) = Session::new(SessionConfig::default(), 0);
+        assert!(
+            matches!(hello, Command::Send(ref f) if f.contains("\"heartbeat_interval\":41250"))
+        );
+        let mut out = Vec::new();
+        s.on_text(5, br#"{"op":1,"d":null}"#, &mut out);
+        s.on_text(6, IDENTIFY.as_bytes(), &mut out);
+        assert!(matches!(out[0], Command::Send(ref f) if f.contains("\"op\":11")));
+        assert!(matches!(out[1], Command::Authenticate(ref i) if i.token == "t"));
+        out.clear();
+        s.identified(Ok(identity()), &mut out);
+        assert!(matches!(out[0], Command::SendReady { intents: 513, .. }));
+    }
+
+    /// The bad-input list of the issue, each with its close code.
+    #[test]
+    fn bad_inputs_close_with_the_documented_codes() {
+        let fresh = || Session::new(SessionConfig::default(), 0).0;
+        let cases: Vec<(&str, Session, Vec<u8>, u16)> = vec![
+            ("invalid JSON", fresh(), b"{".to_vec(), 4002),
+            (
+                "unknown opcode",
+                fresh(),
+                br#"{"op":42,"d":null}"#.to_vec(),
+                4001,
+            ),
+            (
+                "oversized payload",
+                fresh(),
+                format!(r#"{{"op":1,"d":"{}"}}"#, "x".repeat(5000)).into_bytes(),
+                4002,
+            ),
+            (
+                "payload before IDENTIFY",
+                fresh(),
+                br#"{"op":8,"d":{"guild_id":"1"}}"#.to_vec(),
+                4003,
+            ),
+            (
+                "second IDENTIFY",
+                ready_session(),
+                IDENTIFY.as_bytes().to_vec(),
+                4005,
+            ),
+            (
+                "RESUME when ready",
+                ready_session(),
+                br#"{"op":6,"d":{"token":"t","session_id":"s","seq":1}}"#.to_vec(),
+                4005,
+            ),
+            (
+                "invalid intents",
+                fresh(),
+                br#"{"op":2,"d":{"token":"t","intents":1099511627776}}"#.to_vec(),
+                4013,
+            ),
+        ];
+        for (name, mut session, payload, code) in cases {
+            let mut out = Vec::new();
+            session.on_text(10, &payload, &mut out);
+            assert_eq!(closed_with(&out), Some(code), "{name}: {out:?}");
+            assert_eq!(session.phase(), Phase::Closed, "{name}");
+            out.clear();
+            session.on_text(11, br#"{"op":1,"d":null}"#, &mut out);
+            assert!(out.is_empty(), "{name}: a closed session ignores input");
+        }
+    }
+
+    #[test]
+    fn bad_token_and_disallowed_intents_close_after_authentication() {
+        let (mut s, _) = Session::new(SessionConfig::default(), 0);
+        let mut out = Vec::new();
+        s.on_text(1, IDENTIFY.as_bytes(), &mut out);
+        s.identified(Err(AuthFailure::BadToken), &mut out);
+        assert_eq!(closed_with(&out), Some(4004));
+
+        let (mut s, _) = Session::new(SessionConfig::default(), 0);
+        let mut out = Vec::new();
+        let content = format!(
+            r#"{{"op":2,"d":{{"token":"t","intents":{}}}}}"#,
+            intents::MESSAGE_CONTENT
+        );
+        s.on_text(1, content.as_bytes(), &mut out);
+        let no_privileges = Identity {
+            privileged_intents_allowed: 0,
+            ..identity()
+        };
+        s.identified(Ok(no_privileges), &mut out);
+        assert_eq!(closed_with(&out), Some(4014));
+    }
+
+    #[test]
+    fn overloaded_identify_is_invalid_session_not_a_refusal() {
+        let (mut s, _) = Session::new(SessionConfig::default(), 0);
+        let mut out = Vec::new();
+        s.on_text(1, IDENTIFY.as_bytes(), &mut out);
+        out.clear();
+        s.identified(Err(AuthFailure::Overloaded), &mut out);
+        assert_eq!(
+            out,
+            [Command::Send(
+                gateway::invalid_session_frame(false).to_owned()
+            )]
+        );
+        assert_eq!(
+            s.phase(),
+            Phase::AwaitingIdentify,
+            "the client may IDENTIFY again"
+        );
+    }
+
+    #[test]
+    fn heartbeat_timeout_closes_with_4009() {
+        let config = SessionConfig::default();
+        let timeout = config.heartbeat_timeout_ms;
+        let (mut s, _) = Session::new(config, 0);
+        let mut out = Vec::new();
+        s.on_tick(timeout, &mut out);
+        assert!(out.is_empty());
+        s.on_text(timeout, br#"{"op":1,"d":null}"#, &mut out);
+        out.clear();
+        s.on_tick(2 * timeout, &mut out);
+        assert!(out.is_empty(), "the heartbeat reset the clock");
+        s.on_tick(2 * timeout + 1, &mut out);
+        assert_eq!(closed_with(&out), Some(4009));
+    }
+
+    #[test]
+    fn inbound_flood_closes_with_4008() {
+        let config = SessionConfig {
+            inbound_per_minute_max: 5,
+            ..SessionConfig::default()
+        };
+        let (mut s, _) = Session::new(config, 0);
+        let mut out = Vec::new();
+        for i in 0..5 {
+            s.on_text(i, br#"{"op":1,"d":null}"#, &mut out);
+        }
+        assert_eq!(closed_with(&out), None);
+        s.on_text(6, br#"{"op":1,"d":null}"#, &mut out);
+        assert_eq!(closed_with(&out), Some(4008));
+        let (mut s, _) = Session::new(
+            SessionConfig {
+                inbound_per_minute_max: 5,
+                ..SessionConfig::default()
+            },
+            0,
+        );
+        for i in 0..20 {
+            s.on_text(i * 20_000, br#"{"op":1,"d":null}"#, &mut out);
+        }
+        assert_eq!(s.phase(), Phase::AwaitingIdentify, "a steady pace is fine");
+    }
+
+    #[test]
+    fn resume_flow() {
+        let (mut s, _) = Session::new(SessionConfig::default(), 0);
+        let mut out = Vec::new();
+        s.on_text(
+            1,
+            br#"{"op":6,"d":{"token":"Bot t","session_id":"abc","seq":7}}"#,
+            &mut out,
+        );
+        assert!(matches!(out[0], Command::Resume(ref r) if r.token == "t" && r.seq == Some(7)));
+        s.resumed(Ok((identity(), 513)), &mut out);
+        assert_eq!(s.phase(), Phase::Ready);
+        assert_eq!(s.intents(), 513);
+
+        let (mut s, _) = Session::new(SessionConfig::default(), 0);
+        let mut out = Vec::new();
+        s.on_text(
+            1,
+            br#"{"op":6,"d":{"token":"t","session_id":"abc","seq":7}}"#,
+            &mut out,
+        );
+        out.clear();
+        s.resumed(Err(ResumeFailure::Invalid), &mut out);
+        assert_eq!(
+            out,
+            [Command::Send(
+                gateway::invalid_session_frame(false).to_owned()
+            )]
+        );
+        s.on_text(2, IDENTIFY.as_bytes(), &mut out);
+        assert!(
+            matches!(out.last(), Some(Command::Authenticate(_))),
+            "may IDENTIFY after op 9"
+        );
+    }
+
+    #[test]
+    fn binary_frames_close_with_4002() {
+        let (mut s, _) = Session::new(SessionConfig::default(), 0);
+        let mut out = Vec::new();
+        s.on_binary(&mut out);
+        assert_eq!(closed_with(&out), Some(4002));
+    }
+}
