@@ -1,0 +1,728 @@
+//! Durable state behind one type, [`Store`].
+//!
+//! SQLite (through sqlx) in embedded mode. The schema and queries are
+//! portable SQL with `$N` parameters so the cluster mode's PostgreSQL store
+//! is the same code over another pool.
+//!
+//! Durability: WAL with `synchronous = FULL`, so a write acknowledged to a
+//! client (a message answered with 200) is on disk before the answer and
+//! survives `kill -9` and power loss alike.
+//!
+//! Bounds: the pool holds at most [`POOL_CONNECTIONS_MAX`] connections and a
+//! caller waits at most [`ACQUIRE_TIMEOUT_MS`] for one (then
+//! [`StoreError::Busy`], which the API answers with 503); list queries take
+//! an explicit `limit`.
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{FromRow, SqlitePool};
+use std::path::Path;
+use std::time::Duration;
+
+/// Connections in the pool (SQLite serialises writers anyway; readers run
+/// in parallel under WAL).
+pub const POOL_CONNECTIONS_MAX: u32 = 8;
+
+/// Longest wait for a pooled connection before failing fast.
+pub const ACQUIRE_TIMEOUT_MS: u64 = 2_000;
+
+/// Longest wait on SQLite's write lock.
+pub const BUSY_TIMEOUT_MS: u64 = 5_000;
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A unique key already exists (a taken username, a duplicate member).
+    #[error("conflict: {0}")]
+    Conflict(&'static str),
+    /// No connection within the acquire timeout: retry later.
+    #[error("store busy")]
+    Busy,
+    /// Anything else from the database.
+    #[error("database: {0}")]
+    Database(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        match &error {
+            sqlx::Error::PoolTimedOut => StoreError::Busy,
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                StoreError::Conflict("unique key")
+            }
+            _ => StoreError::Database(error),
+        }
+    }
+}
+
+/// Result of a store call.
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A user row.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct UserRow {
+    /// Id.
+    pub id: i64,
+    /// Unique name.
+    pub username: String,
+    /// Argon2 PHC string; none for bots.
+    pub password_hash: Option<String>,
+    /// A bot user.
+    pub bot: bool,
+    /// Display name.
+    pub global_name: Option<String>,
+    /// Created at, Unix ms.
+    pub created_ms: i64,
+}
+
+/// An application row.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct ApplicationRow {
+    /// Id (equal to the bot user's id, as Discord does).
+    pub id: i64,
+    /// Name.
+    pub name: String,
+    /// Owner.
+    pub owner_id: i64,
+    /// Bot user.
+    pub bot_user_id: i64,
+    /// Application flags (privileged intents allowed live here).
+    pub flags: i64,
+}
+
+/// A guild row.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct GuildRow {
+    /// Id.
+    pub id: i64,
+    /// Name.
+    pub name: String,
+    /// Owner.
+    pub owner_id: i64,
+    /// Created at, Unix ms.
+    pub created_ms: i64,
+}
+
+/// A channel row.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct ChannelRow {
+    /// Id.
+    pub id: i64,
+    /// Guild (none for DMs).
+    pub guild_id: Option<i64>,
+    /// Channel type.
+    pub kind: i64,
+    /// Name.
+    pub name: String,
+    /// Position.
+    pub position: i64,
+    /// Topic.
+    pub topic: Option<String>,
+}
+
+/// A role row.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct RoleRow {
+    /// Id (the guild's id for `@everyone`).
+    pub id: i64,
+    /// Guild.
+    pub guild_id: i64,
+    /// Name.
+    pub name: String,
+    /// Permission bits.
+    pub permissions: i64,
+    /// Position.
+    pub position: i64,
+    /// Colour.
+    pub color: i64,
+    /// Hoisted.
+    pub hoist: bool,
+    /// Mentionable.
+    pub mentionable: bool,
+}
+
+/// A member row.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct MemberRow {
+    /// Guild.
+    pub guild_id: i64,
+    /// User.
+    pub user_id: i64,
+    /// Joined at, Unix ms.
+    pub joined_ms: i64,
+    /// Nickname.
+    pub nick: Option<String>,
+}
+
+/// A message row.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct MessageRow {
+    /// Id (its creation time is in it).
+    pub id: i64,
+    /// Channel.
+    pub channel_id: i64,
+    /// Guild.
+    pub guild_id: Option<i64>,
+    /// Author.
+    pub author_id: i64,
+    /// Text.
+    pub content: String,
+    /// Text to speech.
+    pub tts: bool,
+    /// Edited at, Unix ms.
+    pub edited_ms: Option<i64>,
+}
+
+/// An invite row.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct InviteRow {
+    /// Code.
+    pub code: String,
+    /// Guild.
+    pub guild_id: i64,
+    /// Channel.
+    pub channel_id: i64,
+    /// Who made it.
+    pub inviter_id: i64,
+    /// Times used.
+    pub uses: i64,
+    /// Most uses (0: unlimited).
+    pub max_uses: i64,
+    /// Created at, Unix ms.
+    pub created_ms: i64,
+}
+
+/// Everything a guild owner loads to serve a guild.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GuildState {
+    /// The guild.
+    pub guild: Option<GuildRow>,
+    /// Channels by position.
+    pub channels: Vec<ChannelRow>,
+    /// Roles by position.
+    pub roles: Vec<RoleRow>,
+    /// Members by join time.
+    pub members: Vec<MemberRow>,
+    /// (user, role) pairs.
+    pub member_roles: Vec<(i64, i64)>,
+}
+
+/// The store.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    /// Opens (creating and migrating if needed) the database at `path`.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS));
+        Self::connect(options, POOL_CONNECTIONS_MAX).await
+    }
+
+    /// A private in-memory database (tests).
+    pub async fn open_in_memory() -> Result<Self> {
+        let options = SqliteConnectOptions::new()
+            .in_memory(true)
+            .foreign_keys(true);
+        // One connection: every in-memory connection is its own database.
+        Self::connect(options, 1).await
+    }
+
+    async fn connect(options: SqliteConnectOptions, connections: u32) -> Result<Self> {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(connections)
+            .acquire_timeout(Duration::from_millis(ACQUIRE_TIMEOUT_MS))
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Database(e.into()))?;
+        Ok(Self { pool })
+    }
+
+    // ----- users and tokens -------------------------------------------------
+
+    /// Creates a user; a taken username is [`StoreError::Conflict`].
+    pub async fn create_user(&self, user: &UserRow) -> Result<()> {
+        sqlx::query("INSERT INTO users (id, username, password_hash, bot, global_name, created_ms) VALUES ($1, $2, $3, $4, $5, $6)")
+            .bind(user.id)
+            .bind(&user.username)
+            .bind(&user.password_hash)
+            .bind(user.bot)
+            .bind(&user.global_name)
+            .bind(user.created_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// A user by id.
+    pub async fn user(&self, id: i64) -> Result<Option<UserRow>> {
+        Ok(sqlx::query_as("SELECT * FROM users WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// A user by name.
+    pub async fn user_by_name(&self, username: &str) -> Result<Option<UserRow>> {
+        Ok(sqlx::query_as("SELECT * FROM users WHERE username = $1")
+            .bind(username)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// Stores a token digest for `user_id`.
+    pub async fn add_token(&self, token_hash: &[u8], user_id: i64, created_ms: i64) -> Result<()> {
+        sqlx::query("INSERT INTO tokens (token_hash, user_id, created_ms) VALUES ($1, $2, $3)")
+            .bind(token_hash)
+            .bind(user_id)
+            .bind(created_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Revokes every token of `user_id` (bot token reset).
+    pub async fn revoke_tokens(&self, user_id: i64) -> Result<()> {
+        sqlx::query("DELETE FROM tokens WHERE user_id = $1")
+            .bind(user_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The user a token digest belongs to.
+    pub async fn user_by_token(&self, token_hash: &[u8]) -> Result<Option<UserRow>> {
+        Ok(sqlx::query_as(
+            "SELECT u.* FROM users u JOIN tokens t ON t.user_id = u.id WHERE t.token_hash = $1",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    // ----- applications -----------------------------------------------------
+
+    /// Creates an application and its bot user in one transaction.
+    pub async fn create_application(&self, app: &ApplicationRow, bot: &UserRow) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO users (id, username, password_hash, bot, global_name, created_ms) VALUES ($1, $2, NULL, 1, NULL, $3)")
+            .bind(bot.id)
+            .bind(&bot.username)
+            .bind(bot.created_ms)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO applications (id, name, owner_id, bot_user_id, flags) VALUES ($1, $2, $3, $4, $5)")
+            .bind(app.id)
+            .bind(&app.name)
+            .bind(app.owner_id)
+            .bind(app.bot_user_id)
+            .bind(app.flags)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// An application by id.
+    pub async fn application(&self, id: i64) -> Result<Option<ApplicationRow>> {
+        Ok(sqlx::query_as("SELECT * FROM applications WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// The application whose bot is `bot_user_id`.
+    pub async fn application_by_bot(&self, bot_user_id: i64) -> Result<Option<ApplicationRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM applications WHERE bot_user_id = $1")
+                .bind(bot_user_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Sets an application's flags.
+    pub async fn set_application_flags(&self, id: i64, flags: i64) -> Result<()> {
+        sqlx::query("UPDATE applications SET flags = $2 WHERE id = $1")
+            .bind(id)
+            .bind(flags)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    // ----- guilds -----------------------------------------------------------
+
+    /// Creates a guild with its `@everyone` role, its first channel and its
+    /// owner as the first member, in one transaction.
+    pub async fn create_guild(
+        &self,
+        guild: &GuildRow,
+        everyone: &RoleRow,
+        first: &ChannelRow,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO guilds (id, name, owner_id, created_ms) VALUES ($1, $2, $3, $4)")
+            .bind(guild.id)
+            .bind(&guild.name)
+            .bind(guild.owner_id)
+            .bind(guild.created_ms)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO roles (id, guild_id, name, permissions, position, color, hoist, mentionable) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+            .bind(everyone.id)
+            .bind(everyone.guild_id)
+            .bind(&everyone.name)
+            .bind(everyone.permissions)
+            .bind(everyone.position)
+            .bind(everyone.color)
+            .bind(everyone.hoist)
+            .bind(everyone.mentionable)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic) VALUES ($1, $2, $3, $4, $5, $6)")
+            .bind(first.id)
+            .bind(first.guild_id)
+            .bind(first.kind)
+            .bind(&first.name)
+            .bind(first.position)
+            .bind(&first.topic)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO members (guild_id, user_id, joined_ms, nick) VALUES ($1, $2, $3, NULL)",
+        )
+        .bind(guild.id)
+        .bind(guild.owner_id)
+        .bind(guild.created_ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Ids of the guilds `user_id` is a member of, at most `limit`.
+    pub async fn guild_ids_of(&self, user_id: i64, limit: i64) -> Result<Vec<i64>> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT guild_id FROM members WHERE user_id = $1 ORDER BY guild_id LIMIT $2",
+        )
+        .bind(user_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Everything about one guild (its owner loads this once).
+    pub async fn load_guild(&self, guild_id: i64) -> Result<GuildState> {
+        let guild = sqlx::query_as("SELECT * FROM guilds WHERE id = $1")
+            .bind(guild_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let channels =
+            sqlx::query_as("SELECT * FROM channels WHERE guild_id = $1 ORDER BY position, id")
+                .bind(guild_id)
+                .fetch_all(&self.pool)
+                .await?;
+        let roles = sqlx::query_as("SELECT * FROM roles WHERE guild_id = $1 ORDER BY position, id")
+            .bind(guild_id)
+            .fetch_all(&self.pool)
+            .await?;
+        let members =
+            sqlx::query_as("SELECT * FROM members WHERE guild_id = $1 ORDER BY joined_ms, user_id")
+                .bind(guild_id)
+                .fetch_all(&self.pool)
+                .await?;
+        let member_roles =
+            sqlx::query_as("SELECT user_id, role_id FROM member_roles WHERE guild_id = $1")
+                .bind(guild_id)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(GuildState {
+            guild,
+            channels,
+            roles,
+            members,
+            member_roles,
+        })
+    }
+
+    /// Adds a member; false if already a member.
+    pub async fn add_member(&self, member: &MemberRow) -> Result<bool> {
+        let done = sqlx::query("INSERT INTO members (guild_id, user_id, joined_ms, nick) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
+            .bind(member.guild_id)
+            .bind(member.user_id)
+            .bind(member.joined_ms)
+            .bind(&member.nick)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Creates a channel.
+    pub async fn create_channel(&self, channel: &ChannelRow) -> Result<()> {
+        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic) VALUES ($1, $2, $3, $4, $5, $6)")
+            .bind(channel.id)
+            .bind(channel.guild_id)
+            .bind(channel.kind)
+            .bind(&channel.name)
+            .bind(channel.position)
+            .bind(&channel.topic)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// A channel by id.
+    pub async fn channel(&self, id: i64) -> Result<Option<ChannelRow>> {
+        Ok(sqlx::query_as("SELECT * FROM channels WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    // ----- messages ---------------------------------------------------------
+
+    /// Stores a message; returns once it is durable.
+    pub async fn insert_message(&self, message: &MessageRow) -> Result<()> {
+        sqlx::query("INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(message.id)
+            .bind(message.channel_id)
+            .bind(message.guild_id)
+            .bind(message.author_id)
+            .bind(&message.content)
+            .bind(message.tts)
+            .bind(message.edited_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// A message of a channel.
+    pub async fn message(&self, channel_id: i64, id: i64) -> Result<Option<MessageRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM messages WHERE channel_id = $1 AND id = $2")
+                .bind(channel_id)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Newest first, before `before` (exclusive) if given, at most `limit`.
+    pub async fn messages(
+        &self,
+        channel_id: i64,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<MessageRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM messages WHERE channel_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+        )
+        .bind(channel_id)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Edits a message's content; false if it does not exist.
+    pub async fn edit_message(
+        &self,
+        channel_id: i64,
+        id: i64,
+        content: &str,
+        edited_ms: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE messages SET content = $3, edited_ms = $4 WHERE channel_id = $1 AND id = $2",
+        )
+        .bind(channel_id)
+        .bind(id)
+        .bind(content)
+        .bind(edited_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Deletes a message; false if it did not exist.
+    pub async fn delete_message(&self, channel_id: i64, id: i64) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM messages WHERE channel_id = $1 AND id = $2")
+            .bind(channel_id)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    // ----- invites ----------------------------------------------------------
+
+    /// Creates an invite.
+    pub async fn create_invite(&self, invite: &InviteRow) -> Result<()> {
+        sqlx::query("INSERT INTO invites (code, guild_id, channel_id, inviter_id, uses, max_uses, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(&invite.code)
+            .bind(invite.guild_id)
+            .bind(invite.channel_id)
+            .bind(invite.inviter_id)
+            .bind(invite.uses)
+            .bind(invite.max_uses)
+            .bind(invite.created_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// An invite by code.
+    pub async fn invite(&self, code: &str) -> Result<Option<InviteRow>> {
+        Ok(sqlx::query_as("SELECT * FROM invites WHERE code = $1")
+            .bind(code)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// Counts one use, if the invite has uses left; false otherwise.
+    pub async fn use_invite(&self, code: &str) -> Result<bool> {
+        let done = sqlx::query("UPDATE invites SET uses = uses + 1 WHERE code = $1 AND (max_uses = 0 OR uses < max_uses)")
+            .bind(code)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(id: i64, name: &str) -> UserRow {
+        UserRow {
+            id,
+            username: name.into(),
+            password_hash: Some("x".into()),
+            bot: false,
+            global_name: None,
+            created_ms: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn guild_round_trip_and_unique_names() {
+        let store = Store::open_in_memory().await.unwrap();
+        store.create_user(&user(1, "alice")).await.unwrap();
+        assert!(matches!(
+            store.create_user(&user(2, "alice")).await,
+            Err(StoreError::Conflict(_))
+        ));
+        let guild = GuildRow {
+            id: 10,
+            name: "g".into(),
+            owner_id: 1,
+            created_ms: 5,
+        };
+        let everyone = RoleRow {
+            id: 10,
+            guild_id: 10,
+            name: "@everyone".into(),
+            permissions: 117_824,
+            position: 0,
+            color: 0,
+            hoist: false,
+            mentionable: false,
+        };
+        let general = ChannelRow {
+            id: 11,
+            guild_id: Some(10),
+            kind: 0,
+            name: "general".into(),
+            position: 0,
+            topic: None,
+        };
+        store
+            .create_guild(&guild, &everyone, &general)
+            .await
+            .unwrap();
+        let state = store.load_guild(10).await.unwrap();
+        assert_eq!(state.guild, Some(guild));
+        assert_eq!(state.roles, [everyone]);
+        assert_eq!(state.channels, [general]);
+        assert_eq!(state.members.len(), 1);
+        assert_eq!(store.guild_ids_of(1, 100).await.unwrap(), [10]);
+        store.create_user(&user(3, "bob")).await.unwrap();
+        let bob = MemberRow {
+            guild_id: 10,
+            user_id: 3,
+            joined_ms: 6,
+            nick: None,
+        };
+        assert!(store.add_member(&bob).await.unwrap());
+        assert!(
+            !store.add_member(&bob).await.unwrap(),
+            "second add is a no-op"
+        );
+    }
+
+    #[tokio::test]
+    async fn messages_page_newest_first() {
+        let store = Store::open_in_memory().await.unwrap();
+        store.create_user(&user(1, "alice")).await.unwrap();
+        let ch = ChannelRow {
+            id: 5,
+            guild_id: None,
+            kind: 1,
+            name: String::new(),
+            position: 0,
+            topic: None,
+        };
+        store.create_channel(&ch).await.unwrap();
+        for id in 100..110 {
+            let m = MessageRow {
+                id,
+                channel_id: 5,
+                guild_id: None,
+                author_id: 1,
+                content: format!("m{id}"),
+                tts: false,
+                edited_ms: None,
+            };
+            store.insert_message(&m).await.unwrap();
+        }
+        let page: Vec<i64> = store
+            .messages(5, Some(105), 3)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.id)
+            .collect();
+        assert_eq!(page, [104, 103, 102]);
+        assert!(store.edit_message(5, 104, "edited", 9).await.unwrap());
+        assert_eq!(
+            store.message(5, 104).await.unwrap().unwrap().content,
+            "edited"
+        );
+        assert!(store.delete_message(5, 104).await.unwrap());
+        assert!(!store.delete_message(5, 104).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn tokens_resolve_and_revoke() {
+        let store = Store::open_in_memory().await.unwrap();
+        store.create_user(&user(1, "alice")).await.unwrap();
+        store.add_token(b"digest", 1, 0).await.unwrap();
+        assert_eq!(
+            store.user_by_token(b"digest").await.unwrap().map(|u| u.id),
+            Some(1)
+        );
+        store.revoke_tokens(1).await.unwrap();
+        assert_eq!(store.user_by_token(b"digest").await.unwrap(), None);
+    }
+}
