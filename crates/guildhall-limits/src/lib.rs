@@ -243,6 +243,18 @@ pub const MESSAGES_PER_PAGE_MAX: usize = 100;
 /// Most members one GET or one GUILD_MEMBERS_CHUNK carries.
 pub const MEMBERS_PER_PAGE_MAX: usize = 1_000;
 
+/// Requests per caller, route and major id (channel or guild) per window.
+/// When hit: 429 with Discord's body, `Retry-After` and `Via`.
+pub const REST_RATE_LIMIT_PER_WINDOW: u32 = 50;
+
+/// The REST rate-limit window.
+pub const REST_RATE_WINDOW_MS: u64 = 1_000;
+
+/// Rate-limit buckets tracked at once. When hit: expired buckets are
+/// forgotten; if none has expired, new callers share one overflow bucket
+/// (they are limited together, never let through unlimited).
+pub const REST_RATE_BUCKETS_MAX: usize = 100_000;
+
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
@@ -353,6 +365,12 @@ pub struct Limits {
     pub messages_per_page_max: usize,
     /// See [`MEMBERS_PER_PAGE_MAX`].
     pub members_per_page_max: usize,
+    /// See [`REST_RATE_LIMIT_PER_WINDOW`].
+    pub rest_rate_limit_per_window: u32,
+    /// See [`REST_RATE_WINDOW_MS`].
+    pub rest_rate_window_ms: u64,
+    /// See [`REST_RATE_BUCKETS_MAX`].
+    pub rest_rate_buckets_max: usize,
 }
 
 impl Default for Limits {
@@ -405,6 +423,9 @@ impl Default for Limits {
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
+            rest_rate_limit_per_window: REST_RATE_LIMIT_PER_WINDOW,
+            rest_rate_window_ms: REST_RATE_WINDOW_MS,
+            rest_rate_buckets_max: REST_RATE_BUCKETS_MAX,
         }
     }
 }

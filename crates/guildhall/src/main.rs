@@ -1,8 +1,7 @@
-//! The `guildhall` binary.
-//!
-//! Today it runs the simulator (`guildhall sim SCENARIO`); the server
-//! (`guildhall serve`) is the next milestone. Command-line parsing and output
-//! live here; every decision lives in the library crates.
+//! The `guildhall` binary: `serve` runs a node, `user`/`bot`/`guild` talk to
+//! a running one, `sim` runs the resilience scenarios in virtual time.
+//! Command-line parsing, signals and output live here; every decision lives
+//! in the library crates.
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -24,10 +23,86 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a node with every role (embedded mode).
+    Serve {
+        /// Address to listen on (REST, gateway, metrics).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Directory for the database and the admin token.
+        #[arg(long, default_value = "./guildhall-data")]
+        data_dir: std::path::PathBuf,
+    },
+    /// Manage users of a running server.
+    User {
+        #[command(subcommand)]
+        action: UserCommand,
+    },
+    /// Manage bots of a running server.
+    Bot {
+        #[command(subcommand)]
+        action: BotCommand,
+    },
+    /// Manage guilds of a running server.
+    Guild {
+        #[command(subcommand)]
+        action: GuildCommand,
+    },
     /// Run a resilience scenario in virtual time and print what happened as JSON.
     Sim {
         #[command(subcommand)]
         scenario: SimCommand,
+    },
+}
+
+/// Where the running server is.
+#[derive(Args, Clone)]
+struct Server {
+    /// Base URL of the running server.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    server: String,
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Register a user; prints {"token","user_id"}.
+    Create {
+        #[arg(long)]
+        username: String,
+        #[arg(long)]
+        password: String,
+        #[command(flatten)]
+        server: Server,
+    },
+}
+
+#[derive(Subcommand)]
+enum BotCommand {
+    /// Create an application with a bot user; prints {"application_id","user_id","token"}.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// The user who owns the application.
+        #[arg(long)]
+        owner: String,
+        /// The server's data directory (for its admin token).
+        #[arg(long, default_value = "./guildhall-data")]
+        data_dir: std::path::PathBuf,
+        #[command(flatten)]
+        server: Server,
+    },
+}
+
+#[derive(Subcommand)]
+enum GuildCommand {
+    /// Create a guild owned by the token's user; prints the guild.
+    Create {
+        #[arg(long)]
+        name: String,
+        /// The owner's token.
+        #[arg(long)]
+        token: String,
+        #[command(flatten)]
+        server: Server,
     },
 }
 
@@ -165,9 +240,126 @@ fn emit<T: Serialize>(value: &T, common: &Common) -> Result<()> {
     Ok(())
 }
 
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// POSTs `body` to the running server and prints the JSON answer.
+fn call(server: &Server, path: &str, token: Option<&str>, body: serde_json::Value) -> Result<()> {
+    runtime()?.block_on(async {
+        let client = reqwest::Client::new();
+        let mut request = client
+            .post(format!(
+                "{}/api/v10{path}",
+                server.server.trim_end_matches('/')
+            ))
+            .json(&body);
+        if let Some(token) = token {
+            request = request.header("authorization", token);
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        let text = response.text().await?;
+        if !status.is_success() {
+            anyhow::bail!("{status}: {text}");
+        }
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{text}")?;
+        Ok(())
+    })
+}
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let Command::Sim { scenario } = cli.command;
+    let scenario = match cli.command {
+        Command::Serve { listen, data_dir } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info".into()),
+                )
+                .init();
+            return runtime()?.block_on(async {
+                let listener = tokio::net::TcpListener::bind(&listen).await?;
+                let config = guildhall_node::NodeConfig {
+                    data_dir,
+                    limits: guildhall_limits::Limits::default(),
+                    worker_id: 1,
+                };
+                guildhall_node::run(config, listener, shutdown_signal()).await?;
+                Ok(())
+            });
+        }
+        Command::User {
+            action:
+                UserCommand::Create {
+                    username,
+                    password,
+                    server,
+                },
+        } => {
+            return call(
+                &server,
+                "/auth/register",
+                None,
+                serde_json::json!({"username": username, "password": password}),
+            );
+        }
+        Command::Bot {
+            action:
+                BotCommand::Create {
+                    name,
+                    owner,
+                    data_dir,
+                    server,
+                },
+        } => {
+            let token = std::fs::read_to_string(data_dir.join("admin.token")).map_err(|e| {
+                anyhow::anyhow!("reading the admin token in {}: {e}", data_dir.display())
+            })?;
+            return call(
+                &server,
+                "/admin/bots",
+                Some(token.trim()),
+                serde_json::json!({"name": name, "owner": owner}),
+            );
+        }
+        Command::Guild {
+            action:
+                GuildCommand::Create {
+                    name,
+                    token,
+                    server,
+                },
+        } => {
+            return call(
+                &server,
+                "/guilds",
+                Some(&token),
+                serde_json::json!({"name": name}),
+            );
+        }
+        Command::Sim { scenario } => scenario,
+    };
     let started = Instant::now();
     match scenario {
         SimCommand::Ring {

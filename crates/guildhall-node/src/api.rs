@@ -1,0 +1,1394 @@
+//! The api role: REST v10 (also served under /api/v9).
+//!
+//! Every response carries Discord's rate-limit headers; every error is
+//! Discord's body with its JSON error code, from one [`ApiError`] through one
+//! `IntoResponse`. Bodies are read with a size bound and parsed by hand so
+//! oversized (413), malformed (50109) and ill-typed (50035) bodies each get
+//! their own documented answer. A message is durable before its 200.
+
+use crate::auth;
+use crate::gateway::{Gateway, app_flags};
+use crate::guilds::{GuildCommand, GuildError, perm, wire_channel, wire_user};
+use crate::hub::GuildEvent;
+use crate::state::{now_ms, sf};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
+use guildhall_proto::gateway::EncodedDispatch;
+use guildhall_proto::intents;
+use guildhall_proto::model::{Message, User};
+use guildhall_proto::timestamp::format_unix_ms;
+use guildhall_store::{
+    ApplicationRow, ChannelRow, GuildRow, InviteRow, MessageRow, RoleRow, StoreError, UserRow,
+};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Node state the handlers share.
+pub type AppState = Arc<crate::Node>;
+
+/// Everything a handler can answer with other than success.
+#[derive(Debug)]
+pub enum ApiError {
+    /// A Discord error code (status follows from it).
+    Code(ErrorCode),
+    /// 50035 for one field.
+    Field(&'static str, &'static str, String),
+    /// 401.
+    Unauthorized,
+    /// 429.
+    RateLimited(f64),
+    /// 503 with Retry-After.
+    Overloaded,
+    /// 500.
+    Internal,
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Busy => ApiError::Overloaded,
+            StoreError::Conflict(_) => ApiError::Field(
+                "username",
+                "USERNAME_ALREADY_TAKEN",
+                "Username is unavailable.".into(),
+            ),
+            StoreError::Database(e) => {
+                tracing::error!(error = %e, "store failed");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl From<GuildError> for ApiError {
+    fn from(error: GuildError) -> Self {
+        match error {
+            GuildError::UnknownGuild => ApiError::Code(ErrorCode::UnknownGuild),
+            GuildError::UnknownChannel => ApiError::Code(ErrorCode::UnknownChannel),
+            GuildError::MissingAccess => ApiError::Code(ErrorCode::MissingAccess),
+            GuildError::MissingPermissions => ApiError::Code(ErrorCode::MissingPermissions),
+            GuildError::Overloaded => ApiError::Overloaded,
+            GuildError::Store => ApiError::Internal,
+        }
+    }
+}
+
+/// JSON with exactly `application/json` (a charset suffix crashes
+/// discord.py at login).
+pub fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+    let mut response = (status, bytes).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Code(code) => json_response(
+                StatusCode::from_u16(code.status()).unwrap_or(StatusCode::BAD_REQUEST),
+                &ErrorBody::new(code),
+            ),
+            ApiError::Field(field, code, message) => json_response(
+                StatusCode::BAD_REQUEST,
+                &ErrorBody::invalid_field(field, code, &message),
+            ),
+            ApiError::Unauthorized => json_response(
+                StatusCode::UNAUTHORIZED,
+                &json!({"message": "401: Unauthorized", "code": 0}),
+            ),
+            ApiError::RateLimited(retry_after_s) => {
+                let mut response = json_response(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &RateLimitedBody::new(retry_after_s, false),
+                );
+                let headers = response.headers_mut();
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after_s.ceil().max(1.0) as u64),
+                );
+                // discord.py refuses to retry a 429 without `Via`.
+                headers.insert(header::VIA, HeaderValue::from_static("1.1 guildhall"));
+                response
+            }
+            ApiError::Overloaded => {
+                let mut response = json_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &ErrorBody::new(ErrorCode::Overloaded),
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                response
+            }
+            ApiError::Internal => json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &json!({"message": "500: Internal Server Error", "code": 0}),
+            ),
+        }
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok(body: &impl serde::Serialize) -> ApiResult {
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// A JSON body read with the configured size bound.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = state.shared.limits.rest_body_bytes_max;
+        let bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| {
+                state
+                    .counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                ApiError::Code(ErrorCode::EntityTooLarge)
+            })?;
+        let bytes = if bytes.is_empty() {
+            Bytes::from_static(b"{}")
+        } else {
+            bytes
+        };
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|error| {
+                state
+                    .counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                if error.is_syntax() || error.is_eof() {
+                    ApiError::Code(ErrorCode::InvalidJson)
+                } else {
+                    ApiError::Field("body", "BASE_TYPE_BAD", error.to_string())
+                }
+            })
+    }
+}
+
+/// The authenticated caller.
+pub struct Caller(pub UserRow);
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    Some(
+        value
+            .strip_prefix("Bot ")
+            .or_else(|| value.strip_prefix("Bearer "))
+            .unwrap_or(value)
+            .trim(),
+    )
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(token) = bearer(&parts.headers) else {
+            return Err(ApiError::Unauthorized);
+        };
+        match state
+            .shared
+            .store
+            .user_by_token(&auth::token_digest(token))
+            .await?
+        {
+            Some(user) => Ok(Caller(user)),
+            None => {
+                state
+                    .counters
+                    .unauthorized_total
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(ApiError::Unauthorized)
+            }
+        }
+    }
+}
+
+/// Counters of the api role.
+#[derive(Debug, Default)]
+pub struct ApiCounters {
+    /// Requests served.
+    pub requests_total: AtomicU64,
+    /// 429 answers.
+    pub rate_limited_total: AtomicU64,
+    /// Requests refused for a bad body.
+    pub bad_requests_total: AtomicU64,
+    /// Requests refused for a bad token.
+    pub unauthorized_total: AtomicU64,
+    /// Messages stored.
+    pub messages_total: AtomicU64,
+    /// Guild events that could not be handed to the guild owner.
+    pub fanout_failed_total: AtomicU64,
+}
+
+fn parse_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse::<u64>()
+        .ok()
+        .filter(|v| *v > 0 && *v <= i64::MAX as u64)
+        .map(|v| v as i64)
+        .ok_or(ApiError::Code(ErrorCode::General))
+}
+
+// ----- gateway discovery ----------------------------------------------------
+
+async fn get_gateway(State(node): State<AppState>) -> ApiResult {
+    ok(&json!({"url": node.shared.gateway_url}))
+}
+
+async fn get_gateway_bot(State(node): State<AppState>, _caller: Caller) -> ApiResult {
+    ok(&json!({
+        "url": node.shared.gateway_url,
+        "shards": 1,
+        "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 86_400_000u64, "max_concurrency": 1},
+    }))
+}
+
+// ----- accounts -------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct Register {
+    username: String,
+    password: String,
+}
+
+#[derive(Deserialize)]
+struct Login {
+    login: String,
+    password: String,
+}
+
+fn check_username(name: &str) -> Result<(), ApiError> {
+    let ok = (2..=32).contains(&name.chars().count())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::Field(
+            "username",
+            "USERNAME_INVALID",
+            "2-32 characters: a-z, 0-9, _ or .".into(),
+        ))
+    }
+}
+
+async fn issue_token(node: &crate::Node, user_id: i64) -> Result<String, ApiError> {
+    let token = auth::new_token(user_id, now_ms()).map_err(|_| ApiError::Internal)?;
+    node.shared
+        .store
+        .add_token(&auth::token_digest(&token), user_id, now_ms() as i64)
+        .await?;
+    Ok(token)
+}
+
+async fn register(State(node): State<AppState>, JsonBody(body): JsonBody<Register>) -> ApiResult {
+    check_username(&body.username)?;
+    if !(8..=128).contains(&body.password.chars().count()) {
+        return Err(ApiError::Field(
+            "password",
+            "PASSWORD_LENGTH",
+            "Must be between 8 and 128 in length.".into(),
+        ));
+    }
+    let password = body.password;
+    let hash = tokio::task::spawn_blocking(move || auth::hash_password(&password))
+        .await
+        .map_err(|_| ApiError::Internal)?
+        .map_err(|_| ApiError::Internal)?;
+    let id = node.shared.next_id().get() as i64;
+    let user = UserRow {
+        id,
+        username: body.username,
+        password_hash: Some(hash),
+        bot: false,
+        global_name: None,
+        created_ms: now_ms() as i64,
+    };
+    node.shared.store.create_user(&user).await?;
+    let token = issue_token(&node, id).await?;
+    ok(&json!({"token": token, "user_id": id.to_string()}))
+}
+
+async fn login(State(node): State<AppState>, JsonBody(body): JsonBody<Login>) -> ApiResult {
+    let invalid = || {
+        ApiError::Field(
+            "login",
+            "INVALID_LOGIN",
+            "Login or password is invalid.".into(),
+        )
+    };
+    let user = node
+        .shared
+        .store
+        .user_by_name(&body.login)
+        .await?
+        .ok_or_else(invalid)?;
+    let Some(hash) = user.password_hash.clone() else {
+        return Err(invalid());
+    };
+    let password = body.password;
+    let valid = tokio::task::spawn_blocking(move || auth::verify_password(&password, &hash))
+        .await
+        .map_err(|_| ApiError::Internal)?;
+    if !valid {
+        return Err(invalid());
+    }
+    let token = issue_token(&node, user.id).await?;
+    ok(&json!({"token": token, "user_id": user.id.to_string()}))
+}
+
+// ----- users and applications -----------------------------------------------
+
+async fn me(Caller(user): Caller) -> ApiResult {
+    ok(&wire_user(&user))
+}
+
+async fn get_user(
+    State(node): State<AppState>,
+    _caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let id = parse_id(&id)?;
+    match node.shared.store.user(id).await? {
+        Some(user) => ok(&wire_user(&user)),
+        None => Err(ApiError::Code(ErrorCode::UnknownUser)),
+    }
+}
+
+fn application_json(app: &ApplicationRow, owner: &User, bot: &User) -> Value {
+    json!({
+        "id": app.id.to_string(), "name": app.name, "description": "", "icon": null,
+        "bot_public": true, "bot_require_code_grant": false, "owner": owner, "verify_key": "",
+        "flags": app.flags, "bot": bot, "team": null,
+    })
+}
+
+async fn my_application(State(node): State<AppState>, Caller(user): Caller) -> ApiResult {
+    let app = node
+        .shared
+        .store
+        .application_by_bot(user.id)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownApplication))?;
+    let owner = node
+        .shared
+        .store
+        .user(app.owner_id)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    ok(&application_json(
+        &app,
+        &wire_user(&owner),
+        &wire_user(&user),
+    ))
+}
+
+#[derive(Deserialize)]
+struct NewApplication {
+    name: String,
+}
+
+/// Creates an application and its bot user for `owner`.
+pub async fn create_application_for(
+    node: &crate::Node,
+    owner: &UserRow,
+    name: &str,
+) -> Result<(ApplicationRow, UserRow), ApiError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 32 {
+        return Err(ApiError::Field(
+            "name",
+            "BASE_TYPE_BAD_LENGTH",
+            "Must be between 1 and 32 in length.".into(),
+        ));
+    }
+    let id = node.shared.next_id().get() as i64;
+    let slug: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(20)
+        .collect();
+    let bot = UserRow {
+        id,
+        username: format!(
+            "{}_{}",
+            if slug.is_empty() { "bot" } else { &slug },
+            id % 100_000
+        ),
+        password_hash: None,
+        bot: true,
+        global_name: None,
+        created_ms: now_ms() as i64,
+    };
+    let app = ApplicationRow {
+        id,
+        name: name.to_owned(),
+        owner_id: owner.id,
+        bot_user_id: id,
+        flags: app_flags::DEFAULT,
+    };
+    node.shared.store.create_application(&app, &bot).await?;
+    Ok((app, bot))
+}
+
+async fn create_application(
+    State(node): State<AppState>,
+    Caller(owner): Caller,
+    JsonBody(body): JsonBody<NewApplication>,
+) -> ApiResult {
+    let (app, bot) = create_application_for(&node, &owner, &body.name).await?;
+    ok(&application_json(
+        &app,
+        &wire_user(&owner),
+        &wire_user(&bot),
+    ))
+}
+
+async fn owned_application(
+    node: &crate::Node,
+    caller: &UserRow,
+    id: &str,
+) -> Result<ApplicationRow, ApiError> {
+    let app = node
+        .shared
+        .store
+        .application(parse_id(id)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownApplication))?;
+    if app.owner_id != caller.id {
+        return Err(ApiError::Code(ErrorCode::MissingAccess));
+    }
+    Ok(app)
+}
+
+async fn reset_bot_token(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let app = owned_application(&node, &caller, &id).await?;
+    node.shared.store.revoke_tokens(app.bot_user_id).await?;
+    let token = issue_token(&node, app.bot_user_id).await?;
+    ok(&json!({"token": token}))
+}
+
+#[derive(Deserialize)]
+struct EditApplication {
+    flags: Option<i64>,
+}
+
+async fn edit_application(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<EditApplication>,
+) -> ApiResult {
+    let app = owned_application(&node, &caller, &id).await?;
+    if let Some(flags) = body.flags {
+        node.shared
+            .store
+            .set_application_flags(app.id, flags)
+            .await?;
+    }
+    let app = node
+        .shared
+        .store
+        .application(app.id)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    let bot = node
+        .shared
+        .store
+        .user(app.bot_user_id)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    ok(&application_json(
+        &app,
+        &wire_user(&caller),
+        &wire_user(&bot),
+    ))
+}
+
+#[derive(Deserialize)]
+struct AuthorizeQuery {
+    client_id: String,
+    scope: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AuthorizeBody {
+    guild_id: Value,
+    #[serde(default)]
+    authorize: bool,
+}
+
+fn id_from_value(value: &Value) -> Result<i64, ApiError> {
+    match value {
+        Value::String(s) => parse_id(s),
+        Value::Number(n) => n
+            .as_u64()
+            .map(|v| v.to_string())
+            .map_or(Err(ApiError::Code(ErrorCode::General)), |s| parse_id(&s)),
+        _ => Err(ApiError::Field(
+            "guild_id",
+            "BASE_TYPE_REQUIRED",
+            "This field is required".into(),
+        )),
+    }
+}
+
+/// Adds the application's bot to a guild the caller owns.
+async fn oauth2_authorize(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Query(query): Query<AuthorizeQuery>,
+    JsonBody(body): JsonBody<AuthorizeBody>,
+) -> ApiResult {
+    if !query
+        .scope
+        .as_deref()
+        .unwrap_or("bot")
+        .split(' ')
+        .any(|s| s == "bot")
+        || !body.authorize
+    {
+        return Err(ApiError::Field(
+            "scope",
+            "BASE_TYPE_BAD",
+            "Only scope=bot with authorize=true is supported.".into(),
+        ));
+    }
+    let app = node
+        .shared
+        .store
+        .application(parse_id(&query.client_id)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownApplication))?;
+    let guild_id = id_from_value(&body.guild_id)?;
+    let guild = node
+        .shared
+        .store
+        .load_guild(guild_id)
+        .await?
+        .guild
+        .ok_or(ApiError::Code(ErrorCode::UnknownGuild))?;
+    if guild.owner_id != caller.id {
+        return Err(ApiError::Code(ErrorCode::MissingPermissions));
+    }
+    let bot = node
+        .shared
+        .store
+        .user(app.bot_user_id)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    node.guilds
+        .ask(guild_id, |reply| GuildCommand::AddMember {
+            user: bot,
+            reply,
+        })
+        .await??;
+    ok(&json!({"location": format!("https://discord.com/oauth2/authorized?guild_id={guild_id}")}))
+}
+
+// ----- guilds and channels ----------------------------------------------------
+
+#[derive(Deserialize)]
+struct NewGuild {
+    name: String,
+}
+
+/// Creates a guild owned by `owner` with `@everyone` and `#general`.
+pub async fn create_guild_for(
+    node: &crate::Node,
+    owner: &UserRow,
+    name: &str,
+) -> Result<i64, ApiError> {
+    let name = name.trim();
+    if !(2..=100).contains(&name.chars().count()) {
+        return Err(ApiError::Field(
+            "name",
+            "BASE_TYPE_BAD_LENGTH",
+            "Must be between 2 and 100 in length.".into(),
+        ));
+    }
+    let id = node.shared.next_id().get() as i64;
+    let channel_id = node.shared.next_id().get() as i64;
+    let guild = GuildRow {
+        id,
+        name: name.to_owned(),
+        owner_id: owner.id,
+        created_ms: now_ms() as i64,
+    };
+    let everyone = RoleRow {
+        id,
+        guild_id: id,
+        name: "@everyone".into(),
+        permissions: perm::EVERYONE_DEFAULT as i64,
+        position: 0,
+        color: 0,
+        hoist: false,
+        mentionable: false,
+    };
+    let general = ChannelRow {
+        id: channel_id,
+        guild_id: Some(id),
+        kind: 0,
+        name: "general".into(),
+        position: 0,
+        topic: None,
+    };
+    node.shared
+        .store
+        .create_guild(&guild, &everyone, &general)
+        .await?;
+    // The owner's open sessions learn about the new guild.
+    for slot in node.hub.sessions_of(owner.id) {
+        let _ = node.guilds.tell(id, GuildCommand::Subscribe { slot }).await;
+    }
+    Ok(id)
+}
+
+async fn create_guild(
+    State(node): State<AppState>,
+    Caller(owner): Caller,
+    JsonBody(body): JsonBody<NewGuild>,
+) -> ApiResult {
+    let id = create_guild_for(&node, &owner, &body.name).await?;
+    let user_id = owner.id;
+    let guild = node
+        .guilds
+        .ask(id, |reply| GuildCommand::Snapshot { user_id, reply })
+        .await??;
+    ok(&guild)
+}
+
+async fn get_guild(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let user_id = caller.id;
+    let guild = node
+        .guilds
+        .ask(guild_id, |reply| GuildCommand::Snapshot { user_id, reply })
+        .await??;
+    let mut value = serde_json::to_value(&guild).map_err(|_| ApiError::Internal)?;
+    value["approximate_member_count"] = json!(guild.member_count);
+    value["approximate_presence_count"] = json!(0);
+    ok(&value)
+}
+
+async fn guild_channels(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let user_id = caller.id;
+    ok(&node
+        .guilds
+        .ask(guild_id, |reply| GuildCommand::Channels { user_id, reply })
+        .await??)
+}
+
+#[derive(Deserialize)]
+struct NewChannel {
+    name: String,
+    #[serde(default, rename = "type")]
+    kind: u8,
+    topic: Option<String>,
+}
+
+async fn create_channel(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<NewChannel>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let guild = node
+        .shared
+        .store
+        .load_guild(guild_id)
+        .await?
+        .guild
+        .ok_or(ApiError::Code(ErrorCode::UnknownGuild))?;
+    if guild.owner_id != caller.id {
+        return Err(ApiError::Code(ErrorCode::MissingPermissions));
+    }
+    if !(1..=100).contains(&body.name.chars().count()) || !matches!(body.kind, 0 | 2 | 4) {
+        return Err(ApiError::Field(
+            "name",
+            "BASE_TYPE_BAD_LENGTH",
+            "Must be between 1 and 100 in length.".into(),
+        ));
+    }
+    let row = ChannelRow {
+        id: node.shared.next_id().get() as i64,
+        guild_id: Some(guild_id),
+        kind: i64::from(body.kind),
+        name: body.name,
+        position: 0,
+        topic: body.topic,
+    };
+    node.shared.store.create_channel(&row).await?;
+    let channel = node
+        .guilds
+        .ask(guild_id, |reply| GuildCommand::AddChannel {
+            channel: row,
+            reply,
+        })
+        .await?;
+    ok(&channel)
+}
+
+#[derive(Deserialize)]
+struct MembersQuery {
+    limit: Option<usize>,
+}
+
+async fn guild_members(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<MembersQuery>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let user_id = caller.id;
+    let limit = query
+        .limit
+        .unwrap_or(1)
+        .clamp(1, guildhall_limits::MEMBERS_PER_PAGE_MAX);
+    let members = node
+        .guilds
+        .ask(guild_id, |reply| GuildCommand::Members {
+            user_id,
+            query: String::new(),
+            user_ids: vec![],
+            limit,
+            reply,
+        })
+        .await??;
+    ok(&members)
+}
+
+async fn guild_member(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, member)): Path<(String, String)>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let member_id = parse_id(&member)?;
+    let user_id = caller.id;
+    let members = node
+        .guilds
+        .ask(guild_id, |reply| GuildCommand::Members {
+            user_id,
+            query: String::new(),
+            user_ids: vec![member_id],
+            limit: 1,
+            reply,
+        })
+        .await??;
+    members
+        .into_iter()
+        .next()
+        .map_or(Err(ApiError::Code(ErrorCode::UnknownMember)), |m| ok(&m))
+}
+
+async fn guild_channel(
+    node: &crate::Node,
+    channel_id: &str,
+) -> Result<(ChannelRow, i64), ApiError> {
+    let channel = node
+        .shared
+        .store
+        .channel(parse_id(channel_id)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
+    let guild_id = channel
+        .guild_id
+        .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
+    Ok((channel, guild_id))
+}
+
+async fn authorize(
+    node: &crate::Node,
+    user_id: i64,
+    channel: &ChannelRow,
+    guild_id: i64,
+    need: u64,
+) -> Result<crate::guilds::SendGrant, ApiError> {
+    let channel_id = channel.id;
+    Ok(node
+        .guilds
+        .ask(guild_id, |reply| GuildCommand::Authorize {
+            user_id,
+            channel_id,
+            need,
+            reply,
+        })
+        .await??)
+}
+
+async fn get_channel(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    authorize(&node, caller.id, &channel, guild_id, perm::VIEW_CHANNEL).await?;
+    ok(&wire_channel(&channel, true))
+}
+
+// ----- messages -------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct NewMessage {
+    #[serde(default)]
+    content: String,
+    #[serde(default)]
+    tts: bool,
+    nonce: Option<Value>,
+    #[serde(default)]
+    embeds: Vec<Value>,
+}
+
+fn check_content(node: &crate::Node, content: &str, has_embeds: bool) -> Result<(), ApiError> {
+    if content.trim().is_empty() && !has_embeds {
+        return Err(ApiError::Code(ErrorCode::EmptyMessage));
+    }
+    let max = node.shared.limits.message_content_chars_max;
+    if content.chars().count() > max {
+        return Err(ApiError::Field(
+            "content",
+            "BASE_TYPE_MAX_LENGTH",
+            format!("Must be {max} or fewer in length."),
+        ));
+    }
+    Ok(())
+}
+
+fn wire_message(
+    row: &MessageRow,
+    author: &UserRow,
+    member: Option<guildhall_proto::model::Member>,
+) -> Message {
+    Message {
+        id: sf(row.id),
+        channel_id: sf(row.channel_id),
+        guild_id: row.guild_id.map(sf),
+        author: wire_user(author),
+        member,
+        content: row.content.clone(),
+        timestamp: format_unix_ms(sf(row.id).unix_ms()),
+        edited_timestamp: row.edited_ms.map(|ms| format_unix_ms(ms as u64)),
+        tts: row.tts,
+        mention_everyone: false,
+        mentions: vec![],
+        mention_roles: vec![],
+        attachments: vec![],
+        embeds: vec![],
+        pinned: false,
+        kind: 0,
+        flags: 0,
+        components: vec![],
+        nonce: None,
+    }
+}
+
+/// `<@id>` and `<@!id>` mentions in `content` (they see the content even
+/// without MESSAGE_CONTENT).
+fn mentioned(content: &str) -> Vec<i64> {
+    content
+        .split("<@")
+        .skip(1)
+        .filter_map(|rest| {
+            rest.trim_start_matches('!')
+                .split('>')
+                .next()?
+                .parse::<i64>()
+                .ok()
+        })
+        .take(100)
+        .collect()
+}
+
+async fn publish_message(
+    node: &crate::Node,
+    name: &str,
+    guild_id: i64,
+    message: &Message,
+    author_id: i64,
+) {
+    let (Ok(full), Ok(blanked)) = (
+        EncodedDispatch::new(name, message),
+        EncodedDispatch::new(name, &message.blanked()),
+    ) else {
+        return;
+    };
+    let mut content_exempt = mentioned(&message.content);
+    content_exempt.push(author_id);
+    let event = GuildEvent {
+        guild_id,
+        required_intent: intents::GUILD_MESSAGES,
+        full,
+        blanked: Some(blanked),
+        content_exempt,
+    };
+    if node
+        .guilds
+        .tell(guild_id, GuildCommand::Publish(event))
+        .await
+        .is_err()
+    {
+        // The message is durable; clients that miss the event will see it in
+        // history. Counted, not logged per message.
+        node.counters
+            .fanout_failed_total
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+async fn create_message(
+    State(node): State<AppState>,
+    Caller(author): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<NewMessage>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    check_content(&node, &body.content, !body.embeds.is_empty())?;
+    let grant = authorize(&node, author.id, &channel, guild_id, perm::SEND_MESSAGES).await?;
+    let row = MessageRow {
+        id: node.shared.next_id().get() as i64,
+        channel_id: channel.id,
+        guild_id: Some(guild_id),
+        author_id: author.id,
+        content: body.content,
+        tts: body.tts,
+        edited_ms: None,
+    };
+    node.shared.store.insert_message(&row).await?;
+    node.counters.messages_total.fetch_add(1, Ordering::Relaxed);
+    let mut message = wire_message(&row, &author, Some(grant.member));
+    message.mentions = vec![];
+    message.nonce = body.nonce;
+    publish_message(&node, "MESSAGE_CREATE", guild_id, &message, author.id).await;
+    ok(&message)
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    limit: Option<i64>,
+    before: Option<String>,
+}
+
+async fn list_messages(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    authorize(
+        &node,
+        caller.id,
+        &channel,
+        guild_id,
+        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
+    )
+    .await?;
+    let limit = query
+        .limit
+        .unwrap_or(50)
+        .clamp(1, guildhall_limits::MESSAGES_PER_PAGE_MAX as i64);
+    let before = query.before.as_deref().map(parse_id).transpose()?;
+    let rows = node
+        .shared
+        .store
+        .messages(channel.id, before, limit)
+        .await?;
+    let mut authors: HashMap<i64, UserRow> = HashMap::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        if !authors.contains_key(&row.author_id)
+            && let Some(user) = node.shared.store.user(row.author_id).await?
+        {
+            authors.insert(user.id, user);
+        }
+        if let Some(author) = authors.get(&row.author_id) {
+            out.push(wire_message(row, author, None));
+        }
+    }
+    ok(&out)
+}
+
+async fn message_of(
+    node: &crate::Node,
+    caller: &UserRow,
+    channel_id: &str,
+    message_id: &str,
+    need: u64,
+) -> Result<(ChannelRow, i64, MessageRow), ApiError> {
+    let (channel, guild_id) = guild_channel(node, channel_id).await?;
+    authorize(node, caller.id, &channel, guild_id, need).await?;
+    let row = node
+        .shared
+        .store
+        .message(channel.id, parse_id(message_id)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownMessage))?;
+    Ok((channel, guild_id, row))
+}
+
+async fn get_message(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message)): Path<(String, String)>,
+) -> ApiResult {
+    let (_, _, row) = message_of(
+        &node,
+        &caller,
+        &channel,
+        &message,
+        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
+    )
+    .await?;
+    let author = node
+        .shared
+        .store
+        .user(row.author_id)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    ok(&wire_message(&row, &author, None))
+}
+
+#[derive(Deserialize)]
+struct EditMessage {
+    content: Option<String>,
+}
+
+async fn edit_message(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message)): Path<(String, String)>,
+    JsonBody(body): JsonBody<EditMessage>,
+) -> ApiResult {
+    let (_, guild_id, mut row) =
+        message_of(&node, &caller, &channel, &message, perm::VIEW_CHANNEL).await?;
+    if row.author_id != caller.id {
+        return Err(ApiError::Code(ErrorCode::MissingPermissions));
+    }
+    if let Some(content) = body.content {
+        check_content(&node, &content, false)?;
+        let edited = now_ms() as i64;
+        node.shared
+            .store
+            .edit_message(row.channel_id, row.id, &content, edited)
+            .await?;
+        row.content = content;
+        row.edited_ms = Some(edited);
+    }
+    let message = wire_message(&row, &caller, None);
+    publish_message(&node, "MESSAGE_UPDATE", guild_id, &message, caller.id).await;
+    ok(&message)
+}
+
+async fn delete_message(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message)): Path<(String, String)>,
+) -> ApiResult {
+    let (_, guild_id, row) =
+        message_of(&node, &caller, &channel, &message, perm::VIEW_CHANNEL).await?;
+    if row.author_id != caller.id {
+        let (channel_row, _) = guild_channel(&node, &channel).await?;
+        authorize(
+            &node,
+            caller.id,
+            &channel_row,
+            guild_id,
+            perm::MANAGE_MESSAGES,
+        )
+        .await?;
+    }
+    node.shared
+        .store
+        .delete_message(row.channel_id, row.id)
+        .await?;
+    let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string(), "guild_id": guild_id.to_string()});
+    if let Ok(full) = EncodedDispatch::new("MESSAGE_DELETE", &data) {
+        let event = GuildEvent {
+            guild_id,
+            required_intent: intents::GUILD_MESSAGES,
+            full,
+            blanked: None,
+            content_exempt: vec![],
+        };
+        let _ = node
+            .guilds
+            .tell(guild_id, GuildCommand::Publish(event))
+            .await;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn typing(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    let grant = authorize(&node, caller.id, &channel, guild_id, perm::SEND_MESSAGES).await?;
+    let mut member = serde_json::to_value(grant.member).unwrap_or_default();
+    member["user"] = serde_json::to_value(wire_user(&caller)).unwrap_or_default();
+    let data = json!({
+        "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string(),
+        "user_id": caller.id.to_string(), "timestamp": now_ms() / 1000, "member": member,
+    });
+    if let Ok(full) = EncodedDispatch::new("TYPING_START", &data) {
+        let event = GuildEvent {
+            guild_id,
+            required_intent: intents::GUILD_MESSAGE_TYPING,
+            full,
+            blanked: None,
+            content_exempt: vec![],
+        };
+        let _ = node
+            .guilds
+            .tell(guild_id, GuildCommand::Publish(event))
+            .await;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ----- invites --------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct NewInvite {
+    #[serde(default)]
+    max_uses: i64,
+}
+
+async fn invite_json(node: &crate::Node, invite: &InviteRow) -> Result<Value, ApiError> {
+    let guild = node.shared.store.load_guild(invite.guild_id).await?;
+    let guild_row = guild
+        .guild
+        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    let channel = guild
+        .channels
+        .iter()
+        .find(|c| c.id == invite.channel_id)
+        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    let inviter = node.shared.store.user(invite.inviter_id).await?;
+    Ok(json!({
+        "type": 0, "code": invite.code,
+        "guild": {"id": guild_row.id.to_string(), "name": guild_row.name, "icon": null, "splash": null, "banner": null,
+                  "description": null, "features": [], "verification_level": 0, "vanity_url_code": null, "nsfw_level": 0},
+        "channel": {"id": channel.id.to_string(), "type": channel.kind, "name": channel.name},
+        "inviter": inviter.as_ref().map(wire_user),
+        "uses": invite.uses, "max_uses": invite.max_uses, "max_age": 0, "temporary": false,
+        "created_at": format_unix_ms(invite.created_ms as u64), "expires_at": null,
+        "approximate_member_count": guild.members.len(),
+    }))
+}
+
+async fn create_invite(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<NewInvite>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    authorize(
+        &node,
+        caller.id,
+        &channel,
+        guild_id,
+        perm::CREATE_INSTANT_INVITE,
+    )
+    .await?;
+    let invite = InviteRow {
+        code: auth::new_code().map_err(|_| ApiError::Internal)?,
+        guild_id,
+        channel_id: channel.id,
+        inviter_id: caller.id,
+        uses: 0,
+        max_uses: body.max_uses.clamp(0, 100),
+        created_ms: now_ms() as i64,
+    };
+    node.shared.store.create_invite(&invite).await?;
+    ok(&invite_json(&node, &invite).await?)
+}
+
+async fn get_invite(State(node): State<AppState>, Path(code): Path<String>) -> ApiResult {
+    let invite = node
+        .shared
+        .store
+        .invite(&code)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    ok(&invite_json(&node, &invite).await?)
+}
+
+async fn accept_invite(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(code): Path<String>,
+) -> ApiResult {
+    let invite = node
+        .shared
+        .store
+        .invite(&code)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    if !node.shared.store.use_invite(&code).await? {
+        return Err(ApiError::Code(ErrorCode::UnknownInvite));
+    }
+    let guild_id = invite.guild_id;
+    node.guilds
+        .ask(guild_id, |reply| GuildCommand::AddMember {
+            user: caller,
+            reply,
+        })
+        .await??;
+    ok(&invite_json(&node, &invite).await?)
+}
+
+// ----- operator endpoints -------------------------------------------------------
+
+#[derive(Deserialize)]
+struct AdminBot {
+    name: String,
+    owner: Value,
+}
+
+/// `guildhall bot create` talks to this with the admin token from the data
+/// directory, so it works while the server runs.
+async fn admin_create_bot(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<AdminBot>,
+) -> ApiResult {
+    if bearer(&headers) != Some(node.admin_token.as_str()) {
+        return Err(ApiError::Unauthorized);
+    }
+    let owner_id = id_from_value(&body.owner)?;
+    let owner = node
+        .shared
+        .store
+        .user(owner_id)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownUser))?;
+    let (app, bot) = create_application_for(&node, &owner, &body.name).await?;
+    let token = issue_token(&node, bot.id).await?;
+    ok(
+        &json!({"application_id": app.id.to_string(), "user_id": bot.id.to_string(), "token": token}),
+    )
+}
+
+async fn not_found() -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({"message": "404: Not Found", "code": 0}),
+    )
+}
+
+/// The REST routes, relative to `/api/v10` (and `/api/v9`).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/gateway", get(get_gateway))
+        .route("/gateway/bot", get(get_gateway_bot))
+        .route("/auth/register", post(register))
+        .route("/auth/login", post(login))
+        .route("/users/@me", get(me))
+        .route("/users/{id}", get(get_user))
+        .route("/oauth2/applications/@me", get(my_application))
+        .route("/oauth2/authorize", post(oauth2_authorize))
+        .route("/applications", post(create_application))
+        .route("/applications/{id}", axum::routing::patch(edit_application))
+        .route("/applications/{id}/bot/reset", post(reset_bot_token))
+        .route("/guilds", post(create_guild))
+        .route("/guilds/{id}", get(get_guild))
+        .route(
+            "/guilds/{id}/channels",
+            get(guild_channels).post(create_channel),
+        )
+        .route("/guilds/{id}/members", get(guild_members))
+        .route("/guilds/{id}/members/{user}", get(guild_member))
+        .route("/channels/{id}", get(get_channel))
+        .route(
+            "/channels/{id}/messages",
+            get(list_messages).post(create_message),
+        )
+        .route(
+            "/channels/{id}/messages/{message}",
+            get(get_message).patch(edit_message).delete(delete_message),
+        )
+        .route("/channels/{id}/typing", post(typing))
+        .route("/channels/{id}/invites", post(create_invite))
+        .route("/invites/{code}", get(get_invite).post(accept_invite))
+        .route("/admin/bots", post(admin_create_bot))
+        .fallback(not_found)
+}
+
+/// The gateway fallback: any path that is a WebSocket upgrade is a gateway
+/// connection (`/`, `/resume/`, `//`, with any query); anything else is 404.
+pub async fn gateway_or_404(
+    State(node): State<AppState>,
+    upgrade: Result<
+        axum::extract::ws::WebSocketUpgrade,
+        axum::extract::ws::rejection::WebSocketUpgradeRejection,
+    >,
+) -> Response {
+    let Ok(upgrade) = upgrade else {
+        return not_found().await;
+    };
+    let gateway: Arc<Gateway> = node.gateway.clone();
+    if let Err(retry_after_s) = gateway.admission.admit(node.hub.len()).await {
+        gateway
+            .counters
+            .refused_upgrades_total
+            .fetch_add(1, Ordering::Relaxed);
+        let mut response = json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &ErrorBody::new(ErrorCode::Overloaded),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        return response;
+    }
+    upgrade
+        .read_buffer_size(8 * 1024)
+        .write_buffer_size(8 * 1024)
+        .max_message_size(64 * 1024)
+        .max_frame_size(64 * 1024)
+        .on_upgrade(move |socket| gateway.run(socket))
+}

@@ -1,0 +1,481 @@
+//! The gateway role: WebSocket sessions.
+//!
+//! Admission happens before the 101: a node over its session cap, or over
+//! its handshake rate for longer than a short hold, answers 503 with
+//! `Retry-After` (client libraries back off after a refused upgrade but spin
+//! after accept-then-close). An admitted socket gets one task, which drives
+//! the pure [`Session`] state machine and carries out its commands.
+//!
+//! Writes are coalesced: the task feeds every queued frame to the socket and
+//! flushes once per wake-up. Control messages (close, drain) arrive on their
+//! own channel, checked first.
+
+use crate::guilds::{GuildCommand, GuildDirectory, wire_user};
+use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Slot};
+use crate::state::{Shared, now_ms, sf};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
+use futures_util::{SinkExt, StreamExt};
+use guildhall_control::token_bucket::TokenBucket;
+use guildhall_proto::gateway::{self, CloseCode, EncodedDispatch, OneOrMany, RequestGuildMembers};
+use guildhall_proto::intents;
+use guildhall_proto::model::{PartialApplication, Ready, UnavailableGuild};
+use guildhall_session::machine::{
+    AuthFailure, Command, Identity, ResumeFailure, Session, SessionConfig,
+};
+use guildhall_session::queue::Outbound;
+use guildhall_session::replay::ReplayError;
+use guildhall_store::UserRow;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Application flags that enable the privileged intents (the `_LIMITED`
+/// variants, which Discord gives unverified applications).
+pub mod app_flags {
+    /// GATEWAY_PRESENCE_LIMITED.
+    pub const PRESENCE: i64 = 1 << 13;
+    /// GATEWAY_GUILD_MEMBERS_LIMITED.
+    pub const GUILD_MEMBERS: i64 = 1 << 15;
+    /// GATEWAY_MESSAGE_CONTENT_LIMITED.
+    pub const MESSAGE_CONTENT: i64 = 1 << 19;
+    /// New applications may use every privileged intent.
+    pub const DEFAULT: i64 = PRESENCE | GUILD_MEMBERS | MESSAGE_CONTENT;
+}
+
+/// Frames a socket task writes per wake-up before it flushes (bounds the
+/// time one busy session holds its worker).
+pub const WRITE_BATCH_FRAMES_MAX: usize = 64;
+
+/// Guilds listed in READY; beyond, the client must shard (close 4011).
+pub const READY_GUILDS_MAX: i64 = 2_500;
+
+/// Counters of the gateway role.
+#[derive(Debug, Default)]
+pub struct GatewayCounters {
+    /// Upgrades refused by admission.
+    pub refused_upgrades_total: AtomicU64,
+    /// Sessions closed, by close code (index: code − 4000).
+    pub closes_by_code: [AtomicU64; 16],
+    /// Sockets currently open.
+    pub sockets_open: AtomicUsize,
+    /// READY sent.
+    pub ready_total: AtomicU64,
+    /// RESUMED sent.
+    pub resumed_total: AtomicU64,
+}
+
+/// Handshake admission: a token bucket and a bound on held upgrades.
+pub struct Admission {
+    bucket: std::sync::Mutex<TokenBucket>,
+    held: AtomicUsize,
+    held_max: usize,
+    hold_ms_max: u64,
+    sessions_max: usize,
+}
+
+impl Admission {
+    /// Admission for these limits.
+    pub fn new(limits: &guildhall_limits::Limits) -> Self {
+        let rate = limits.handshake_rate_per_s;
+        Self {
+            bucket: std::sync::Mutex::new(TokenBucket::new(now_ms(), rate, (rate / 10).max(1))),
+            held: AtomicUsize::new(0),
+            held_max: (u64::from(rate) * limits.handshake_hold_ms_max / 1000).max(1) as usize,
+            hold_ms_max: limits.handshake_hold_ms_max,
+            sessions_max: limits.sessions_per_node_max,
+        }
+    }
+
+    /// Waits up to the hold for a handshake token; `Err(retry_after_s)` to
+    /// refuse the upgrade.
+    pub async fn admit(&self, sessions: usize) -> Result<(), u64> {
+        if sessions >= self.sessions_max {
+            return Err(5);
+        }
+        let mut waited_ms = 0;
+        loop {
+            let result = self
+                .bucket
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .try_take(now_ms(), 1);
+            match result {
+                Ok(()) => return Ok(()),
+                Err(limited) if waited_ms + limited.retry_after_ms <= self.hold_ms_max => {
+                    if self.held.fetch_add(1, Ordering::AcqRel) >= self.held_max {
+                        self.held.fetch_sub(1, Ordering::AcqRel);
+                        return Err(1);
+                    }
+                    tokio::time::sleep(Duration::from_millis(limited.retry_after_ms)).await;
+                    self.held.fetch_sub(1, Ordering::AcqRel);
+                    waited_ms += limited.retry_after_ms;
+                }
+                Err(limited) => return Err(limited.retry_after_ms.div_ceil(1000).clamp(1, 60)),
+            }
+        }
+    }
+}
+
+/// What a socket task needs.
+pub struct Gateway {
+    /// Shared state.
+    pub shared: Arc<Shared>,
+    /// This node's sessions.
+    pub hub: Arc<Hub>,
+    /// Guild owners.
+    pub guilds: Arc<GuildDirectory>,
+    /// Counters.
+    pub counters: GatewayCounters,
+    /// Admission.
+    pub admission: Admission,
+}
+
+async fn authenticate(shared: &Shared, token: &str) -> Result<(UserRow, Identity), AuthFailure> {
+    let digest = crate::auth::token_digest(token);
+    let user = match shared.store.user_by_token(&digest).await {
+        Ok(Some(user)) => user,
+        Ok(None) => return Err(AuthFailure::BadToken),
+        Err(_) => return Err(AuthFailure::Overloaded),
+    };
+    let allowed = if user.bot {
+        let flags = match shared.store.application_by_bot(user.id).await {
+            Ok(app) => app.map_or(0, |a| a.flags),
+            Err(_) => return Err(AuthFailure::Overloaded),
+        };
+        let mut allowed = 0;
+        if flags & app_flags::PRESENCE != 0 {
+            allowed |= intents::GUILD_PRESENCES;
+        }
+        if flags & app_flags::GUILD_MEMBERS != 0 {
+            allowed |= intents::GUILD_MEMBERS;
+        }
+        if flags & app_flags::MESSAGE_CONTENT != 0 {
+            allowed |= intents::MESSAGE_CONTENT;
+        }
+        allowed
+    } else {
+        intents::PRIVILEGED
+    };
+    let identity = Identity {
+        user_id: sf(user.id),
+        privileged_intents_allowed: allowed,
+    };
+    Ok((user, identity))
+}
+
+fn session_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: fall back to time; ids only need uniqueness.
+        bytes[..8].copy_from_slice(&now_ms().to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+struct Socket {
+    sink: futures_util::stream::SplitSink<WebSocket, Message>,
+}
+
+impl Socket {
+    async fn send(&mut self, text: String) -> bool {
+        self.sink
+            .send(Message::Text(Utf8Bytes::from(text)))
+            .await
+            .is_ok()
+    }
+
+    async fn close(&mut self, code: CloseCode) {
+        let frame = CloseFrame {
+            code: code.code(),
+            reason: Utf8Bytes::from_static(code.reason()),
+        };
+        let _ = self.sink.send(Message::Close(Some(frame))).await;
+    }
+}
+
+impl Gateway {
+    fn count_close(&self, code: CloseCode) {
+        let index = usize::from(code.code() - 4000).min(15);
+        self.counters.closes_by_code[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn ready(
+        &self,
+        identity: Identity,
+        intents: u64,
+        shard: Option<[u32; 2]>,
+        user: &UserRow,
+        out: &mpsc::Sender<Outbound>,
+        control: &mpsc::Sender<Control>,
+    ) -> Result<Arc<Slot>, CloseCode> {
+        let guild_ids = self
+            .shared
+            .store
+            .guild_ids_of(user.id, READY_GUILDS_MAX + 1)
+            .await
+            .map_err(|_| CloseCode::UnknownError)?;
+        if guild_ids.len() as i64 > READY_GUILDS_MAX {
+            return Err(CloseCode::ShardingRequired);
+        }
+        let slot = self
+            .hub
+            .register(session_id(), user.id, intents, out.clone(), control.clone());
+        let application_id = if user.bot {
+            user.id
+        } else {
+            identity.user_id.get() as i64
+        };
+        let ready = Ready {
+            v: 10,
+            user: wire_user(user),
+            guilds: guild_ids
+                .iter()
+                .map(|id| UnavailableGuild {
+                    id: sf(*id),
+                    unavailable: true,
+                })
+                .collect(),
+            session_id: slot.id.clone(),
+            resume_gateway_url: self.shared.gateway_url.clone(),
+            shard,
+            application: PartialApplication {
+                id: sf(application_id),
+                flags: 0,
+            },
+            private_channels: vec![],
+            relationships: vec![],
+            presences: vec![],
+            guild_join_requests: vec![],
+            user_settings: Default::default(),
+        };
+        let event = EncodedDispatch::new("READY", &ready).map_err(|_| CloseCode::UnknownError)?;
+        slot.dispatch(&event, &self.hub.counters);
+        self.counters.ready_total.fetch_add(1, Ordering::Relaxed);
+        for guild_id in guild_ids {
+            // The owner queues GUILD_CREATE, then subscribes: no event of the
+            // guild can overtake its GUILD_CREATE.
+            if let Err(error) = self
+                .guilds
+                .tell(guild_id, GuildCommand::Subscribe { slot: slot.clone() })
+                .await
+            {
+                tracing::warn!(guild_id, %error, "guild unavailable at READY");
+            }
+        }
+        Ok(slot)
+    }
+
+    async fn request_members(&self, slot: &Arc<Slot>, request: RequestGuildMembers) {
+        let guild_id = request.guild_id.get() as i64;
+        let user_ids: Vec<i64> = match request.user_ids {
+            None => vec![],
+            Some(OneOrMany::One(id)) => vec![id.get() as i64],
+            Some(OneOrMany::Many(ids)) => ids.iter().map(|id| id.get() as i64).collect(),
+        };
+        let limit = if request.limit == 0 {
+            guildhall_limits::MEMBERS_PER_PAGE_MAX
+        } else {
+            request.limit as usize
+        };
+        let user_id = slot.user_id;
+        let query = request.query.unwrap_or_default();
+        let members = self
+            .guilds
+            .ask(guild_id, |reply| GuildCommand::Members {
+                user_id,
+                query,
+                user_ids,
+                limit,
+                reply,
+            })
+            .await
+            .and_then(|r| r);
+        let members = members.unwrap_or_default();
+        let chunks: Vec<_> = members
+            .chunks(guildhall_limits::MEMBERS_PER_PAGE_MAX)
+            .map(<[_]>::to_vec)
+            .collect();
+        let count = chunks.len().max(1);
+        for index in 0..count {
+            let mut chunk = serde_json::json!({
+                "guild_id": request.guild_id,
+                "members": chunks.get(index).cloned().unwrap_or_default(),
+                "chunk_index": index,
+                "chunk_count": count,
+                "not_found": [],
+            });
+            if let Some(nonce) = &request.nonce {
+                chunk["nonce"] = serde_json::Value::String(nonce.clone());
+            }
+            if let Ok(event) = EncodedDispatch::new("GUILD_MEMBERS_CHUNK", &chunk) {
+                slot.dispatch(&event, &self.hub.counters);
+            }
+        }
+    }
+
+    /// Runs one socket until it closes.
+    pub async fn run(self: Arc<Self>, socket: WebSocket) {
+        self.counters.sockets_open.fetch_add(1, Ordering::Relaxed);
+        let limits = &self.shared.limits;
+        let config = SessionConfig {
+            heartbeat_interval_ms: limits.heartbeat_interval_ms,
+            heartbeat_timeout_ms: limits.heartbeat_timeout_ms,
+            payload_bytes_max: limits.gateway_payload_bytes_max,
+            inbound_per_minute_max: limits.gateway_inbound_per_minute_max,
+        };
+        let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(limits.session_queue_messages_max);
+        let (control_tx, mut control_rx) = mpsc::channel::<Control>(CONTROL_CHANNEL_CAPACITY);
+        let (sink, mut stream) = socket.split();
+        let mut socket = Socket { sink };
+        let (mut session, hello) = Session::new(config, now_ms());
+        let mut slot: Option<Arc<Slot>> = None;
+        let mut pending: VecDeque<Command> = VecDeque::from([hello]);
+        let mut scratch = Vec::new();
+        let mut user: Option<UserRow> = None;
+        let mut tick = tokio::time::interval(Duration::from_millis(
+            (limits.heartbeat_interval_ms / 4).max(250),
+        ));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        'socket: loop {
+            while let Some(command) = pending.pop_front() {
+                match command {
+                    Command::Send(text) => {
+                        if !socket.send(text).await {
+                            break 'socket;
+                        }
+                    }
+                    Command::Close(code) => {
+                        self.count_close(code);
+                        socket.close(code).await;
+                        break 'socket;
+                    }
+                    Command::Authenticate(identify) => {
+                        let result = authenticate(&self.shared, &identify.token).await;
+                        let result = result.map(|(row, identity)| {
+                            user = Some(row);
+                            identity
+                        });
+                        session.identified(result, &mut scratch);
+                        pending.extend(scratch.drain(..));
+                    }
+                    Command::SendReady {
+                        identity,
+                        intents,
+                        shard,
+                    } => {
+                        let Some(row) = user.clone() else { continue };
+                        match self
+                            .ready(identity, intents, shard, &row, &out_tx, &control_tx)
+                            .await
+                        {
+                            Ok(s) => slot = Some(s),
+                            Err(code) => pending.push_front(Command::Close(code)),
+                        }
+                    }
+                    Command::Resume(resume) => {
+                        let result = match (
+                            authenticate(&self.shared, &resume.token).await,
+                            self.hub.get(&resume.session_id),
+                        ) {
+                            (Ok((_, identity)), Some(s))
+                                if s.user_id == identity.user_id.get() as i64 =>
+                            {
+                                match s.resume(resume.seq, out_tx.clone(), control_tx.clone()) {
+                                    Ok(missed) => {
+                                        for (seq, event) in missed {
+                                            if !socket.send(event.frame(seq)).await {
+                                                break 'socket;
+                                            }
+                                        }
+                                        if let Ok(resumed) =
+                                            EncodedDispatch::new("RESUMED", &serde_json::json!({}))
+                                        {
+                                            s.dispatch(&resumed, &self.hub.counters);
+                                        }
+                                        self.counters.resumed_total.fetch_add(1, Ordering::Relaxed);
+                                        let intents = s.intents;
+                                        slot = Some(s);
+                                        Ok((identity, intents))
+                                    }
+                                    Err(ReplayError::Gap) => Err(ResumeFailure::Invalid),
+                                    Err(ReplayError::FromTheFuture) => {
+                                        Err(ResumeFailure::InvalidSeq)
+                                    }
+                                }
+                            }
+                            (Err(AuthFailure::BadToken), _) => {
+                                pending.push_front(Command::Close(CloseCode::AuthenticationFailed));
+                                continue;
+                            }
+                            _ => Err(ResumeFailure::Invalid),
+                        };
+                        session.resumed(result, &mut scratch);
+                        pending.extend(scratch.drain(..));
+                    }
+                    Command::RequestGuildMembers(request) => {
+                        if let Some(s) = &slot {
+                            self.request_members(s, request).await;
+                        }
+                    }
+                    // Presence and voice roles are not part of this node yet:
+                    // accepted (the client is not at fault) and not acted on.
+                    Command::PresenceUpdate(_) | Command::VoiceStateUpdate(_) => {}
+                }
+            }
+            tokio::select! {
+                biased;
+                control = control_rx.recv() => match control {
+                    Some(Control::Close(code)) => pending.push_back(Command::Close(code)),
+                    Some(Control::Reconnect) => {
+                        pending.push_back(Command::Send(gateway::reconnect_frame().to_owned()));
+                        pending.push_back(Command::Close(CloseCode::UnknownError));
+                    }
+                    None => {}
+                },
+                frame = stream.next() => match frame {
+                    Some(Ok(Message::Text(text))) => {
+                        session.on_text(now_ms(), text.as_bytes(), &mut scratch);
+                        pending.extend(scratch.drain(..));
+                    }
+                    Some(Ok(Message::Binary(_))) => {
+                        session.on_binary(&mut scratch);
+                        pending.extend(scratch.drain(..));
+                    }
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => break 'socket,
+                },
+                first = out_rx.recv() => {
+                    let Some(first) = first else { continue };
+                    let (mut written, mut frames) = (0usize, 0usize);
+                    let mut frame = Some(first);
+                    while let Some(outbound) = frame.take() {
+                        written += outbound.len_bytes();
+                        frames += 1;
+                        if socket.sink.feed(Message::Text(Utf8Bytes::from(outbound.into_text()))).await.is_err() {
+                            break 'socket;
+                        }
+                        if frames < WRITE_BATCH_FRAMES_MAX {
+                            frame = out_rx.try_recv().ok();
+                        }
+                    }
+                    if let Some(s) = &slot {
+                        let _ = s.queued_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(written)));
+                    }
+                    if socket.sink.flush().await.is_err() {
+                        break 'socket;
+                    }
+                },
+                _ = tick.tick() => {
+                    session.on_tick(now_ms(), &mut scratch);
+                    pending.extend(scratch.drain(..));
+                },
+            }
+        }
+        if let Some(s) = slot {
+            s.detach(now_ms());
+        }
+        self.counters.sockets_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}

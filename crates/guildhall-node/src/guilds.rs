@@ -1,0 +1,625 @@
+//! The guilds role: one live owner per guild.
+//!
+//! A [`GuildOwner`] is a task with a bounded mailbox that holds a guild's
+//! channels, roles and members in memory, checks permissions, and fans its
+//! events out: one [`GuildEvent`] per gateway node with interested sessions
+//! (in embedded mode, the one local hub). Because every subscription and
+//! every publish goes through the owner in order, a session always receives
+//! a guild's GUILD_CREATE before that guild's events.
+//!
+//! The [`GuildDirectory`] finds (and if needed starts) the owner of a guild.
+//! A full mailbox is answered at once with [`GuildError::Overloaded`], which
+//! the API turns into 503: callers never queue behind a busy guild.
+
+use crate::hub::{GuildEvent, Hub, Slot};
+use crate::state::{Shared, sf};
+use guildhall_proto::gateway::EncodedDispatch;
+use guildhall_proto::intents;
+use guildhall_proto::model::{self, Channel, Member, Role, RoleColors, User};
+use guildhall_proto::timestamp::format_unix_ms;
+use guildhall_store::{ChannelRow, GuildState, MemberRow, RoleRow, UserRow};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Messages a guild owner's mailbox holds; beyond, callers get Overloaded.
+pub const GUILD_MAILBOX_CAPACITY: usize = 1_024;
+
+/// Longest a caller waits for a guild owner's answer.
+pub const GUILD_REPLY_TIMEOUT_MS: u64 = 5_000;
+
+/// Guild owners a node keeps loaded; beyond, new guilds are refused
+/// (Overloaded) rather than loaded without bound.
+pub const GUILD_OWNERS_MAX: usize = 100_000;
+
+/// Permission bits used here.
+pub mod perm {
+    /// Every permission.
+    pub const ADMINISTRATOR: u64 = 1 << 3;
+    /// See a channel.
+    pub const VIEW_CHANNEL: u64 = 1 << 10;
+    /// Send messages.
+    pub const SEND_MESSAGES: u64 = 1 << 11;
+    /// Delete others' messages.
+    pub const MANAGE_MESSAGES: u64 = 1 << 13;
+    /// Read history.
+    pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
+    /// Create invites.
+    pub const CREATE_INSTANT_INVITE: u64 = 1 << 0;
+    /// Manage channels.
+    pub const MANAGE_CHANNELS: u64 = 1 << 4;
+    /// `@everyone`'s default: view, send, embed, attach, history, react,
+    /// invite (Discord's default for a new guild's `@everyone`, trimmed).
+    pub const EVERYONE_DEFAULT: u64 = VIEW_CHANNEL
+        | SEND_MESSAGES
+        | READ_MESSAGE_HISTORY
+        | CREATE_INSTANT_INVITE
+        | (1 << 6)
+        | (1 << 14)
+        | (1 << 15);
+}
+
+/// Why a guild request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GuildError {
+    /// No such guild.
+    #[error("unknown guild")]
+    UnknownGuild,
+    /// No such channel in the guild.
+    #[error("unknown channel")]
+    UnknownChannel,
+    /// The user is not a member, or may not see the channel.
+    #[error("missing access")]
+    MissingAccess,
+    /// The member lacks a permission.
+    #[error("missing permissions")]
+    MissingPermissions,
+    /// The owner is busy or gone: retry later.
+    #[error("overloaded")]
+    Overloaded,
+    /// The store failed.
+    #[error("store")]
+    Store,
+}
+
+/// A member as the owner holds it.
+#[derive(Clone, Debug)]
+struct MemberEntry {
+    row: MemberRow,
+    user: UserRow,
+    roles: Vec<i64>,
+}
+
+/// What an authorised sender needs to build its message.
+#[derive(Clone, Debug)]
+pub struct SendGrant {
+    /// The guild.
+    pub guild_id: i64,
+    /// The author as a partial member (no `user`).
+    pub member: Member,
+}
+
+/// Requests to a guild owner.
+pub enum GuildCommand {
+    /// Queue GUILD_CREATE for the session, then subscribe it.
+    Subscribe {
+        /// The session.
+        slot: Arc<Slot>,
+    },
+    /// May `user_id` use `channel_id` with `need` permissions?
+    Authorize {
+        /// Who.
+        user_id: i64,
+        /// Which channel.
+        channel_id: i64,
+        /// Required bits.
+        need: u64,
+        /// The answer.
+        reply: oneshot::Sender<Result<SendGrant, GuildError>>,
+    },
+    /// Fan an event out.
+    Publish(GuildEvent),
+    /// A user joined (invite or bot authorisation).
+    AddMember {
+        /// The user.
+        user: UserRow,
+        /// The answer: whether they were new.
+        reply: oneshot::Sender<Result<bool, GuildError>>,
+    },
+    /// A channel was created.
+    AddChannel {
+        /// The channel.
+        channel: ChannelRow,
+        /// The answer.
+        reply: oneshot::Sender<Channel>,
+    },
+    /// The guild as `user_id` sees it (REST and GUILD_CREATE).
+    Snapshot {
+        /// Who asks (must be a member).
+        user_id: i64,
+        /// The answer.
+        reply: oneshot::Sender<Result<model::Guild, GuildError>>,
+    },
+    /// Members, for op 8 and REST: `query` prefix, at most `limit`.
+    Members {
+        /// Who asks (must be a member).
+        user_id: i64,
+        /// Username prefix.
+        query: String,
+        /// Specific users.
+        user_ids: Vec<i64>,
+        /// Most members.
+        limit: usize,
+        /// The answer.
+        reply: oneshot::Sender<Result<Vec<Member>, GuildError>>,
+    },
+    /// The channels of the guild.
+    Channels {
+        /// Who asks (must be a member).
+        user_id: i64,
+        /// The answer.
+        reply: oneshot::Sender<Result<Vec<Channel>, GuildError>>,
+    },
+}
+
+/// Builds the wire user of a row.
+pub fn wire_user(user: &UserRow) -> User {
+    User {
+        id: sf(user.id),
+        username: user.username.clone(),
+        discriminator: "0".into(),
+        global_name: user.global_name.clone(),
+        avatar: None,
+        bot: user.bot,
+        mfa_enabled: false,
+        verified: true,
+        flags: 0,
+        public_flags: 0,
+    }
+}
+
+/// Builds the wire channel of a row.
+pub fn wire_channel(row: &ChannelRow, with_guild: bool) -> Channel {
+    Channel {
+        id: sf(row.id),
+        kind: u8::try_from(row.kind).unwrap_or(0),
+        guild_id: if with_guild {
+            row.guild_id.map(sf)
+        } else {
+            None
+        },
+        name: row.name.clone(),
+        position: i32::try_from(row.position).unwrap_or(0),
+        permission_overwrites: vec![],
+        topic: row.topic.clone(),
+        nsfw: false,
+        last_message_id: None,
+        rate_limit_per_user: 0,
+        parent_id: None,
+        flags: 0,
+    }
+}
+
+fn wire_role(row: &RoleRow) -> Role {
+    let color = u32::try_from(row.color).unwrap_or(0);
+    Role {
+        id: sf(row.id),
+        name: row.name.clone(),
+        color,
+        colors: RoleColors {
+            primary_color: color,
+            secondary_color: None,
+            tertiary_color: None,
+        },
+        hoist: row.hoist,
+        icon: None,
+        unicode_emoji: None,
+        position: i32::try_from(row.position).unwrap_or(0),
+        permissions: (row.permissions as u64).to_string(),
+        managed: false,
+        mentionable: row.mentionable,
+        flags: 0,
+    }
+}
+
+fn wire_member(entry: &MemberEntry, with_user: bool) -> Member {
+    Member {
+        user: with_user.then(|| wire_user(&entry.user)),
+        nick: entry.row.nick.clone(),
+        avatar: None,
+        roles: entry.roles.iter().map(|r| sf(*r)).collect(),
+        joined_at: format_unix_ms(entry.row.joined_ms as u64),
+        premium_since: None,
+        deaf: false,
+        mute: false,
+        flags: 0,
+        pending: false,
+    }
+}
+
+/// One guild's owner.
+pub struct GuildOwner {
+    shared: Arc<Shared>,
+    hub: Arc<Hub>,
+    guild: guildhall_store::GuildRow,
+    channels: Vec<ChannelRow>,
+    roles: Vec<RoleRow>,
+    members: BTreeMap<i64, MemberEntry>,
+}
+
+impl GuildOwner {
+    fn permissions(&self, user_id: i64) -> Option<u64> {
+        let entry = self.members.get(&user_id)?;
+        if self.guild.owner_id == user_id {
+            return Some(u64::MAX);
+        }
+        let mut bits = 0u64;
+        for role in &self.roles {
+            if role.id == self.guild.id || entry.roles.contains(&role.id) {
+                bits |= role.permissions as u64;
+            }
+        }
+        Some(if bits & perm::ADMINISTRATOR != 0 {
+            u64::MAX
+        } else {
+            bits
+        })
+    }
+
+    fn snapshot(&self, user_id: i64) -> model::Guild {
+        let joined = self
+            .members
+            .get(&user_id)
+            .map_or(self.guild.created_ms, |m| m.row.joined_ms);
+        let members: Vec<Member> = self
+            .members
+            .values()
+            .take(guildhall_limits::MEMBERS_PER_PAGE_MAX)
+            .map(|m| wire_member(m, true))
+            .collect();
+        model::Guild {
+            id: sf(self.guild.id),
+            name: self.guild.name.clone(),
+            icon: None,
+            splash: None,
+            discovery_splash: None,
+            owner_id: sf(self.guild.owner_id),
+            afk_channel_id: None,
+            afk_timeout: 300,
+            verification_level: 0,
+            default_message_notifications: 0,
+            explicit_content_filter: 0,
+            roles: self.roles.iter().map(wire_role).collect(),
+            emojis: vec![],
+            features: vec![],
+            mfa_level: 0,
+            application_id: None,
+            system_channel_id: None,
+            system_channel_flags: 0,
+            rules_channel_id: None,
+            max_presences: None,
+            max_members: 500_000,
+            vanity_url_code: None,
+            description: None,
+            banner: None,
+            premium_tier: 0,
+            premium_subscription_count: 0,
+            preferred_locale: "en-US".into(),
+            public_updates_channel_id: None,
+            max_video_channel_users: 25,
+            max_stage_video_channel_users: 50,
+            nsfw_level: 0,
+            stickers: vec![],
+            premium_progress_bar_enabled: false,
+            safety_alerts_channel_id: None,
+            joined_at: format_unix_ms(joined as u64),
+            large: self.members.len() > 250,
+            unavailable: false,
+            member_count: u32::try_from(self.members.len()).unwrap_or(u32::MAX),
+            voice_states: vec![],
+            members,
+            channels: self
+                .channels
+                .iter()
+                .map(|c| wire_channel(c, false))
+                .collect(),
+            threads: vec![],
+            presences: vec![],
+            stage_instances: vec![],
+            guild_scheduled_events: vec![],
+            soundboard_sounds: vec![],
+        }
+    }
+
+    fn encode(name: &str, data: &impl serde::Serialize) -> Option<EncodedDispatch> {
+        match EncodedDispatch::new(name, data) {
+            Ok(event) => Some(event),
+            Err(error) => {
+                tracing::error!(%error, event = name, "cannot encode dispatch");
+                None
+            }
+        }
+    }
+
+    fn subscribe(&self, slot: &Arc<Slot>) {
+        if slot.intents & intents::GUILDS != 0
+            && let Some(event) = Self::encode("GUILD_CREATE", &self.snapshot(slot.user_id))
+        {
+            slot.dispatch(&event, &self.hub.counters);
+        }
+        self.hub.subscribe(self.guild.id, &slot.id);
+    }
+
+    fn publish(&self, name: &str, required_intent: u64, data: &impl serde::Serialize) {
+        if let Some(full) = Self::encode(name, data) {
+            self.hub.dispatch_guild_event(&GuildEvent {
+                guild_id: self.guild.id,
+                required_intent,
+                full,
+                blanked: None,
+                content_exempt: vec![],
+            });
+        }
+    }
+
+    async fn handle(&mut self, command: GuildCommand) {
+        match command {
+            GuildCommand::Subscribe { slot } => self.subscribe(&slot),
+            GuildCommand::Authorize {
+                user_id,
+                channel_id,
+                need,
+                reply,
+            } => {
+                let result = match (
+                    self.permissions(user_id),
+                    self.channels.iter().find(|c| c.id == channel_id),
+                ) {
+                    (None, _) => Err(GuildError::MissingAccess),
+                    (Some(_), None) => Err(GuildError::UnknownChannel),
+                    (Some(bits), Some(_)) if bits & perm::VIEW_CHANNEL == 0 => {
+                        Err(GuildError::MissingAccess)
+                    }
+                    (Some(bits), Some(_)) if bits & need != need => {
+                        Err(GuildError::MissingPermissions)
+                    }
+                    (Some(_), Some(_)) => Ok(SendGrant {
+                        guild_id: self.guild.id,
+                        member: self
+                            .members
+                            .get(&user_id)
+                            .map(|m| wire_member(m, false))
+                            .unwrap_or_else(|| {
+                                wire_member(
+                                    &MemberEntry {
+                                        row: MemberRow {
+                                            guild_id: self.guild.id,
+                                            user_id,
+                                            joined_ms: 0,
+                                            nick: None,
+                                        },
+                                        user: UserRow {
+                                            id: user_id,
+                                            username: String::new(),
+                                            password_hash: None,
+                                            bot: false,
+                                            global_name: None,
+                                            created_ms: 0,
+                                        },
+                                        roles: vec![],
+                                    },
+                                    false,
+                                )
+                            }),
+                    }),
+                };
+                let _ = reply.send(result);
+            }
+            GuildCommand::Publish(event) => self.hub.dispatch_guild_event(&event),
+            GuildCommand::AddMember { user, reply } => {
+                if self.members.contains_key(&user.id) {
+                    let _ = reply.send(Ok(false));
+                    return;
+                }
+                let row = MemberRow {
+                    guild_id: self.guild.id,
+                    user_id: user.id,
+                    joined_ms: crate::state::now_ms() as i64,
+                    nick: None,
+                };
+                if self.shared.store.add_member(&row).await.is_err() {
+                    let _ = reply.send(Err(GuildError::Store));
+                    return;
+                }
+                let entry = MemberEntry {
+                    row,
+                    user,
+                    roles: vec![],
+                };
+                let mut added = serde_json::to_value(wire_member(&entry, true)).unwrap_or_default();
+                added["guild_id"] = serde_json::Value::String(self.guild.id.to_string());
+                let user_id = entry.user.id;
+                self.members.insert(user_id, entry);
+                self.publish("GUILD_MEMBER_ADD", intents::GUILD_MEMBERS, &added);
+                // The newcomer's open sessions learn about the guild.
+                for slot in self.hub.sessions_of(user_id) {
+                    self.subscribe(&slot);
+                }
+                let _ = reply.send(Ok(true));
+            }
+            GuildCommand::AddChannel { channel, reply } => {
+                let wire = wire_channel(&channel, true);
+                self.channels.push(channel);
+                self.publish("CHANNEL_CREATE", intents::GUILDS, &wire);
+                let _ = reply.send(wire);
+            }
+            GuildCommand::Snapshot { user_id, reply } => {
+                let result = if self.members.contains_key(&user_id) {
+                    Ok(self.snapshot(user_id))
+                } else {
+                    Err(GuildError::MissingAccess)
+                };
+                let _ = reply.send(result);
+            }
+            GuildCommand::Members {
+                user_id,
+                query,
+                user_ids,
+                limit,
+                reply,
+            } => {
+                let result = if self.members.contains_key(&user_id) {
+                    Ok(self
+                        .members
+                        .values()
+                        .filter(|m| {
+                            if user_ids.is_empty() {
+                                m.user
+                                    .username
+                                    .to_lowercase()
+                                    .starts_with(&query.to_lowercase())
+                            } else {
+                                user_ids.contains(&m.user.id)
+                            }
+                        })
+                        .take(limit.min(guildhall_limits::MEMBERS_PER_PAGE_MAX))
+                        .map(|m| wire_member(m, true))
+                        .collect())
+                } else {
+                    Err(GuildError::MissingAccess)
+                };
+                let _ = reply.send(result);
+            }
+            GuildCommand::Channels { user_id, reply } => {
+                let result = if self.members.contains_key(&user_id) {
+                    Ok(self
+                        .channels
+                        .iter()
+                        .map(|c| wire_channel(c, true))
+                        .collect())
+                } else {
+                    Err(GuildError::MissingAccess)
+                };
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    async fn run(mut self, mut mailbox: mpsc::Receiver<GuildCommand>) {
+        while let Some(command) = mailbox.recv().await {
+            self.handle(command).await;
+        }
+    }
+}
+
+/// Finds guild owners, starting them on first use.
+pub struct GuildDirectory {
+    shared: Arc<Shared>,
+    hub: Arc<Hub>,
+    // A tokio mutex: loading a guild awaits the store, and concurrent first
+    // requests for one guild must not start two owners.
+    owners: tokio::sync::Mutex<HashMap<i64, mpsc::Sender<GuildCommand>>>,
+}
+
+impl GuildDirectory {
+    /// A directory for this node.
+    pub fn new(shared: Arc<Shared>, hub: Arc<Hub>) -> Self {
+        Self {
+            shared,
+            hub,
+            owners: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn load_users(&self, state: &GuildState) -> Result<HashMap<i64, UserRow>, GuildError> {
+        let mut users = HashMap::new();
+        for member in &state.members {
+            if let Some(user) = self
+                .shared
+                .store
+                .user(member.user_id)
+                .await
+                .map_err(|_| GuildError::Store)?
+            {
+                users.insert(user.id, user);
+            }
+        }
+        Ok(users)
+    }
+
+    /// The mailbox of the owner of `guild_id`.
+    pub async fn owner(&self, guild_id: i64) -> Result<mpsc::Sender<GuildCommand>, GuildError> {
+        let mut owners = self.owners.lock().await;
+        if let Some(sender) = owners.get(&guild_id)
+            && !sender.is_closed()
+        {
+            return Ok(sender.clone());
+        }
+        if owners.len() >= GUILD_OWNERS_MAX {
+            return Err(GuildError::Overloaded);
+        }
+        let state = self
+            .shared
+            .store
+            .load_guild(guild_id)
+            .await
+            .map_err(|_| GuildError::Store)?;
+        let Some(guild) = state.guild.clone() else {
+            return Err(GuildError::UnknownGuild);
+        };
+        let users = self.load_users(&state).await?;
+        let mut members = BTreeMap::new();
+        for row in &state.members {
+            if let Some(user) = users.get(&row.user_id) {
+                let roles = state
+                    .member_roles
+                    .iter()
+                    .filter(|(u, _)| *u == row.user_id)
+                    .map(|(_, r)| *r)
+                    .collect();
+                members.insert(
+                    row.user_id,
+                    MemberEntry {
+                        row: row.clone(),
+                        user: user.clone(),
+                        roles,
+                    },
+                );
+            }
+        }
+        let owner = GuildOwner {
+            shared: self.shared.clone(),
+            hub: self.hub.clone(),
+            guild,
+            channels: state.channels,
+            roles: state.roles,
+            members,
+        };
+        let (sender, mailbox) = mpsc::channel(GUILD_MAILBOX_CAPACITY);
+        tokio::spawn(owner.run(mailbox));
+        owners.insert(guild_id, sender.clone());
+        Ok(sender)
+    }
+
+    /// Sends `command` to the owner of `guild_id`, failing fast when its
+    /// mailbox is full.
+    pub async fn tell(&self, guild_id: i64, command: GuildCommand) -> Result<(), GuildError> {
+        let owner = self.owner(guild_id).await?;
+        owner.try_send(command).map_err(|_| GuildError::Overloaded)
+    }
+
+    /// Sends a request built around a reply channel and waits for the answer.
+    pub async fn ask<T>(
+        &self,
+        guild_id: i64,
+        build: impl FnOnce(oneshot::Sender<T>) -> GuildCommand,
+    ) -> Result<T, GuildError> {
+        let (reply, answer) = oneshot::channel();
+        self.tell(guild_id, build(reply)).await?;
+        match tokio::time::timeout(Duration::from_millis(GUILD_REPLY_TIMEOUT_MS), answer).await {
+            Ok(Ok(value)) => Ok(value),
+            _ => Err(GuildError::Overloaded),
+        }
+    }
+}

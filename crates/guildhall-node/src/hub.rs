@@ -1,0 +1,332 @@
+//! The gateway node's session registry and local fanout.
+//!
+//! A [`Slot`] is a gateway session as the node knows it, attached to a
+//! socket or not: its sequence counter, its replay buffer, and (while
+//! attached) the bounded outbound channel of its socket task plus a separate
+//! control channel. Dispatches go through the slot, which numbers them,
+//! records them for RESUME, and queues them for the socket. A detached slot
+//! keeps numbering and recording, so a RESUME replays exactly what was
+//! missed; it expires after the resume window.
+//!
+//! Fanout: a guild owner sends one [`GuildEvent`] per gateway node; the hub
+//! looks up the node's sessions subscribed to that guild and hands each the
+//! shared, already-encoded frame (a refcount increment and an enqueue).
+//! A full outbound queue makes the session a slow consumer: it is told to
+//! close with a reconnectable code, and it resumes from the replay buffer.
+
+use guildhall_proto::gateway::{CloseCode, EncodedDispatch};
+use guildhall_proto::intents;
+use guildhall_session::queue::Outbound;
+use guildhall_session::replay::ReplayBuffer;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::mpsc;
+
+/// A control message for a socket task (separate from bulk dispatches, so a
+/// backlog never delays a close or a drain).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Close with this code.
+    Close(CloseCode),
+    /// Send op 7 RECONNECT and close (drain).
+    Reconnect,
+}
+
+/// Capacity of a socket's control channel: a session needs at most one
+/// close; the slack absorbs a drain racing a slow-consumer close.
+pub const CONTROL_CHANNEL_CAPACITY: usize = 4;
+
+/// An event from a guild owner, encoded once for every recipient.
+#[derive(Debug)]
+pub struct GuildEvent {
+    /// The guild.
+    pub guild_id: i64,
+    /// The intent a session needs to receive it.
+    pub required_intent: u64,
+    /// The frame.
+    pub full: EncodedDispatch,
+    /// The frame for sessions without MESSAGE_CONTENT (messages only).
+    pub blanked: Option<EncodedDispatch>,
+    /// Users who receive `full` regardless (author, mentioned users).
+    pub content_exempt: Vec<i64>,
+}
+
+struct SlotState {
+    seq: u64,
+    replay: ReplayBuffer,
+    out: Option<mpsc::Sender<Outbound>>,
+    control: Option<mpsc::Sender<Control>>,
+    detached_at_ms: Option<u64>,
+}
+
+/// One session.
+pub struct Slot {
+    /// Session id (for RESUME).
+    pub id: String,
+    /// The user.
+    pub user_id: i64,
+    /// Granted intents.
+    pub intents: u64,
+    /// Bytes queued to the socket and not yet written.
+    pub queued_bytes: AtomicUsize,
+    queue_bytes_max: usize,
+    state: Mutex<SlotState>,
+}
+
+/// Counters the node exports.
+#[derive(Debug, Default)]
+pub struct HubCounters {
+    /// Dispatches queued to sockets.
+    pub dispatched_total: AtomicU64,
+    /// Sessions closed as slow consumers.
+    pub slow_consumer_closes_total: AtomicU64,
+    /// Dispatches recorded for detached sessions.
+    pub recorded_detached_total: AtomicU64,
+}
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        // A poisoned lock means a panic while holding it; the state is plain
+        // data and stays consistent, so keep serving.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Numbers, records and queues `event`. Returns false when the session
+    /// turned out to be a slow consumer (it has been told to close).
+    pub fn dispatch(&self, event: &EncodedDispatch, counters: &HubCounters) -> bool {
+        let mut state = self.lock();
+        state.seq += 1;
+        let seq = state.seq;
+        state.replay.push(seq, event.clone());
+        let Some(out) = state.out.clone() else {
+            counters
+                .recorded_detached_total
+                .fetch_add(1, Ordering::Relaxed);
+            return true;
+        };
+        let bytes = event.len_bytes();
+        let over_bytes = self.queued_bytes.load(Ordering::Relaxed) + bytes > self.queue_bytes_max;
+        if !over_bytes && out.try_send(Outbound::Dispatch(event.clone(), seq)).is_ok() {
+            self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+            counters.dispatched_total.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        // Slow consumer: detach now (the dispatch stays in the replay
+        // buffer) and ask the socket to close with a resumable code.
+        counters
+            .slow_consumer_closes_total
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(control) = state.control.take() {
+            let _ = control.try_send(Control::Close(CloseCode::UnknownError));
+        }
+        state.out = None;
+        false
+    }
+
+    /// The socket went away at `now_ms`: keep recording for RESUME.
+    pub fn detach(&self, now_ms: u64) {
+        let mut state = self.lock();
+        state.out = None;
+        state.control = None;
+        state.detached_at_ms = Some(now_ms);
+        self.queued_bytes.store(0, Ordering::Relaxed);
+    }
+
+    /// The last sequence sent.
+    pub fn last_seq(&self) -> u64 {
+        self.lock().seq
+    }
+
+    /// Reattaches a resuming socket: returns the dispatches after
+    /// `client_seq` to replay first, or why it cannot.
+    pub fn resume(
+        &self,
+        client_seq: Option<u64>,
+        out: mpsc::Sender<Outbound>,
+        control: mpsc::Sender<Control>,
+    ) -> Result<Vec<(u64, EncodedDispatch)>, guildhall_session::replay::ReplayError> {
+        let mut state = self.lock();
+        let missed: Vec<(u64, EncodedDispatch)> = state
+            .replay
+            .since(client_seq)?
+            .map(|(seq, event)| (seq, event.clone()))
+            .collect();
+        state.out = Some(out);
+        state.control = Some(control);
+        state.detached_at_ms = None;
+        Ok(missed)
+    }
+
+    /// Tells an attached socket to do something.
+    pub fn control(&self, message: Control) -> bool {
+        self.lock()
+            .control
+            .as_ref()
+            .is_some_and(|c| c.try_send(message).is_ok())
+    }
+
+    fn detached_since(&self) -> Option<u64> {
+        self.lock().detached_at_ms
+    }
+}
+
+/// The node's sessions.
+pub struct Hub {
+    sessions: RwLock<HashMap<String, Arc<Slot>>>,
+    by_guild: RwLock<HashMap<i64, HashSet<String>>>,
+    by_user: RwLock<HashMap<i64, HashSet<String>>>,
+    replay_events_max: usize,
+    replay_bytes_max: usize,
+    queue_bytes_max: usize,
+    /// Counters.
+    pub counters: HubCounters,
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Hub {
+    /// An empty hub with the given bounds.
+    pub fn new(limits: &guildhall_limits::Limits) -> Self {
+        Self {
+            sessions: RwLock::new(HashMap::new()),
+            by_guild: RwLock::new(HashMap::new()),
+            by_user: RwLock::new(HashMap::new()),
+            replay_events_max: limits.replay_buffer_events_max,
+            replay_bytes_max: limits.replay_buffer_bytes_max,
+            queue_bytes_max: limits.session_queue_bytes_max,
+            counters: HubCounters::default(),
+        }
+    }
+
+    /// Registers a new, attached session.
+    pub fn register(
+        &self,
+        id: String,
+        user_id: i64,
+        intents: u64,
+        out: mpsc::Sender<Outbound>,
+        control: mpsc::Sender<Control>,
+    ) -> Arc<Slot> {
+        let slot = Arc::new(Slot {
+            id: id.clone(),
+            user_id,
+            intents,
+            queued_bytes: AtomicUsize::new(0),
+            queue_bytes_max: self.queue_bytes_max,
+            state: Mutex::new(SlotState {
+                seq: 0,
+                replay: ReplayBuffer::new(self.replay_events_max, self.replay_bytes_max),
+                out: Some(out),
+                control: Some(control),
+                detached_at_ms: None,
+            }),
+        });
+        write(&self.sessions).insert(id.clone(), slot.clone());
+        write(&self.by_user).entry(user_id).or_default().insert(id);
+        slot
+    }
+
+    /// A session by id.
+    pub fn get(&self, id: &str) -> Option<Arc<Slot>> {
+        read(&self.sessions).get(id).cloned()
+    }
+
+    /// Sessions of a user on this node.
+    pub fn sessions_of(&self, user_id: i64) -> Vec<Arc<Slot>> {
+        let ids: Vec<String> = read(&self.by_user)
+            .get(&user_id)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        let sessions = read(&self.sessions);
+        ids.iter()
+            .filter_map(|id| sessions.get(id).cloned())
+            .collect()
+    }
+
+    /// Subscribes a session to a guild's events (called by the guild owner,
+    /// after it queued the session's GUILD_CREATE).
+    pub fn subscribe(&self, guild_id: i64, session_id: &str) {
+        write(&self.by_guild)
+            .entry(guild_id)
+            .or_default()
+            .insert(session_id.to_owned());
+    }
+
+    /// Delivers a guild event to this node's subscribed sessions.
+    pub fn dispatch_guild_event(&self, event: &GuildEvent) {
+        let ids: Vec<String> = match read(&self.by_guild).get(&event.guild_id) {
+            Some(ids) => ids.iter().cloned().collect(),
+            None => return,
+        };
+        let slots: Vec<Arc<Slot>> = {
+            let sessions = read(&self.sessions);
+            ids.iter()
+                .filter_map(|id| sessions.get(id).cloned())
+                .collect()
+        };
+        for slot in slots {
+            if slot.intents & event.required_intent == 0 {
+                continue;
+            }
+            let frame = match &event.blanked {
+                Some(blanked)
+                    if slot.intents & intents::MESSAGE_CONTENT == 0
+                        && !event.content_exempt.contains(&slot.user_id) =>
+                {
+                    blanked
+                }
+                _ => &event.full,
+            };
+            slot.dispatch(frame, &self.counters);
+        }
+    }
+
+    /// Forgets sessions detached for longer than `window_ms`.
+    pub fn reap(&self, now_ms: u64, window_ms: u64) -> usize {
+        let expired: Vec<Arc<Slot>> = read(&self.sessions)
+            .values()
+            .filter(|s| s.detached_since().is_some_and(|t| now_ms >= t + window_ms))
+            .cloned()
+            .collect();
+        for slot in &expired {
+            write(&self.sessions).remove(&slot.id);
+            if let Some(ids) = write(&self.by_user).get_mut(&slot.user_id) {
+                ids.remove(&slot.id);
+            }
+            for ids in write(&self.by_guild).values_mut() {
+                ids.remove(&slot.id);
+            }
+        }
+        expired.len()
+    }
+
+    /// Sessions held (attached or detached).
+    pub fn len(&self) -> usize {
+        read(&self.sessions).len()
+    }
+
+    /// Whether the hub holds no session.
+    pub fn is_empty(&self) -> bool {
+        read(&self.sessions).is_empty()
+    }
+
+    /// Every attached session's id (for a drain).
+    pub fn attached(&self) -> Vec<Arc<Slot>> {
+        read(&self.sessions)
+            .values()
+            .filter(|s| s.detached_since().is_none())
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,361 @@
+//! A Guildhall node: the roles and the one function that wires them.
+//!
+//! - [`gateway`]: WebSocket sessions (admission, the session task).
+//! - [`hub`]: the node's sessions and local fanout.
+//! - [`guilds`]: one owner per guild, behind a bounded mailbox.
+//! - [`api`]: REST v10.
+//! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
+//! - [`auth`]: passwords and tokens.
+//!
+//! [`run`] takes a bound listener and a shutdown future (so tests and the
+//! binary wire the node the same way, mini-redis style). Embedded mode is
+//! this node with every role and in-process hand-offs between them; the
+//! cluster mode replaces the hand-offs (guild owner mailboxes, hub fanout)
+//! with bus transports, not this code.
+
+pub mod api;
+pub mod auth;
+pub mod gateway;
+pub mod guilds;
+pub mod hub;
+pub mod ratelimit;
+pub mod state;
+
+use guildhall_limits::Limits;
+use guildhall_store::Store;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// How a node starts.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Where the database and the admin token live.
+    pub data_dir: PathBuf,
+    /// Every bound.
+    pub limits: Limits,
+    /// Snowflake worker id (unique per node in a cluster).
+    pub worker_id: u16,
+}
+
+/// What can stop a node from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The data directory or a file in it.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// Which path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The database.
+    #[error("store: {0}")]
+    Store(#[from] guildhall_store::StoreError),
+    /// The listener.
+    #[error("serve: {0}")]
+    Serve(#[source] std::io::Error),
+    /// The limits.
+    #[error("invalid limits: {0}")]
+    Limits(String),
+}
+
+/// The roles of one node and what they share.
+pub struct Node {
+    /// Store, limits, ids.
+    pub shared: Arc<state::Shared>,
+    /// Sessions.
+    pub hub: Arc<hub::Hub>,
+    /// Guild owners.
+    pub guilds: Arc<guilds::GuildDirectory>,
+    /// Gateway role.
+    pub gateway: Arc<gateway::Gateway>,
+    /// REST counters.
+    pub counters: api::ApiCounters,
+    /// REST buckets.
+    pub rate: ratelimit::RateLimiter,
+    /// Token for operator endpoints (in `DATA_DIR/admin.token`).
+    pub admin_token: String,
+    /// Readiness (off while draining).
+    pub ready: AtomicBool,
+}
+
+/// Interval of the detached-session reaper.
+pub const REAP_INTERVAL_MS: u64 = 10_000;
+
+fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
+    std::fs::write(path, contents)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
+}
+
+async fn metrics(
+    axum::extract::State(node): axum::extract::State<Arc<Node>>,
+) -> axum::response::Response {
+    // Counters are atomics owned by each role and rendered here in the
+    // Prometheus text format (names carry their unit).
+    use std::fmt::Write;
+    let mut out = String::new();
+    let hub = &node.hub.counters;
+    let gw = &node.gateway.counters;
+    let api = &node.counters;
+    let mut line = |name: &str, kind: &str, help: &str, value: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    line(
+        "guildhall_sessions",
+        "gauge",
+        "Sessions held (attached or resumable).",
+        node.hub.len() as u64,
+    );
+    line(
+        "guildhall_sockets_open",
+        "gauge",
+        "Gateway sockets open.",
+        gw.sockets_open.load(Ordering::Relaxed) as u64,
+    );
+    line(
+        "guildhall_dispatches_total",
+        "counter",
+        "Dispatches queued to sockets.",
+        hub.dispatched_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_dispatches_detached_total",
+        "counter",
+        "Dispatches recorded for detached sessions.",
+        hub.recorded_detached_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_slow_consumer_closes_total",
+        "counter",
+        "Sessions closed because their queue was full.",
+        hub.slow_consumer_closes_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_upgrades_refused_total",
+        "counter",
+        "Upgrades refused by admission.",
+        gw.refused_upgrades_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_ready_total",
+        "counter",
+        "READY sent.",
+        gw.ready_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_resumed_total",
+        "counter",
+        "RESUMED sent.",
+        gw.resumed_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_rest_requests_total",
+        "counter",
+        "REST requests.",
+        api.requests_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_rest_rate_limited_total",
+        "counter",
+        "REST 429 answers.",
+        api.rate_limited_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_rest_bad_requests_total",
+        "counter",
+        "REST bodies refused.",
+        api.bad_requests_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_rest_unauthorized_total",
+        "counter",
+        "REST calls with a bad token.",
+        api.unauthorized_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_messages_total",
+        "counter",
+        "Messages stored.",
+        api.messages_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_fanout_failed_total",
+        "counter",
+        "Events a guild owner could not take.",
+        api.fanout_failed_total.load(Ordering::Relaxed),
+    );
+    let _ = writeln!(
+        out,
+        "# HELP guildhall_gateway_closes_total Sessions closed, by close code.\n# TYPE guildhall_gateway_closes_total counter"
+    );
+    for (i, count) in gw.closes_by_code.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "guildhall_gateway_closes_total{{code=\"{}\"}} {}",
+            4000 + i,
+            count.load(Ordering::Relaxed)
+        );
+    }
+    let mut response = axum::response::IntoResponse::into_response(out);
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}
+
+async fn healthz(
+    axum::extract::State(node): axum::extract::State<Arc<Node>>,
+) -> axum::http::StatusCode {
+    if node.ready.load(Ordering::Relaxed) {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+/// Sends op 7 RECONNECT to every attached session, paced so all of them fit
+/// in the grace period (the drain planner), then returns.
+async fn drain(node: &Node) {
+    node.ready.store(false, Ordering::Relaxed);
+    let sessions = node.hub.attached();
+    let limits = &node.shared.limits;
+    let plan = guildhall_control::drain::plan(guildhall_control::drain::DrainInput {
+        sessions: sessions.len() as u64,
+        grace_ms: limits.drain_grace_ms,
+        margin_ms: limits.drain_margin_ms,
+        resume_cap_per_s: u64::from(limits.handshake_rate_per_s),
+        utilization_permille: limits.drain_receiver_utilization_permille,
+        batch_interval_ms: limits.drain_batch_interval_ms,
+    });
+    if !plan.fits {
+        tracing::warn!(
+            sessions = sessions.len(),
+            unfit = plan.sessions_unfit,
+            "drain does not fit the grace period"
+        );
+    }
+    tracing::info!(
+        sessions = sessions.len(),
+        batches = plan.batches,
+        "draining"
+    );
+    for batch in sessions.chunks(plan.batch_size.max(1) as usize) {
+        for slot in batch {
+            slot.control(hub::Control::Reconnect);
+        }
+        tokio::time::sleep(Duration::from_millis(plan.interval_ms)).await;
+    }
+}
+
+/// Runs a node on `listener` until `shutdown` completes, then drains.
+pub async fn run(
+    config: NodeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), NodeError> {
+    config.limits.validate().map_err(|errors| {
+        NodeError::Limits(
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| NodeError::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    let store = Store::open(&config.data_dir.join("guildhall.db")).await?;
+    let admin_token = auth::new_token(0, state::now_ms())
+        .map_err(|e| NodeError::Serve(std::io::Error::other(e.to_string())))?;
+    let token_path = config.data_dir.join("admin.token");
+    write_private(&token_path, &admin_token).map_err(|source| NodeError::DataDir {
+        path: token_path,
+        source,
+    })?;
+    let addr = listener.local_addr().map_err(NodeError::Serve)?;
+    let shared = Arc::new(state::Shared::new(
+        store,
+        config.limits.clone(),
+        format!("ws://{addr}"),
+        config.worker_id,
+    ));
+    let hub = Arc::new(hub::Hub::new(&config.limits));
+    let guilds = Arc::new(guilds::GuildDirectory::new(shared.clone(), hub.clone()));
+    let gateway = Arc::new(gateway::Gateway {
+        shared: shared.clone(),
+        hub: hub.clone(),
+        guilds: guilds.clone(),
+        counters: gateway::GatewayCounters::default(),
+        admission: gateway::Admission::new(&config.limits),
+    });
+    let node = Arc::new(Node {
+        rate: ratelimit::RateLimiter::new(
+            config.limits.rest_rate_limit_per_window,
+            config.limits.rest_rate_window_ms,
+            config.limits.rest_rate_buckets_max,
+        ),
+        shared,
+        hub,
+        guilds,
+        gateway,
+        counters: api::ApiCounters::default(),
+        admin_token,
+        ready: AtomicBool::new(true),
+    });
+    let rest = api::routes().route_layer(axum::middleware::from_fn_with_state(
+        node.clone(),
+        ratelimit::layer,
+    ));
+    let app = axum::Router::new()
+        .nest("/api/v10", rest.clone())
+        .nest("/api/v9", rest)
+        .route("/metrics", axum::routing::get(metrics))
+        .route("/healthz", axum::routing::get(healthz))
+        .fallback(api::gateway_or_404)
+        .with_state(node.clone());
+    let reaper = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(REAP_INTERVAL_MS));
+            loop {
+                tick.tick().await;
+                node.hub
+                    .reap(state::now_ms(), node.shared.limits.resume_window_ms);
+            }
+        })
+    };
+    tracing::info!(%addr, "guildhall serving");
+    let drain_node = node.clone();
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        shutdown.await;
+        drain(&drain_node).await;
+        let _ = drained_tx.send(());
+    });
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = drained_rx.await;
+    })
+    .await;
+    reaper.abort();
+    served.map_err(NodeError::Serve)
+}

@@ -1,0 +1,54 @@
+//! What every role of a node shares: the store, the id generator, the
+//! limits, and the clock (read here, at the edge, and passed as `now_ms` to
+//! everything pure).
+
+use guildhall_limits::Limits;
+use guildhall_proto::Snowflake;
+use guildhall_proto::snowflake::SnowflakeGenerator;
+use guildhall_store::Store;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Shared by the roles of one node.
+pub struct Shared {
+    /// Durable state.
+    pub store: Store,
+    /// Every bound.
+    pub limits: Limits,
+    /// `ws://host:port` clients connect and resume to.
+    pub gateway_url: String,
+    ids: Mutex<SnowflakeGenerator>,
+}
+
+impl Shared {
+    /// Shared state for a node with snowflake worker id `worker_id`.
+    pub fn new(store: Store, limits: Limits, gateway_url: String, worker_id: u16) -> Self {
+        Self {
+            store,
+            limits,
+            gateway_url,
+            ids: Mutex::new(SnowflakeGenerator::new(worker_id)),
+        }
+    }
+
+    /// A new id.
+    pub fn next_id(&self) -> Snowflake {
+        self.ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .next(now_ms())
+    }
+}
+
+/// i64 (store) → Snowflake (wire). Ids in the store are never zero or
+/// negative; a corrupt row maps to the smallest id rather than a panic.
+pub fn sf(id: i64) -> Snowflake {
+    Snowflake::new(u64::try_from(id).unwrap_or(1)).unwrap_or(Snowflake(std::num::NonZeroU64::MIN))
+}

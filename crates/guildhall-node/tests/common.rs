@@ -1,0 +1,229 @@
+//! A node on 127.0.0.1:0 in a temp dir, a REST helper and a gateway client.
+
+// Test helpers: a panic is the failure report, and not every test uses every helper.
+#![allow(
+    dead_code,
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use futures_util::{SinkExt, StreamExt};
+use guildhall_limits::Limits;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub struct TestNode {
+    pub base: String,
+    pub ws: String,
+    pub http: reqwest::Client,
+    pub dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestNode {
+    pub async fn start() -> Self {
+        Self::with_limits(Limits::default()).await
+    }
+
+    pub async fn with_limits(limits: Limits) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let config = guildhall_node::NodeConfig {
+            data_dir: dir.path().to_owned(),
+            limits,
+            worker_id: 1,
+        };
+        let task = tokio::spawn(async move {
+            guildhall_node::run(config, listener, async move {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        Self {
+            base: format!("http://{addr}/api/v10"),
+            ws: format!("ws://{addr}"),
+            http: reqwest::Client::new(),
+            dir,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    /// (status, body) of a request.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bot {token}"));
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn register(&self, name: &str) -> (String, String) {
+        let (status, body) = self
+            .call(
+                "POST",
+                "/auth/register",
+                None,
+                Some(json!({"username": name, "password": "password123"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        (
+            body["token"].as_str().unwrap().to_owned(),
+            body["user_id"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// A guild owned by `token`: (guild id, general channel id).
+    pub async fn guild(&self, token: &str, name: &str) -> (String, String) {
+        let (status, body) = self
+            .call("POST", "/guilds", Some(token), Some(json!({"name": name})))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        (
+            body["id"].as_str().unwrap().to_owned(),
+            body["channels"][0]["id"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// A bot of `owner_token` added to `guild_id`: (app id, bot token).
+    pub async fn bot_in(&self, owner_token: &str, guild_id: &str) -> (String, String) {
+        let (status, app) = self
+            .call(
+                "POST",
+                "/applications",
+                Some(owner_token),
+                Some(json!({"name": "testbot"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{app}");
+        let app_id = app["id"].as_str().unwrap().to_owned();
+        let (status, reset) = self
+            .call(
+                "POST",
+                &format!("/applications/{app_id}/bot/reset"),
+                Some(owner_token),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{reset}");
+        let (status, body) = self
+            .call(
+                "POST",
+                &format!("/oauth2/authorize?client_id={app_id}&scope=bot"),
+                Some(owner_token),
+                Some(json!({"guild_id": guild_id, "permissions": "0", "authorize": true})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        (app_id, reset["token"].as_str().unwrap().to_owned())
+    }
+}
+
+pub struct Client {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Self {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("{url}/?v=10&encoding=json"))
+            .await
+            .unwrap();
+        Self { ws }
+    }
+
+    pub async fn send(&mut self, value: Value) {
+        self.ws
+            .send(Message::Text(value.to_string().into()))
+            .await
+            .unwrap();
+    }
+
+    pub async fn send_raw(&mut self, text: &str) {
+        self.ws
+            .send(Message::Text(text.to_owned().into()))
+            .await
+            .unwrap();
+    }
+
+    /// The next text frame as JSON, or the close code.
+    pub async fn next(&mut self) -> Result<Value, Option<u16>> {
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(10), self.ws.next())
+                .await
+                .expect("gateway answered");
+            match frame {
+                Some(Ok(Message::Text(text))) => return Ok(serde_json::from_str(&text).unwrap()),
+                Some(Ok(Message::Close(frame))) => return Err(frame.map(|f| u16::from(f.code))),
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => return Err(None),
+            }
+        }
+    }
+
+    /// The next dispatch named `t` (skipping others).
+    pub async fn dispatch(&mut self, t: &str) -> Value {
+        loop {
+            let frame = self
+                .next()
+                .await
+                .unwrap_or_else(|code| panic!("closed with {code:?} waiting for {t}"));
+            if frame["t"] == t {
+                return frame;
+            }
+        }
+    }
+
+    /// HELLO then IDENTIFY with `intents`; returns READY.
+    pub async fn identify(&mut self, token: &str, intents: u64) -> Value {
+        let hello = self.next().await.unwrap();
+        assert_eq!(hello["op"], 10);
+        assert_eq!(hello["d"]["heartbeat_interval"], 41_250);
+        self.send(
+            json!({"op": 2, "d": {"token": format!("Bot {token}"), "intents": intents,
+            "properties": {"os": "linux", "browser": "test", "device": "test"}}}),
+        )
+        .await;
+        self.dispatch("READY").await
+    }
+
+    pub async fn close_code(&mut self) -> Option<u16> {
+        loop {
+            match self.next().await {
+                Ok(_) => continue,
+                Err(code) => return code,
+            }
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The embedded server over real sockets: REST and gateway as a bot library
+//! uses them, and every bad input of the issue with its documented answer.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Client, TestNode};
+use guildhall_proto::intents;
+use serde_json::json;
+
+const BOT_INTENTS: u64 =
+    intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT | intents::GUILD_MEMBERS;
+
+#[tokio::test]
+async fn identify_ready_guild_create_message_create_and_resume() {
+    let node = TestNode::start().await;
+    let (owner, owner_id) = node.register("alice").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Test Guild").await;
+    let (app_id, bot) = node.bot_in(&owner, &guild_id).await;
+
+    let mut client = Client::connect(&node.ws).await;
+    let ready = client.identify(&bot, BOT_INTENTS).await;
+    assert_eq!(ready["s"], 1);
+    let d = &ready["d"];
+    assert_eq!(d["v"], 10);
+    assert_eq!(d["user"]["bot"], true);
+    assert_eq!(d["application"]["id"], app_id.as_str());
+    assert_eq!(d["guilds"], json!([{"id": guild_id, "unavailable": true}]));
+    assert_eq!(d["resume_gateway_url"], node.ws.as_str());
+    let session_id = d["session_id"].as_str().unwrap().to_owned();
+
+    let guild_create = client.dispatch("GUILD_CREATE").await;
+    assert_eq!(guild_create["s"], 2);
+    let g = &guild_create["d"];
+    assert_eq!(g["id"], guild_id.as_str());
+    assert_eq!(
+        g["roles"][0]["id"],
+        guild_id.as_str(),
+        "@everyone's id is the guild's"
+    );
+    assert_eq!(g["channels"][0]["name"], "general");
+    assert_eq!(g["member_count"], 2);
+
+    // The owner posts; the bot sees MESSAGE_CREATE with content.
+    let (status, posted) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&owner),
+            Some(json!({"content": "!ping"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{posted}");
+    assert_eq!(posted["author"]["id"], owner_id.as_str());
+    let created = client.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(created["d"]["content"], "!ping");
+    assert_eq!(created["d"]["id"], posted["id"]);
+    assert_eq!(created["d"]["guild_id"], guild_id.as_str());
+    let last_seen = created["s"].as_u64().unwrap();
+
+    // Heartbeat is acknowledged.
+    client.send(json!({"op": 1, "d": last_seen})).await;
+    assert_eq!(client.next().await.unwrap()["op"], 11);
+
+    // Forced disconnect; two messages while away; RESUME replays exactly
+    // them with their original sequence numbers, then RESUMED.
+    drop(client);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    for text in ["missed one", "missed two"] {
+        let (status, _) = node
+            .call(
+                "POST",
+                &format!("/channels/{channel_id}/messages"),
+                Some(&owner),
+                Some(json!({"content": text})),
+            )
+            .await;
+        assert_eq!(status, 200);
+    }
+    let mut client = Client::connect(&node.ws).await;
+    assert_eq!(client.next().await.unwrap()["op"], 10);
+    client
+        .send(json!({"op": 6, "d": {"token": bot, "session_id": session_id, "seq": last_seen}}))
+        .await;
+    let one = client.next().await.unwrap();
+    let two = client.next().await.unwrap();
+    let resumed = client.next().await.unwrap();
+    assert_eq!(
+        (one["t"].as_str(), one["s"].as_u64()),
+        (Some("MESSAGE_CREATE"), Some(last_seen + 1))
+    );
+    assert_eq!(one["d"]["content"], "missed one");
+    assert_eq!(
+        (two["t"].as_str(), two["s"].as_u64()),
+        (Some("MESSAGE_CREATE"), Some(last_seen + 2))
+    );
+    assert_eq!(resumed["t"], "RESUMED");
+    assert_eq!(resumed["d"], json!({}), "RESUMED's d must be an object");
+    assert_eq!(resumed["s"], last_seen + 3);
+
+    // A RESUME of an unknown session: INVALID_SESSION (d=false), and the
+    // socket stays open for IDENTIFY.
+    let mut bad = Client::connect(&node.ws).await;
+    bad.next().await.unwrap();
+    bad.send(json!({"op": 6, "d": {"token": bot, "session_id": "no-such-session", "seq": 1}}))
+        .await;
+    assert_eq!(
+        bad.next().await.unwrap(),
+        json!({"op": 9, "d": false, "s": null, "t": null})
+    );
+    // A RESUME claiming a sequence the session never sent: 4007.
+    let mut future = Client::connect(&node.ws).await;
+    future.next().await.unwrap();
+    future
+        .send(json!({"op": 6, "d": {"token": bot, "session_id": session_id, "seq": 10_000}}))
+        .await;
+    assert_eq!(future.close_code().await, Some(4007));
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn message_content_is_blank_without_the_intent_and_op8_chunks_members() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Test Guild").await;
+    let (_, bot) = node.bot_in(&owner, &guild_id).await;
+    let mut client = Client::connect(&node.ws).await;
+    client
+        .identify(&bot, intents::GUILDS | intents::GUILD_MESSAGES)
+        .await;
+    client.dispatch("GUILD_CREATE").await;
+    node.call(
+        "POST",
+        &format!("/channels/{channel_id}/messages"),
+        Some(&owner),
+        Some(json!({"content": "secret"})),
+    )
+    .await;
+    let created = client.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(
+        created["d"]["content"], "",
+        "no MESSAGE_CONTENT intent: blanked"
+    );
+
+    client.send(json!({"op": 8, "d": {"guild_id": guild_id.parse::<u64>().unwrap(), "query": "", "limit": 0, "nonce": "n1"}})).await;
+    let chunk = client.dispatch("GUILD_MEMBERS_CHUNK").await;
+    assert_eq!(chunk["d"]["members"].as_array().unwrap().len(), 2);
+    assert_eq!(chunk["d"]["nonce"], "n1");
+    assert_eq!(chunk["d"]["chunk_count"], 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn gateway_bad_inputs_close_with_the_documented_codes() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (guild_id, _) = node.guild(&owner, "Test Guild").await;
+    let (app_id, bot) = node.bot_in(&owner, &guild_id).await;
+    let identify = |token: &str, intents: u64| {
+        json!({"op": 2, "d": {"token": token, "intents": intents}}).to_string()
+    };
+    let cases: Vec<(&str, Vec<String>, u16)> = vec![
+        ("invalid JSON", vec!["{nope".into()], 4002),
+        ("unknown opcode", vec![r#"{"op":42,"d":null}"#.into()], 4001),
+        (
+            "payload over 4096 bytes",
+            vec![format!(r#"{{"op":1,"d":"{}"}}"#, "x".repeat(5000))],
+            4002,
+        ),
+        (
+            "payload before IDENTIFY",
+            vec![r#"{"op":8,"d":{"guild_id":"1","query":"","limit":0}}"#.into()],
+            4003,
+        ),
+        (
+            "second IDENTIFY",
+            vec![identify(&bot, 1), identify(&bot, 1)],
+            4005,
+        ),
+        ("bad token", vec![identify("not-a-token", 1)], 4004),
+        ("invalid intents", vec![identify(&bot, 1 << 40)], 4013),
+    ];
+    for (name, frames, code) in cases {
+        let mut client = Client::connect(&node.ws).await;
+        client.next().await.unwrap();
+        for frame in &frames {
+            client.send_raw(frame).await;
+        }
+        assert_eq!(client.close_code().await, Some(code), "{name}");
+    }
+    // Privileged intents switched off for the application: 4014.
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &format!("/applications/{app_id}"),
+            Some(&owner),
+            Some(json!({"flags": 0})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut client = Client::connect(&node.ws).await;
+    client.next().await.unwrap();
+    client
+        .send_raw(&identify(&bot, intents::MESSAGE_CONTENT))
+        .await;
+    assert_eq!(client.close_code().await, Some(4014));
+    // After all of that, the server still serves everyone else.
+    let mut client = Client::connect(&node.ws).await;
+    client.identify(&bot, intents::GUILDS).await;
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn rest_bad_inputs_get_discord_error_bodies() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (stranger, _) = node.register("mallory").await;
+    let (_, channel_id) = node.guild(&owner, "Test Guild").await;
+    let messages = format!("/channels/{channel_id}/messages");
+
+    let raw = |body: &'static str| {
+        let client = node.http.clone();
+        let url = format!("{}{messages}", node.base);
+        let token = owner.clone();
+        async move {
+            let response = client
+                .post(url)
+                .header("authorization", token)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let content_type = response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            (
+                status,
+                content_type,
+                response.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    let (status, content_type, body) = raw("{not json").await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50109)));
+    assert_eq!(content_type, "application/json", "exactly, no charset");
+    let (status, _, body) = raw(Box::leak(
+        format!(r#"{{"content":"{}"}}"#, "x".repeat(70_000)).into_boxed_str(),
+    ))
+    .await;
+    assert_eq!((status, body["code"].as_u64()), (413, Some(40005)));
+
+    let cases: Vec<(Option<&str>, &str, serde_json::Value, u16, u64)> = vec![
+        (Some(&owner), &messages, json!({"content": ""}), 400, 50006),
+        (
+            Some(&owner),
+            &messages,
+            json!({"content": "x".repeat(2001)}),
+            400,
+            50035,
+        ),
+        (Some(&owner), &messages, json!({"content": 5}), 400, 50035),
+        (None, &messages, json!({"content": "hi"}), 401, 0),
+        (
+            Some("bad-token"),
+            &messages,
+            json!({"content": "hi"}),
+            401,
+            0,
+        ),
+        (
+            Some(&stranger),
+            &messages,
+            json!({"content": "hi"}),
+            403,
+            50001,
+        ),
+        (
+            Some(&owner),
+            "/channels/1234567890123/messages",
+            json!({"content": "hi"}),
+            404,
+            10003,
+        ),
+    ];
+    for (token, path, body, status, code) in cases {
+        let (got_status, got) = node.call("POST", path, token, Some(body.clone())).await;
+        assert_eq!(
+            (got_status, got["code"].as_u64()),
+            (status, Some(code)),
+            "{path} {body}: {got}"
+        );
+    }
+    let (status, body) = node.call("GET", &messages, Some(&stranger), None).await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (403, Some(50001)),
+        "a non-member cannot read"
+    );
+    // Nothing was stored by any of those.
+    let (status, history) = node.call("GET", &messages, Some(&owner), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(history, json!([]));
+    // And the server still serves.
+    let (status, _) = node
+        .call(
+            "POST",
+            &messages,
+            Some(&owner),
+            Some(json!({"content": "still here"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn rate_limit_headers_and_429_shape() {
+    let limits = guildhall_limits::Limits {
+        rest_rate_limit_per_window: 2,
+        rest_rate_window_ms: 60_000,
+        ..Default::default()
+    };
+    let node = TestNode::with_limits(limits).await;
+    let url = format!("{}/gateway", node.base);
+    for _ in 0..2 {
+        let response = node.http.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        for header in [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+            "x-ratelimit-reset-after",
+            "x-ratelimit-bucket",
+            "x-ratelimit-scope",
+        ] {
+            assert!(response.headers().contains_key(header), "{header}");
+        }
+    }
+    let response = node.http.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().contains_key("retry-after"));
+    assert!(response.headers().contains_key("via"));
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["message"], "You are being rate limited.");
+    assert_eq!(body["global"], false);
+    assert_eq!(body["code"], 0);
+    assert!(body["retry_after"].as_f64().unwrap() > 0.0);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn upgrades_over_the_session_cap_are_refused_before_the_101() {
+    let limits = guildhall_limits::Limits {
+        sessions_per_node_max: 1,
+        ..Default::default()
+    };
+    let node = TestNode::with_limits(limits).await;
+    let (owner, _) = node.register("alice").await;
+    let mut first = Client::connect(&node.ws).await;
+    first.identify(&owner, intents::GUILDS).await;
+    match tokio_tungstenite::connect_async(format!("{}/", node.ws)).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+            assert!(response.headers().contains_key("retry-after"));
+        }
+        other => panic!(
+            "expected 503 before the upgrade, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    node.stop().await;
+}
