@@ -293,6 +293,8 @@ fn main() -> Result<()> {
     let scenario = match cli.command {
         Command::Serve { listen, data_dir } => {
             tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
                         .unwrap_or_else(|_| "info".into()),
