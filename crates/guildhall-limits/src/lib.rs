@@ -268,8 +268,12 @@ const _: () = assert!(HEARTBEAT_TIMEOUT_MS > HEARTBEAT_INTERVAL_MS);
 const _: () = assert!(REPLAY_BUFFER_EVENTS_MAX >= 1 && SESSION_QUEUE_MESSAGES_MAX >= 1);
 
 /// The effective value of every bound. `Limits::default()` holds the constants
-/// above; a deployment overrides fields and must pass [`Limits::validate`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// above; a deployment overrides fields (the `[limits]` table of the config
+/// file, or `GUILDHALL_<FIELD>` in the environment) and must pass
+/// [`Limits::validate`]. Unknown fields are an error, so a misspelt bound is
+/// never silently ignored.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// See [`RING_VNODES_PER_MEMBER`].
     pub ring_vnodes_per_member: u32,
@@ -584,6 +588,116 @@ impl Limits {
             "log_throttle_keys_max",
             "must be at least 1",
         );
+        check(
+            self.gateway_payload_bytes_max >= 1,
+            "gateway_payload_bytes_max",
+            "must be at least 1",
+        );
+        check(
+            self.gateway_inbound_per_minute_max >= 1,
+            "gateway_inbound_per_minute_max",
+            "must be at least 1",
+        );
+        check(
+            self.heartbeat_interval_ms >= 1,
+            "heartbeat_interval_ms",
+            "must be at least 1",
+        );
+        check(
+            self.heartbeat_timeout_ms >= 1,
+            "heartbeat_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.session_queue_messages_max >= 1,
+            "session_queue_messages_max",
+            "must be at least 1",
+        );
+        check(
+            self.session_queue_bytes_max >= 1,
+            "session_queue_bytes_max",
+            "must be at least 1",
+        );
+        check(
+            self.replay_buffer_events_max >= 1,
+            "replay_buffer_events_max",
+            "must be at least 1",
+        );
+        check(
+            self.replay_buffer_bytes_max >= 1,
+            "replay_buffer_bytes_max",
+            "must be at least 1",
+        );
+        check(
+            self.resume_window_ms >= 1,
+            "resume_window_ms",
+            "must be at least 1",
+        );
+        check(
+            self.sessions_per_node_max >= 1,
+            "sessions_per_node_max",
+            "must be at least 1",
+        );
+        check(
+            self.handshake_rate_per_s >= 1,
+            "handshake_rate_per_s",
+            "must be at least 1",
+        );
+        check(
+            self.handshake_hold_ms_max >= 1,
+            "handshake_hold_ms_max",
+            "must be at least 1",
+        );
+        check(
+            self.rest_body_bytes_max >= 1,
+            "rest_body_bytes_max",
+            "must be at least 1",
+        );
+        check(
+            self.message_content_chars_max >= 1,
+            "message_content_chars_max",
+            "must be at least 1",
+        );
+        check(
+            self.messages_per_page_max >= 1,
+            "messages_per_page_max",
+            "must be at least 1",
+        );
+        check(
+            self.members_per_page_max >= 1,
+            "members_per_page_max",
+            "must be at least 1",
+        );
+        check(
+            self.rest_rate_limit_per_window >= 1,
+            "rest_rate_limit_per_window",
+            "must be at least 1",
+        );
+        check(
+            self.rest_rate_window_ms >= 1,
+            "rest_rate_window_ms",
+            "must be at least 1",
+        );
+        check(
+            self.rest_rate_buckets_max >= 1,
+            "rest_rate_buckets_max",
+            "must be at least 1",
+        );
+        check(
+            self.heartbeat_timeout_ms > self.heartbeat_interval_ms,
+            "heartbeat_timeout_ms",
+            "must exceed heartbeat_interval_ms (or every session times out)",
+        );
+        check(
+            self.gateway_payload_bytes_max >= 512,
+            "gateway_payload_bytes_max",
+            "must be at least 512 (an IDENTIFY does not fit in less)",
+        );
+        check(
+            self.session_queue_bytes_max >= self.gateway_payload_bytes_max,
+            "session_queue_bytes_max",
+            "must hold at least one payload",
+        );
         if errors.is_empty() {
             Ok(())
         } else {
@@ -599,6 +713,103 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert_eq!(Limits::default().validate(), Ok(()));
+    }
+
+    /// Every field has a guard: zeroing any one of them fails validation.
+    #[test]
+    fn every_field_is_checked() {
+        let defaults = Limits::default();
+        let fields = [
+            "ring_vnodes_per_member",
+            "ring_members_max",
+            "ring_load_epsilon_permille",
+            "ring_history_generations_max",
+            "lease_ttl_ms",
+            "self_preservation_window_ms",
+            "ring_rebuilds_per_window_max",
+            "adaptive_limit_floor",
+            "retry_budget_window_ms",
+            "backoff_base_ms",
+            "singleflight_keys_max",
+            "singleflight_waiters_per_key_max",
+            "down_batch_max",
+            "down_batch_interval_ms",
+            "down_deliver_per_s",
+            "drain_grace_ms",
+            "drain_batch_interval_ms",
+            "drain_receiver_utilization_permille",
+            "log_throttle_interval_ms",
+            "log_throttle_keys_max",
+            "gateway_payload_bytes_max",
+            "gateway_inbound_per_minute_max",
+            "heartbeat_interval_ms",
+            "heartbeat_timeout_ms",
+            "session_queue_messages_max",
+            "session_queue_bytes_max",
+            "replay_buffer_events_max",
+            "replay_buffer_bytes_max",
+            "resume_window_ms",
+            "sessions_per_node_max",
+            "handshake_rate_per_s",
+            "handshake_hold_ms_max",
+            "rest_body_bytes_max",
+            "message_content_chars_max",
+            "messages_per_page_max",
+            "members_per_page_max",
+            "rest_rate_limit_per_window",
+            "rest_rate_window_ms",
+            "rest_rate_buckets_max",
+        ];
+        for field in fields {
+            let limits = zero(defaults.clone(), field);
+            assert!(limits.validate().is_err(), "{field} = 0 was accepted");
+        }
+    }
+
+    fn zero(mut l: Limits, field: &str) -> Limits {
+        match field {
+            "ring_vnodes_per_member" => l.ring_vnodes_per_member = 0,
+            "ring_members_max" => l.ring_members_max = 0,
+            "ring_load_epsilon_permille" => l.ring_load_epsilon_permille = 0,
+            "ring_history_generations_max" => l.ring_history_generations_max = 0,
+            "lease_ttl_ms" => l.lease_ttl_ms = 0,
+            "self_preservation_window_ms" => l.self_preservation_window_ms = 0,
+            "ring_rebuilds_per_window_max" => l.ring_rebuilds_per_window_max = 0,
+            "adaptive_limit_floor" => l.adaptive_limit_floor = 0,
+            "retry_budget_window_ms" => l.retry_budget_window_ms = 0,
+            "backoff_base_ms" => l.backoff_base_ms = 0,
+            "singleflight_keys_max" => l.singleflight_keys_max = 0,
+            "singleflight_waiters_per_key_max" => l.singleflight_waiters_per_key_max = 0,
+            "down_batch_max" => l.down_batch_max = 0,
+            "down_batch_interval_ms" => l.down_batch_interval_ms = 0,
+            "down_deliver_per_s" => l.down_deliver_per_s = 0,
+            "drain_grace_ms" => l.drain_grace_ms = 0,
+            "drain_batch_interval_ms" => l.drain_batch_interval_ms = 0,
+            "drain_receiver_utilization_permille" => l.drain_receiver_utilization_permille = 0,
+            "log_throttle_interval_ms" => l.log_throttle_interval_ms = 0,
+            "log_throttle_keys_max" => l.log_throttle_keys_max = 0,
+            "gateway_payload_bytes_max" => l.gateway_payload_bytes_max = 0,
+            "gateway_inbound_per_minute_max" => l.gateway_inbound_per_minute_max = 0,
+            "heartbeat_interval_ms" => l.heartbeat_interval_ms = 0,
+            "heartbeat_timeout_ms" => l.heartbeat_timeout_ms = 0,
+            "session_queue_messages_max" => l.session_queue_messages_max = 0,
+            "session_queue_bytes_max" => l.session_queue_bytes_max = 0,
+            "replay_buffer_events_max" => l.replay_buffer_events_max = 0,
+            "replay_buffer_bytes_max" => l.replay_buffer_bytes_max = 0,
+            "resume_window_ms" => l.resume_window_ms = 0,
+            "sessions_per_node_max" => l.sessions_per_node_max = 0,
+            "handshake_rate_per_s" => l.handshake_rate_per_s = 0,
+            "handshake_hold_ms_max" => l.handshake_hold_ms_max = 0,
+            "rest_body_bytes_max" => l.rest_body_bytes_max = 0,
+            "message_content_chars_max" => l.message_content_chars_max = 0,
+            "messages_per_page_max" => l.messages_per_page_max = 0,
+            "members_per_page_max" => l.members_per_page_max = 0,
+            "rest_rate_limit_per_window" => l.rest_rate_limit_per_window = 0,
+            "rest_rate_window_ms" => l.rest_rate_window_ms = 0,
+            "rest_rate_buckets_max" => l.rest_rate_buckets_max = 0,
+            other => panic!("unknown field {other}"),
+        }
+        l
     }
 
     #[test]

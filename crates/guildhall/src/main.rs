@@ -3,6 +3,8 @@
 //! Command-line parsing, signals and output live here; every decision lives
 //! in the library crates.
 
+mod config;
+
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use guildhall_sim::{down, drain, flood, herd, membership, report, ring};
@@ -25,12 +27,20 @@ struct Cli {
 enum Command {
     /// Run a node with every role (embedded mode).
     Serve {
-        /// Address to listen on (REST, gateway, metrics).
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: String,
-        /// Directory for the database and the admin token.
-        #[arg(long, default_value = "./guildhall-data")]
-        data_dir: std::path::PathBuf,
+        /// Address to listen on (REST, gateway, metrics) [default: 127.0.0.1:8080].
+        #[arg(long)]
+        listen: Option<String>,
+        /// Directory for the database and the admin token [default: ./guildhall-data].
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+        /// A TOML config file (limits, listen, data_dir); GUILDHALL_<LIMIT> env vars override it.
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+    },
+    /// Validate configuration.
+    Config {
+        #[command(subcommand)]
+        action: ConfigCommand,
     },
     /// Manage users of a running server.
     User {
@@ -60,6 +70,15 @@ struct Server {
     /// Base URL of the running server.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     server: String,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate FILE (with GUILDHALL_* overrides) and print the effective limits.
+    Check {
+        /// The config file.
+        file: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -291,7 +310,27 @@ fn call(server: &Server, path: &str, token: Option<&str>, body: serde_json::Valu
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let scenario = match cli.command {
-        Command::Serve { listen, data_dir } => {
+        Command::Config {
+            action: ConfigCommand::Check { file },
+        } => {
+            let config = config::load(Some(&file), std::env::vars())?;
+            let mut out = std::io::stdout().lock();
+            write!(out, "{}", config::render(&config.limits)?)?;
+            return Ok(());
+        }
+        Command::Serve {
+            listen,
+            data_dir,
+            config,
+        } => {
+            let file = config::load(config.as_deref(), std::env::vars())?;
+            let listen = listen
+                .or(file.listen)
+                .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+            let data_dir = data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| "./guildhall-data".into());
+            let limits = file.limits;
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -304,7 +343,7 @@ fn main() -> Result<()> {
                 let listener = tokio::net::TcpListener::bind(&listen).await?;
                 let config = guildhall_node::NodeConfig {
                     data_dir,
-                    limits: guildhall_limits::Limits::default(),
+                    limits,
                     worker_id: 1,
                 };
                 guildhall_node::run(config, listener, shutdown_signal()).await?;

@@ -1,0 +1,147 @@
+//! The configuration: a TOML file, then the environment, then flags.
+//!
+//! ```toml
+//! listen = "0.0.0.0:8080"
+//! data_dir = "/var/lib/guildhall"
+//!
+//! [limits]
+//! session_queue_messages_max = 4096
+//! handshake_rate_per_s = 1000
+//! ```
+//!
+//! Every field of `[limits]` can also be set as `GUILDHALL_<FIELD>` (upper
+//! case), for example `GUILDHALL_HANDSHAKE_RATE_PER_S=1000`. Unknown keys are
+//! errors; so are values that break a relation between limits (all reported
+//! at once).
+
+use anyhow::{Context, Result, bail};
+use guildhall_limits::Limits;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The file's shape.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Address to listen on.
+    pub listen: Option<String>,
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// Overrides of any bound.
+    pub limits: Limits,
+}
+
+/// Reads `path` (if any), applies `GUILDHALL_*` from `env`, validates.
+pub fn load(
+    path: Option<&Path>,
+    env: impl Iterator<Item = (String, String)>,
+) -> Result<ConfigFile> {
+    let mut config = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            toml::from_str::<ConfigFile>(&text)
+                .with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => ConfigFile::default(),
+    };
+    // Apply environment overrides through the serialized form, so every
+    // field of Limits is covered without listing them again here.
+    let mut limits = toml::Table::try_from(&config.limits)?;
+    for (key, value) in env {
+        let Some(field) = key.strip_prefix("GUILDHALL_") else {
+            continue;
+        };
+        let field = field.to_ascii_lowercase();
+        if !limits.contains_key(&field) {
+            bail!("{key}: no such limit");
+        }
+        let number: i64 = value
+            .trim()
+            .parse()
+            .with_context(|| format!("{key}={value}: not an integer"))?;
+        limits.insert(field, toml::Value::Integer(number));
+    }
+    config.limits = limits.try_into().context("environment overrides")?;
+    if let Err(errors) = config.limits.validate() {
+        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+        bail!("invalid limits:\n{}", lines.join("\n"));
+    }
+    Ok(config)
+}
+
+/// The effective limits as `name = value` lines (what `config check` prints).
+pub fn render(limits: &Limits) -> Result<String> {
+    let table = toml::Table::try_from(limits)?;
+    Ok(format!("[limits]\n{}", toml::to_string(&table)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file
+    }
+
+    #[test]
+    fn file_then_environment() {
+        let file = write(
+            "listen = \"0.0.0.0:9000\"\n[limits]\nhandshake_rate_per_s = 500\nsession_queue_messages_max = 16\n",
+        );
+        let env = vec![
+            (
+                "GUILDHALL_HANDSHAKE_RATE_PER_S".to_owned(),
+                "700".to_owned(),
+            ),
+            ("PATH".into(), "/bin".into()),
+        ];
+        let config = load(Some(file.path()), env.into_iter()).unwrap();
+        assert_eq!(config.listen.as_deref(), Some("0.0.0.0:9000"));
+        assert_eq!(
+            config.limits.handshake_rate_per_s, 700,
+            "environment wins over the file"
+        );
+        assert_eq!(config.limits.session_queue_messages_max, 16);
+        assert_eq!(
+            config.limits.heartbeat_interval_ms,
+            guildhall_limits::HEARTBEAT_INTERVAL_MS,
+            "defaults fill the rest"
+        );
+    }
+
+    #[test]
+    fn mistakes_are_errors_not_ignored() {
+        let typo = write("[limits]\nsession_queue_mesages_max = 16\n");
+        assert!(
+            format!(
+                "{:#}",
+                load(Some(typo.path()), std::iter::empty()).unwrap_err()
+            )
+            .contains("unknown field")
+        );
+        let broken = write("[limits]\nheartbeat_timeout_ms = 10\ndrain_margin_ms = 99999\n");
+        let error = format!(
+            "{:#}",
+            load(Some(broken.path()), std::iter::empty()).unwrap_err()
+        );
+        assert!(
+            error.contains("heartbeat_timeout_ms") && error.contains("drain_margin_ms"),
+            "{error}"
+        );
+        let env = vec![("GUILDHALL_NO_SUCH_LIMIT".to_owned(), "1".to_owned())];
+        assert!(load(None, env.into_iter()).is_err());
+    }
+
+    #[test]
+    fn rendered_limits_parse_back() {
+        let text = render(&Limits::default()).unwrap();
+        let file = write(&text);
+        assert_eq!(
+            load(Some(file.path()), std::iter::empty()).unwrap().limits,
+            Limits::default()
+        );
+    }
+}
