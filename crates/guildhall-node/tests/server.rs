@@ -374,3 +374,66 @@ async fn upgrades_over_the_session_cap_are_refused_before_the_101() {
     }
     node.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_drains_sessions_with_reconnect_and_metrics_count() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (_, channel_id) = node.guild(&owner, "Drain Guild").await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        let mut client = Client::connect(&node.ws).await;
+        client
+            .identify(&owner, intents::GUILDS | intents::GUILD_MESSAGES)
+            .await;
+        client.dispatch("GUILD_CREATE").await;
+        clients.push(client);
+    }
+    node.call(
+        "POST",
+        &format!("/channels/{channel_id}/messages"),
+        Some(&owner),
+        Some(json!({"content": "hi"})),
+    )
+    .await;
+    let metrics = node
+        .http
+        .get(node.base.replace("/api/v10", "/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "guildhall_sessions 3",
+        "guildhall_ready_total 3",
+        "guildhall_messages_total 1",
+        "guildhall_sockets_open 3",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+    assert!(metrics.contains("# TYPE guildhall_dispatches_total counter"));
+
+    let readiness = node.base.replace("/api/v10", "/healthz");
+    assert_eq!(
+        node.http.get(&readiness).send().await.unwrap().status(),
+        200
+    );
+    let stop = tokio::spawn(node.stop());
+    for client in &mut clients {
+        // Every session gets op 7 RECONNECT, then a reconnectable close.
+        loop {
+            match client.next().await {
+                Ok(frame) if frame["op"] == 7 => break,
+                Ok(_) => continue,
+                Err(code) => panic!("closed with {code:?} before RECONNECT"),
+            }
+        }
+        assert_eq!(client.close_code().await, Some(4000));
+    }
+    stop.await.unwrap();
+}
