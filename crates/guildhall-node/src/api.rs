@@ -8,7 +8,9 @@
 
 use crate::auth;
 use crate::gateway::{Gateway, app_flags};
-use crate::guilds::{GuildCommand, GuildError, perm, wire_channel, wire_user};
+use crate::guilds::{
+    Changed, GuildChange, GuildCommand, GuildError, perm, wire_channel, wire_user,
+};
 use crate::hub::GuildEvent;
 use crate::state::{now_ms, sf};
 use axum::Router;
@@ -77,6 +79,8 @@ impl From<GuildError> for ApiError {
             GuildError::UnknownChannel => ApiError::Code(ErrorCode::UnknownChannel),
             GuildError::MissingAccess => ApiError::Code(ErrorCode::MissingAccess),
             GuildError::MissingPermissions => ApiError::Code(ErrorCode::MissingPermissions),
+            GuildError::UnknownRole => ApiError::Code(ErrorCode::UnknownRole),
+            GuildError::UnknownMember => ApiError::Code(ErrorCode::UnknownMember),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -982,8 +986,35 @@ async fn create_message(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<NewMessage>,
 ) -> ApiResult {
-    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    let channel = node
+        .shared
+        .store
+        .channel(parse_id(&id)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
     check_content(&node, &body.content, !body.embeds.is_empty())?;
+    let Some(guild_id) = channel.guild_id else {
+        // A direct message: no guild owner; both participants' sessions.
+        let members = dm_of(&node, &author, &channel).await?;
+        let row = MessageRow {
+            id: node.shared.next_id().get() as i64,
+            channel_id: channel.id,
+            guild_id: None,
+            author_id: author.id,
+            content: body.content,
+            tts: body.tts,
+            edited_ms: None,
+        };
+        node.shared.store.insert_message(&row).await?;
+        node.counters.messages_total.fetch_add(1, Ordering::Relaxed);
+        let mut message = wire_message(&row, &author, None);
+        message.nonce = body.nonce;
+        if let Ok(event) = EncodedDispatch::new("MESSAGE_CREATE", &message) {
+            node.hub
+                .dispatch_to_users(&members, intents::DIRECT_MESSAGES, &event);
+        }
+        return ok(&message);
+    };
     let grant = authorize(&node, author.id, &channel, guild_id, perm::SEND_MESSAGES).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
@@ -1015,15 +1046,27 @@ async fn list_messages(
     Path(id): Path<String>,
     Query(query): Query<HistoryQuery>,
 ) -> ApiResult {
-    let (channel, guild_id) = guild_channel(&node, &id).await?;
-    authorize(
-        &node,
-        caller.id,
-        &channel,
-        guild_id,
-        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
-    )
-    .await?;
+    let channel = node
+        .shared
+        .store
+        .channel(parse_id(&id)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
+    match channel.guild_id {
+        Some(guild_id) => {
+            authorize(
+                &node,
+                caller.id,
+                &channel,
+                guild_id,
+                perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
+            )
+            .await?;
+        }
+        None => {
+            dm_of(&node, &caller, &channel).await?;
+        }
+    }
     let limit = query
         .limit
         .unwrap_or(50)
@@ -1188,6 +1231,526 @@ async fn typing(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+// ----- changes: channels, roles, members -----------------------------------------
+
+fn changed(result: Changed) -> ApiResult {
+    match result {
+        Changed::Channel(channel) => ok(&channel),
+        Changed::Role(role) => ok(&role),
+        Changed::Member(member) => ok(&member),
+        Changed::Nothing => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+async fn change(node: &crate::Node, guild_id: i64, actor: i64, change: GuildChange) -> ApiResult {
+    changed(
+        node.guilds
+            .ask(guild_id, |reply| GuildCommand::Change {
+                actor,
+                change,
+                reply,
+            })
+            .await??,
+    )
+}
+
+/// Absent, null, or a value: PATCH semantics for nullable fields.
+fn patch<T: DeserializeOwned>(value: Option<&Value>) -> Result<Option<Option<T>>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(|t| Some(Some(t)))
+            .map_err(|e| ApiError::Field("body", "BASE_TYPE_BAD", e.to_string())),
+    }
+}
+
+fn bits(value: Option<&Value>) -> Result<Option<i64>, ApiError> {
+    let bad = || {
+        ApiError::Field(
+            "permissions",
+            "BASE_TYPE_BAD",
+            "Must be a decimal string.".into(),
+        )
+    };
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => s.parse::<u64>().map(|v| Some(v as i64)).map_err(|_| bad()),
+        Some(Value::Number(n)) => n.as_u64().map(|v| Some(v as i64)).ok_or_else(bad),
+        Some(_) => Err(bad()),
+    }
+}
+
+async fn patch_channel(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    let name: Option<String> = patch(body.get("name"))?.flatten();
+    if name
+        .as_ref()
+        .is_some_and(|n| !(1..=100).contains(&n.chars().count()))
+    {
+        return Err(ApiError::Field(
+            "name",
+            "BASE_TYPE_BAD_LENGTH",
+            "Must be between 1 and 100 in length.".into(),
+        ));
+    }
+    let topic = patch::<String>(body.get("topic"))?;
+    let position = patch::<i64>(body.get("position"))?.flatten();
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::UpdateChannel {
+            channel_id: channel.id,
+            name,
+            topic,
+            position,
+        },
+    )
+    .await
+}
+
+async fn delete_channel(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::DeleteChannel {
+            channel_id: channel.id,
+        },
+    )
+    .await
+}
+
+async fn list_roles(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let user_id = caller.id;
+    ok(&node
+        .guilds
+        .ask(guild_id, |reply| GuildCommand::Roles { user_id, reply })
+        .await??)
+}
+
+async fn create_role(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let role = RoleRow {
+        id: node.shared.next_id().get() as i64,
+        guild_id,
+        name: patch::<String>(body.get("name"))?
+            .flatten()
+            .unwrap_or_else(|| "new role".into()),
+        permissions: bits(body.get("permissions"))?.unwrap_or(0),
+        position: 0,
+        color: patch::<i64>(body.get("color"))?.flatten().unwrap_or(0),
+        hoist: patch::<bool>(body.get("hoist"))?.flatten().unwrap_or(false),
+        mentionable: patch::<bool>(body.get("mentionable"))?
+            .flatten()
+            .unwrap_or(false),
+    };
+    change(&node, guild_id, caller.id, GuildChange::CreateRole { role }).await
+}
+
+async fn patch_role(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, role)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let update = GuildChange::UpdateRole {
+        role_id: parse_id(&role)?,
+        name: patch::<String>(body.get("name"))?.flatten(),
+        permissions: bits(body.get("permissions"))?,
+        color: patch::<i64>(body.get("color"))?.flatten(),
+        hoist: patch::<bool>(body.get("hoist"))?.flatten(),
+        mentionable: patch::<bool>(body.get("mentionable"))?.flatten(),
+    };
+    change(&node, guild_id, caller.id, update).await
+}
+
+async fn delete_role(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, role)): Path<(String, String)>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::DeleteRole {
+            role_id: parse_id(&role)?,
+        },
+    )
+    .await
+}
+
+async fn patch_member(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, member)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let member_id = if member == "@me" {
+        caller.id
+    } else {
+        parse_id(&member)?
+    };
+    let nick = patch::<String>(body.get("nick"))?;
+    if nick
+        .as_ref()
+        .and_then(|n| n.as_ref())
+        .is_some_and(|n| n.chars().count() > 32)
+    {
+        return Err(ApiError::Field(
+            "nick",
+            "BASE_TYPE_MAX_LENGTH",
+            "Must be 32 or fewer in length.".into(),
+        ));
+    }
+    let roles = match patch::<Vec<String>>(body.get("roles"))?.flatten() {
+        Some(ids) => Some(
+            ids.iter()
+                .map(|r| parse_id(r))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => None,
+    };
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::UpdateMember {
+            member_id,
+            nick,
+            roles,
+        },
+    )
+    .await
+}
+
+async fn kick_member(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, member)): Path<(String, String)>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::RemoveMember {
+            member_id: parse_id(&member)?,
+        },
+    )
+    .await
+}
+
+async fn leave_guild(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::RemoveMember {
+            member_id: caller.id,
+        },
+    )
+    .await
+}
+
+async fn member_role(
+    node: &crate::Node,
+    caller: &UserRow,
+    (id, member, role): (String, String, String),
+    add: bool,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let change_ = GuildChange::MemberRole {
+        member_id: parse_id(&member)?,
+        role_id: parse_id(&role)?,
+        add,
+    };
+    change(node, guild_id, caller.id, change_).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn add_member_role(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(p): Path<(String, String, String)>,
+) -> ApiResult {
+    member_role(&node, &caller, p, true).await
+}
+
+async fn remove_member_role(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(p): Path<(String, String, String)>,
+) -> ApiResult {
+    member_role(&node, &caller, p, false).await
+}
+
+// ----- reactions and bulk delete ------------------------------------------------
+
+fn emoji_of(raw: &str) -> Result<(String, Value), ApiError> {
+    // Unicode emoji arrive percent-encoded; custom ones as name:id.
+    let decoded = percent_decode(raw);
+    if decoded.is_empty() || decoded.chars().count() > 64 {
+        return Err(ApiError::Code(ErrorCode::General));
+    }
+    let value = match decoded.split_once(':') {
+        Some((name, id)) => json!({"id": id, "name": name}),
+        None => json!({"id": null, "name": decoded}),
+    };
+    Ok((decoded, value))
+}
+
+/// Decodes `%XX` sequences (paths carry emoji percent-encoded); invalid
+/// sequences are kept as they are. By hand: one decoding direction for one
+/// path segment does not justify a URL crate.
+fn percent_decode(raw: &str) -> String {
+    fn hex(b: u8) -> Option<u8> {
+        match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            b'A'..=b'F' => Some(b - b'A' + 10),
+            _ => None,
+        }
+    }
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let decoded = match bytes.get(i..i + 3) {
+            Some([b'%', hi, lo]) => hex(*hi).zip(hex(*lo)).map(|(h, l)| h * 16 + l),
+            _ => None,
+        };
+        match decoded {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("%F0%9F%91%8D"), "👍");
+        assert_eq!(percent_decode("blob:123"), "blob:123");
+        assert_eq!(percent_decode("bad%zz%4"), "bad%zz%4");
+    }
+}
+
+async fn reaction(
+    node: &crate::Node,
+    caller: UserRow,
+    (channel, message, emoji): (String, String, String),
+    add: bool,
+) -> ApiResult {
+    let (channel_row, guild_id, row) = message_of(
+        node,
+        &caller,
+        &channel,
+        &message,
+        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
+    )
+    .await?;
+    let (key, emoji) = emoji_of(&emoji)?;
+    let changed = if add {
+        node.shared
+            .store
+            .add_reaction(row.id, &key, caller.id)
+            .await?
+    } else {
+        node.shared
+            .store
+            .remove_reaction(row.id, &key, caller.id)
+            .await?
+    };
+    if changed {
+        let name = if add {
+            "MESSAGE_REACTION_ADD"
+        } else {
+            "MESSAGE_REACTION_REMOVE"
+        };
+        let mut data = json!({
+            "user_id": caller.id.to_string(), "channel_id": channel_row.id.to_string(),
+            "message_id": row.id.to_string(), "guild_id": guild_id.to_string(), "emoji": emoji,
+            "burst": false, "type": 0,
+        });
+        if add {
+            let grant =
+                authorize(node, caller.id, &channel_row, guild_id, perm::VIEW_CHANNEL).await?;
+            let mut member = serde_json::to_value(grant.member).unwrap_or_default();
+            member["user"] = serde_json::to_value(wire_user(&caller)).unwrap_or_default();
+            data["member"] = member;
+            data["message_author_id"] = json!(row.author_id.to_string());
+        }
+        if let Ok(full) = EncodedDispatch::new(name, &data) {
+            let event = GuildEvent {
+                guild_id,
+                required_intent: intents::GUILD_MESSAGE_REACTIONS,
+                full,
+                blanked: None,
+                content_exempt: vec![],
+            };
+            let _ = node
+                .guilds
+                .tell(guild_id, GuildCommand::Publish(event))
+                .await;
+        }
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn add_reaction(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(p): Path<(String, String, String)>,
+) -> ApiResult {
+    reaction(&node, caller, p, true).await
+}
+
+async fn remove_reaction(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(p): Path<(String, String, String)>,
+) -> ApiResult {
+    reaction(&node, caller, p, false).await
+}
+
+#[derive(Deserialize)]
+struct BulkDelete {
+    messages: Vec<String>,
+}
+
+async fn bulk_delete(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<BulkDelete>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    if !(2..=100).contains(&body.messages.len()) {
+        return Err(ApiError::Field(
+            "messages",
+            "BASE_TYPE_BAD_LENGTH",
+            "Must be between 2 and 100 in length.".into(),
+        ));
+    }
+    authorize(&node, caller.id, &channel, guild_id, perm::MANAGE_MESSAGES).await?;
+    let ids = body
+        .messages
+        .iter()
+        .map(|m| parse_id(m))
+        .collect::<Result<Vec<_>, _>>()?;
+    node.shared.store.delete_messages(channel.id, &ids).await?;
+    let data = json!({"ids": body.messages, "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string()});
+    if let Ok(full) = EncodedDispatch::new("MESSAGE_DELETE_BULK", &data) {
+        let event = GuildEvent {
+            guild_id,
+            required_intent: intents::GUILD_MESSAGES,
+            full,
+            blanked: None,
+            content_exempt: vec![],
+        };
+        let _ = node
+            .guilds
+            .tell(guild_id, GuildCommand::Publish(event))
+            .await;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ----- direct messages ------------------------------------------------------
+
+async fn dm_json(node: &crate::Node, channel: &ChannelRow, viewer: i64) -> Result<Value, ApiError> {
+    let mut recipients = Vec::new();
+    for user_id in node.shared.store.dm_members(channel.id).await? {
+        if user_id != viewer
+            && let Some(user) = node.shared.store.user(user_id).await?
+        {
+            recipients.push(wire_user(&user));
+        }
+    }
+    Ok(
+        json!({"id": channel.id.to_string(), "type": 1, "last_message_id": null, "flags": 0, "recipients": recipients}),
+    )
+}
+
+#[derive(Deserialize)]
+struct NewDm {
+    recipient_id: Value,
+}
+
+async fn create_dm(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    JsonBody(body): JsonBody<NewDm>,
+) -> ApiResult {
+    let recipient = id_from_value(&body.recipient_id)?;
+    node.shared
+        .store
+        .user(recipient)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownUser))?;
+    let channel = node
+        .shared
+        .store
+        .dm_channel(caller.id, recipient, node.shared.next_id().get() as i64)
+        .await?;
+    ok(&dm_json(&node, &channel, caller.id).await?)
+}
+
+/// A DM channel the caller is in: its members.
+async fn dm_of(
+    node: &crate::Node,
+    caller: &UserRow,
+    channel: &ChannelRow,
+) -> Result<Vec<i64>, ApiError> {
+    let members = node.shared.store.dm_members(channel.id).await?;
+    if members.contains(&caller.id) {
+        Ok(members)
+    } else {
+        Err(ApiError::Code(ErrorCode::MissingAccess))
+    }
+}
+
 // ----- invites --------------------------------------------------------------
 
 #[derive(Deserialize)]
@@ -1329,6 +1892,8 @@ pub fn routes() -> Router<AppState> {
         .route("/auth/login", post(login))
         .route("/users/@me", get(me))
         .route("/users/{id}", get(get_user))
+        .route("/users/@me/channels", post(create_dm))
+        .route("/users/@me/guilds/{id}", axum::routing::delete(leave_guild))
         .route("/oauth2/applications/@me", get(my_application))
         .route("/oauth2/authorize", post(oauth2_authorize))
         .route("/applications", post(create_application))
@@ -1341,8 +1906,28 @@ pub fn routes() -> Router<AppState> {
             get(guild_channels).post(create_channel),
         )
         .route("/guilds/{id}/members", get(guild_members))
-        .route("/guilds/{id}/members/{user}", get(guild_member))
-        .route("/channels/{id}", get(get_channel))
+        .route(
+            "/guilds/{id}/members/{user}",
+            get(guild_member).patch(patch_member).delete(kick_member),
+        )
+        .route(
+            "/guilds/{id}/members/{user}/roles/{role}",
+            axum::routing::put(add_member_role).delete(remove_member_role),
+        )
+        .route("/guilds/{id}/roles", get(list_roles).post(create_role))
+        .route(
+            "/guilds/{id}/roles/{role}",
+            axum::routing::patch(patch_role).delete(delete_role),
+        )
+        .route(
+            "/channels/{id}",
+            get(get_channel).patch(patch_channel).delete(delete_channel),
+        )
+        .route("/channels/{id}/messages/bulk-delete", post(bulk_delete))
+        .route(
+            "/channels/{id}/messages/{message}/reactions/{emoji}/@me",
+            axum::routing::put(add_reaction).delete(remove_reaction),
+        )
         .route(
             "/channels/{id}/messages",
             get(list_messages).post(create_message),

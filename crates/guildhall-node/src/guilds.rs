@@ -49,6 +49,12 @@ pub mod perm {
     pub const CREATE_INSTANT_INVITE: u64 = 1 << 0;
     /// Manage channels.
     pub const MANAGE_CHANNELS: u64 = 1 << 4;
+    /// Kick members.
+    pub const KICK_MEMBERS: u64 = 1 << 1;
+    /// Change others' nicknames.
+    pub const MANAGE_NICKNAMES: u64 = 1 << 27;
+    /// Manage roles below one's highest.
+    pub const MANAGE_ROLES: u64 = 1 << 28;
     /// `@everyone`'s default: view, send, embed, attach, history, react,
     /// invite (Discord's default for a new guild's `@everyone`, trimmed).
     pub const EVERYONE_DEFAULT: u64 = VIEW_CHANNEL
@@ -72,9 +78,15 @@ pub enum GuildError {
     /// The user is not a member, or may not see the channel.
     #[error("missing access")]
     MissingAccess,
-    /// The member lacks a permission.
+    /// The member lacks a permission (or ranks too low).
     #[error("missing permissions")]
     MissingPermissions,
+    /// No such role.
+    #[error("unknown role")]
+    UnknownRole,
+    /// No such member.
+    #[error("unknown member")]
+    UnknownMember,
     /// The owner is busy or gone: retry later.
     #[error("overloaded")]
     Overloaded,
@@ -154,6 +166,22 @@ pub enum GuildCommand {
         /// The answer.
         reply: oneshot::Sender<Result<Vec<Member>, GuildError>>,
     },
+    /// A change by `actor`, checked against their permissions.
+    Change {
+        /// Who asks.
+        actor: i64,
+        /// What.
+        change: GuildChange,
+        /// The changed object.
+        reply: oneshot::Sender<Result<Changed, GuildError>>,
+    },
+    /// The roles of the guild.
+    Roles {
+        /// Who asks (must be a member).
+        user_id: i64,
+        /// The answer.
+        reply: oneshot::Sender<Result<Vec<Role>, GuildError>>,
+    },
     /// The channels of the guild.
     Channels {
         /// Who asks (must be a member).
@@ -161,6 +189,88 @@ pub enum GuildCommand {
         /// The answer.
         reply: oneshot::Sender<Result<Vec<Channel>, GuildError>>,
     },
+}
+
+/// A change to a guild.
+#[derive(Clone, Debug)]
+pub enum GuildChange {
+    /// Rename, re-topic or move a channel.
+    UpdateChannel {
+        /// Which.
+        channel_id: i64,
+        /// New name.
+        name: Option<String>,
+        /// New topic (Some(None) clears it).
+        topic: Option<Option<String>>,
+        /// New position.
+        position: Option<i64>,
+    },
+    /// Delete a channel.
+    DeleteChannel {
+        /// Which.
+        channel_id: i64,
+    },
+    /// Create a role (id chosen by the caller).
+    CreateRole {
+        /// The role.
+        role: RoleRow,
+    },
+    /// Change a role.
+    UpdateRole {
+        /// Which.
+        role_id: i64,
+        /// New name.
+        name: Option<String>,
+        /// New permission bits.
+        permissions: Option<i64>,
+        /// New colour.
+        color: Option<i64>,
+        /// Hoisted.
+        hoist: Option<bool>,
+        /// Mentionable.
+        mentionable: Option<bool>,
+    },
+    /// Delete a role.
+    DeleteRole {
+        /// Which.
+        role_id: i64,
+    },
+    /// Change a member's nickname and/or roles.
+    UpdateMember {
+        /// Whom.
+        member_id: i64,
+        /// New nickname (Some(None) clears it).
+        nick: Option<Option<String>>,
+        /// New role set.
+        roles: Option<Vec<i64>>,
+    },
+    /// Give or take one role.
+    MemberRole {
+        /// Whom.
+        member_id: i64,
+        /// Which role.
+        role_id: i64,
+        /// Give (true) or take (false).
+        add: bool,
+    },
+    /// Kick a member (or leave, when actor is the member).
+    RemoveMember {
+        /// Whom.
+        member_id: i64,
+    },
+}
+
+/// What a change produced.
+#[derive(Clone, Debug)]
+pub enum Changed {
+    /// A channel (updated or deleted).
+    Channel(Channel),
+    /// A role.
+    Role(Role),
+    /// A member.
+    Member(Member),
+    /// Nothing to return.
+    Nothing,
 }
 
 /// Builds the wire user of a row.
@@ -265,6 +375,292 @@ impl GuildOwner {
         } else {
             bits
         })
+    }
+
+    /// The highest role position of `user_id` (the owner outranks all).
+    fn rank(&self, user_id: i64) -> i64 {
+        if user_id == self.guild.owner_id {
+            return i64::MAX;
+        }
+        let Some(entry) = self.members.get(&user_id) else {
+            return -1;
+        };
+        self.roles
+            .iter()
+            .filter(|r| entry.roles.contains(&r.id))
+            .map(|r| r.position)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn require(&self, actor: i64, bits: u64) -> Result<(), GuildError> {
+        match self.permissions(actor) {
+            None => Err(GuildError::MissingAccess),
+            Some(have) if have & bits != bits => Err(GuildError::MissingPermissions),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn member_event(&self, member_id: i64) -> Option<serde_json::Value> {
+        let entry = self.members.get(&member_id)?;
+        let mut value = serde_json::to_value(wire_member(entry, true)).ok()?;
+        value["guild_id"] = serde_json::Value::String(self.guild.id.to_string());
+        Some(value)
+    }
+
+    async fn change(&mut self, actor: i64, change: GuildChange) -> Result<Changed, GuildError> {
+        let store = self.shared.store.clone();
+        let guild_id = self.guild.id;
+        match change {
+            GuildChange::UpdateChannel {
+                channel_id,
+                name,
+                topic,
+                position,
+            } => {
+                self.require(actor, perm::MANAGE_CHANNELS)?;
+                let index = self
+                    .channels
+                    .iter()
+                    .position(|c| c.id == channel_id)
+                    .ok_or(GuildError::UnknownChannel)?;
+                let mut row = self.channels[index].clone();
+                if let Some(name) = name {
+                    row.name = name;
+                }
+                if let Some(topic) = topic {
+                    row.topic = topic;
+                }
+                if let Some(position) = position {
+                    row.position = position;
+                }
+                store
+                    .update_channel(&row)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                self.channels[index] = row.clone();
+                let wire = wire_channel(&row, true);
+                self.publish("CHANNEL_UPDATE", intents::GUILDS, &wire);
+                Ok(Changed::Channel(wire))
+            }
+            GuildChange::DeleteChannel { channel_id } => {
+                self.require(actor, perm::MANAGE_CHANNELS)?;
+                let index = self
+                    .channels
+                    .iter()
+                    .position(|c| c.id == channel_id)
+                    .ok_or(GuildError::UnknownChannel)?;
+                store
+                    .delete_channel(channel_id)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                let row = self.channels.remove(index);
+                let wire = wire_channel(&row, true);
+                self.publish("CHANNEL_DELETE", intents::GUILDS, &wire);
+                Ok(Changed::Channel(wire))
+            }
+            GuildChange::CreateRole { role } => {
+                self.require(actor, perm::MANAGE_ROLES)?;
+                if role.permissions as u64 & !self.permissions(actor).unwrap_or(0) != 0 {
+                    return Err(GuildError::MissingPermissions);
+                }
+                let mut role = role;
+                role.position = self.roles.iter().map(|r| r.position).max().unwrap_or(0) + 1;
+                if role.position >= self.rank(actor) {
+                    role.position = self.rank(actor).saturating_sub(1).max(1);
+                }
+                store
+                    .upsert_role(&role)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                self.roles.push(role.clone());
+                let wire = wire_role(&role);
+                self.publish(
+                    "GUILD_ROLE_CREATE",
+                    intents::GUILDS,
+                    &serde_json::json!({"guild_id": guild_id.to_string(), "role": wire}),
+                );
+                Ok(Changed::Role(wire))
+            }
+            GuildChange::UpdateRole {
+                role_id,
+                name,
+                permissions,
+                color,
+                hoist,
+                mentionable,
+            } => {
+                self.require(actor, perm::MANAGE_ROLES)?;
+                let index = self
+                    .roles
+                    .iter()
+                    .position(|r| r.id == role_id)
+                    .ok_or(GuildError::UnknownRole)?;
+                let mut role = self.roles[index].clone();
+                if role.position >= self.rank(actor) && role.id != guild_id {
+                    return Err(GuildError::MissingPermissions);
+                }
+                if let Some(name) = name.filter(|_| role.id != guild_id) {
+                    role.name = name;
+                }
+                if let Some(bits) = permissions {
+                    if bits as u64 & !self.permissions(actor).unwrap_or(0) != 0 {
+                        return Err(GuildError::MissingPermissions);
+                    }
+                    role.permissions = bits;
+                }
+                role.color = color.unwrap_or(role.color);
+                role.hoist = hoist.unwrap_or(role.hoist);
+                role.mentionable = mentionable.unwrap_or(role.mentionable);
+                store
+                    .upsert_role(&role)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                self.roles[index] = role.clone();
+                let wire = wire_role(&role);
+                self.publish(
+                    "GUILD_ROLE_UPDATE",
+                    intents::GUILDS,
+                    &serde_json::json!({"guild_id": guild_id.to_string(), "role": wire}),
+                );
+                Ok(Changed::Role(wire))
+            }
+            GuildChange::DeleteRole { role_id } => {
+                self.require(actor, perm::MANAGE_ROLES)?;
+                let index = self
+                    .roles
+                    .iter()
+                    .position(|r| r.id == role_id)
+                    .ok_or(GuildError::UnknownRole)?;
+                if role_id == guild_id || self.roles[index].position >= self.rank(actor) {
+                    return Err(GuildError::MissingPermissions);
+                }
+                store
+                    .delete_role(guild_id, role_id)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                self.roles.remove(index);
+                for member in self.members.values_mut() {
+                    member.roles.retain(|r| *r != role_id);
+                }
+                self.publish(
+                    "GUILD_ROLE_DELETE",
+                    intents::GUILDS,
+                    &serde_json::json!({"guild_id": guild_id.to_string(), "role_id": role_id.to_string()}),
+                );
+                Ok(Changed::Nothing)
+            }
+            GuildChange::UpdateMember {
+                member_id,
+                nick,
+                roles,
+            } => {
+                let target_rank = self.rank(member_id);
+                if !self.members.contains_key(&member_id) {
+                    return Err(GuildError::UnknownMember);
+                }
+                if nick.is_some() && member_id != actor {
+                    self.require(actor, perm::MANAGE_NICKNAMES)?;
+                }
+                if let Some(roles) = &roles {
+                    self.require(actor, perm::MANAGE_ROLES)?;
+                    let actor_rank = self.rank(actor);
+                    for role_id in roles {
+                        let role = self
+                            .roles
+                            .iter()
+                            .find(|r| r.id == *role_id)
+                            .ok_or(GuildError::UnknownRole)?;
+                        if role.position >= actor_rank || role.id == guild_id {
+                            return Err(GuildError::MissingPermissions);
+                        }
+                    }
+                }
+                if member_id != actor && target_rank >= self.rank(actor) {
+                    return Err(GuildError::MissingPermissions);
+                }
+                let Some(entry) = self.members.get_mut(&member_id) else {
+                    return Err(GuildError::UnknownMember);
+                };
+                let new_nick = nick.unwrap_or_else(|| entry.row.nick.clone());
+                let new_roles = roles.unwrap_or_else(|| entry.roles.clone());
+                store
+                    .update_member(guild_id, member_id, new_nick.as_deref(), &new_roles)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                entry.row.nick = new_nick;
+                entry.roles = new_roles;
+                let wire = wire_member(entry, true);
+                if let Some(event) = self.member_event(member_id) {
+                    self.publish("GUILD_MEMBER_UPDATE", intents::GUILD_MEMBERS, &event);
+                }
+                Ok(Changed::Member(wire))
+            }
+            GuildChange::MemberRole {
+                member_id,
+                role_id,
+                add,
+            } => {
+                let current = self
+                    .members
+                    .get(&member_id)
+                    .ok_or(GuildError::UnknownMember)?
+                    .roles
+                    .clone();
+                let mut roles: Vec<i64> = current.into_iter().filter(|r| *r != role_id).collect();
+                if add {
+                    roles.push(role_id);
+                }
+                Box::pin(self.change(
+                    actor,
+                    GuildChange::UpdateMember {
+                        member_id,
+                        nick: None,
+                        roles: Some(roles),
+                    },
+                ))
+                .await
+            }
+            GuildChange::RemoveMember { member_id } => {
+                if member_id == self.guild.owner_id {
+                    return Err(GuildError::MissingPermissions);
+                }
+                if member_id != actor {
+                    self.require(actor, perm::KICK_MEMBERS)?;
+                    if self.rank(member_id) >= self.rank(actor) {
+                        return Err(GuildError::MissingPermissions);
+                    }
+                }
+                let entry = self
+                    .members
+                    .get(&member_id)
+                    .cloned()
+                    .ok_or(GuildError::UnknownMember)?;
+                store
+                    .remove_member(guild_id, member_id)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                self.publish(
+                    "GUILD_MEMBER_REMOVE",
+                    intents::GUILD_MEMBERS,
+                    &serde_json::json!({"guild_id": guild_id.to_string(), "user": wire_user(&entry.user)}),
+                );
+                self.members.remove(&member_id);
+                // The removed user's sessions lose the guild.
+                if let Some(event) = Self::encode(
+                    "GUILD_DELETE",
+                    &serde_json::json!({"id": guild_id.to_string()}),
+                ) {
+                    for slot in self.hub.sessions_of(member_id) {
+                        self.hub.unsubscribe(guild_id, &slot.id);
+                        if slot.intents & intents::GUILDS != 0 {
+                            slot.dispatch(&event, &self.hub.counters);
+                        }
+                    }
+                }
+                Ok(Changed::Nothing)
+            }
+        }
     }
 
     fn snapshot(&self, user_id: i64) -> model::Guild {
@@ -486,6 +882,22 @@ impl GuildOwner {
                         .take(limit.min(guildhall_limits::MEMBERS_PER_PAGE_MAX))
                         .map(|m| wire_member(m, true))
                         .collect())
+                } else {
+                    Err(GuildError::MissingAccess)
+                };
+                let _ = reply.send(result);
+            }
+            GuildCommand::Change {
+                actor,
+                change,
+                reply,
+            } => {
+                let result = self.change(actor, change).await;
+                let _ = reply.send(result);
+            }
+            GuildCommand::Roles { user_id, reply } => {
+                let result = if self.members.contains_key(&user_id) {
+                    Ok(self.roles.iter().map(wire_role).collect())
                 } else {
                     Err(GuildError::MissingAccess)
                 };

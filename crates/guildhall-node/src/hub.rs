@@ -263,6 +263,25 @@ impl Hub {
             .insert(session_id.to_owned());
     }
 
+    /// Stops a session's subscription to a guild (it left or was removed).
+    pub fn unsubscribe(&self, guild_id: i64, session_id: &str) {
+        if let Some(ids) = write(&self.by_guild).get_mut(&guild_id) {
+            ids.remove(session_id);
+        }
+    }
+
+    /// Delivers an event to every session of `user_ids` holding `intent`
+    /// (direct messages, which have no guild owner).
+    pub fn dispatch_to_users(&self, user_ids: &[i64], intent: u64, event: &EncodedDispatch) {
+        for user_id in user_ids {
+            for slot in self.sessions_of(*user_id) {
+                if slot.intents & intent != 0 {
+                    slot.dispatch(event, &self.counters);
+                }
+            }
+        }
+    }
+
     /// Delivers a guild event to this node's subscribed sessions.
     pub fn dispatch_guild_event(&self, event: &GuildEvent) {
         let ids: Vec<String> = match read(&self.by_guild).get(&event.guild_id) {

@@ -437,3 +437,269 @@ async fn shutdown_drains_sessions_with_reconnect_and_metrics_count() {
     }
     stop.await.unwrap();
 }
+
+#[tokio::test]
+async fn guild_management_emits_events_and_enforces_permissions() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Managed").await;
+    // Bob joins through an invite.
+    let (status, invite) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/invites"),
+            Some(&owner),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{invite}");
+    let code = invite["code"].as_str().unwrap();
+    let (status, preview) = node
+        .call("GET", &format!("/invites/{code}"), None, None)
+        .await;
+    assert_eq!(
+        (status, preview["guild"]["id"].as_str()),
+        (200, Some(guild_id.as_str()))
+    );
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+
+    let all = intents::GUILDS
+        | intents::GUILD_MEMBERS
+        | intents::GUILD_MESSAGES
+        | intents::GUILD_MESSAGE_REACTIONS
+        | intents::MESSAGE_CONTENT;
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher.identify(&owner, all).await;
+    watcher.dispatch("GUILD_CREATE").await;
+    let mut bob_client = Client::connect(&node.ws).await;
+    bob_client.identify(&bob, all).await;
+    bob_client.dispatch("GUILD_CREATE").await;
+
+    // Bob may not manage anything yet.
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&bob),
+            Some(json!({"name": "x"})),
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50013)));
+
+    // Roles: create, give to Bob, rename; events for each.
+    let (status, role) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "mods", "permissions": "8192", "hoist": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{role}");
+    assert_eq!(role["permissions"], "8192");
+    let role_id = role["id"].as_str().unwrap().to_owned();
+    let created = watcher.dispatch("GUILD_ROLE_CREATE").await;
+    assert_eq!(created["d"]["role"]["name"], "mods");
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{bob_id}/roles/{role_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let update = watcher.dispatch("GUILD_MEMBER_UPDATE").await;
+    assert_eq!(update["d"]["roles"], json!([role_id]));
+    let (status, member) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}/members/{bob_id}"),
+            Some(&owner),
+            Some(json!({"nick": "Bobby"})),
+        )
+        .await;
+    assert_eq!((status, member["nick"].as_str()), (200, Some("Bobby")));
+    let (status, renamed) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}/roles/{role_id}"),
+            Some(&owner),
+            Some(json!({"name": "moderators"})),
+        )
+        .await;
+    assert_eq!(
+        (status, renamed["name"].as_str()),
+        (200, Some("moderators"))
+    );
+    let (status, roles) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!((status, roles.as_array().unwrap().len()), (200, 2));
+
+    // Channel update.
+    let (status, channel) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{channel_id}"),
+            Some(&owner),
+            Some(json!({"name": "lobby", "topic": "hello"})),
+        )
+        .await;
+    assert_eq!(
+        (status, channel["name"].as_str(), channel["topic"].as_str()),
+        (200, Some("lobby"), Some("hello"))
+    );
+    assert_eq!(
+        watcher.dispatch("CHANNEL_UPDATE").await["d"]["name"],
+        "lobby"
+    );
+
+    // Reactions and bulk delete (Bob's role carries MANAGE_MESSAGES).
+    let mut ids = Vec::new();
+    for text in ["one", "two", "three"] {
+        let (_, m) = node
+            .call(
+                "POST",
+                &format!("/channels/{channel_id}/messages"),
+                Some(&owner),
+                Some(json!({"content": text})),
+            )
+            .await;
+        ids.push(m["id"].as_str().unwrap().to_owned());
+    }
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!(
+                "/channels/{channel_id}/messages/{}/reactions/%F0%9F%91%8D/@me",
+                ids[0]
+            ),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let reaction = watcher.dispatch("MESSAGE_REACTION_ADD").await;
+    assert_eq!(reaction["d"]["emoji"], json!({"id": null, "name": "👍"}));
+    assert_eq!(reaction["d"]["user_id"], bob_id.as_str());
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages/bulk-delete"),
+            Some(&bob),
+            Some(json!({"messages": [ids[1], ids[2]]})),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(
+        watcher.dispatch("MESSAGE_DELETE_BULK").await["d"]["ids"],
+        json!([ids[1], ids[2]])
+    );
+
+    // Kick: everyone sees GUILD_MEMBER_REMOVE; Bob's session sees GUILD_DELETE.
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("/guilds/{guild_id}/members/{bob_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(
+        watcher.dispatch("GUILD_MEMBER_REMOVE").await["d"]["user"]["id"],
+        bob_id.as_str()
+    );
+    assert_eq!(
+        bob_client.dispatch("GUILD_DELETE").await["d"]["id"],
+        guild_id.as_str()
+    );
+    let (status, body) = node
+        .call(
+            "GET",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (403, Some(50001)),
+        "a kicked member cannot read"
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn direct_messages_reach_both_participants() {
+    let node = TestNode::start().await;
+    let (alice, alice_id) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (mallory, _) = node.register("mallory").await;
+    let mut bob_client = Client::connect(&node.ws).await;
+    bob_client.identify(&bob, intents::DIRECT_MESSAGES).await;
+    let (status, dm) = node
+        .call(
+            "POST",
+            "/users/@me/channels",
+            Some(&alice),
+            Some(json!({"recipient_id": bob_id})),
+        )
+        .await;
+    assert_eq!((status, dm["type"].as_u64()), (200, Some(1)), "{dm}");
+    assert_eq!(dm["recipients"][0]["id"], bob_id.as_str());
+    let (_, again) = node
+        .call(
+            "POST",
+            "/users/@me/channels",
+            Some(&bob),
+            Some(json!({"recipient_id": alice_id})),
+        )
+        .await;
+    assert_eq!(again["id"], dm["id"], "one DM channel per pair");
+    let channel = dm["id"].as_str().unwrap();
+    let (status, _) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel}/messages"),
+            Some(&alice),
+            Some(json!({"content": "psst"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let created = bob_client.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(created["d"]["content"], "psst", "DMs are never blanked");
+    assert!(created["d"].get("guild_id").is_none());
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel}/messages"),
+            Some(&mallory),
+            Some(json!({"content": "hi"})),
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50001)));
+    let (status, history) = node
+        .call(
+            "GET",
+            &format!("/channels/{channel}/messages"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, history[0]["content"].as_str()),
+        (200, Some("psst"))
+    );
+    node.stop().await;
+}

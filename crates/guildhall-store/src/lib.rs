@@ -658,6 +658,244 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Changes a channel's name, topic and position.
+    pub async fn update_channel(&self, channel: &ChannelRow) -> Result<()> {
+        sqlx::query("UPDATE channels SET name = $2, topic = $3, position = $4 WHERE id = $1")
+            .bind(channel.id)
+            .bind(&channel.name)
+            .bind(&channel.topic)
+            .bind(channel.position)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes a channel with its messages, reactions and invites.
+    pub async fn delete_channel(&self, id: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM reactions WHERE message_id IN (SELECT id FROM messages WHERE channel_id = $1)")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM messages WHERE channel_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM invites WHERE channel_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM dm_members WHERE channel_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM channels WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Creates or replaces a role.
+    pub async fn upsert_role(&self, role: &RoleRow) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO roles (id, guild_id, name, permissions, position, color, hoist, mentionable) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE SET name = $3, \
+             permissions = $4, position = $5, color = $6, hoist = $7, mentionable = $8",
+        )
+        .bind(role.id)
+        .bind(role.guild_id)
+        .bind(&role.name)
+        .bind(role.permissions)
+        .bind(role.position)
+        .bind(role.color)
+        .bind(role.hoist)
+        .bind(role.mentionable)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes a role and its assignments.
+    pub async fn delete_role(&self, guild_id: i64, role_id: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND role_id = $2")
+            .bind(guild_id)
+            .bind(role_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM roles WHERE guild_id = $1 AND id = $2")
+            .bind(guild_id)
+            .bind(role_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Replaces a member's nickname and roles.
+    pub async fn update_member(
+        &self,
+        guild_id: i64,
+        user_id: i64,
+        nick: Option<&str>,
+        roles: &[i64],
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE members SET nick = $3 WHERE guild_id = $1 AND user_id = $2")
+            .bind(guild_id)
+            .bind(user_id)
+            .bind(nick)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND user_id = $2")
+            .bind(guild_id)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
+        for role in roles {
+            sqlx::query(
+                "INSERT INTO member_roles (guild_id, user_id, role_id) VALUES ($1, $2, $3)",
+            )
+            .bind(guild_id)
+            .bind(user_id)
+            .bind(role)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Removes a member and their roles.
+    pub async fn remove_member(&self, guild_id: i64, user_id: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND user_id = $2")
+            .bind(guild_id)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM members WHERE guild_id = $1 AND user_id = $2")
+            .bind(guild_id)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes several messages of a channel; returns how many existed.
+    pub async fn delete_messages(&self, channel_id: i64, ids: &[i64]) -> Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        let mut deleted = 0;
+        for id in ids {
+            sqlx::query("DELETE FROM reactions WHERE message_id = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            deleted += sqlx::query("DELETE FROM messages WHERE channel_id = $1 AND id = $2")
+                .bind(channel_id)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
+    // ----- reactions --------------------------------------------------------
+
+    /// Adds a reaction; false if it was there already.
+    pub async fn add_reaction(&self, message_id: i64, emoji: &str, user_id: i64) -> Result<bool> {
+        let done = sqlx::query("INSERT INTO reactions (message_id, emoji, user_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+            .bind(message_id)
+            .bind(emoji)
+            .bind(user_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Removes a reaction; false if it was not there.
+    pub async fn remove_reaction(
+        &self,
+        message_id: i64,
+        emoji: &str,
+        user_id: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "DELETE FROM reactions WHERE message_id = $1 AND emoji = $2 AND user_id = $3",
+        )
+        .bind(message_id)
+        .bind(emoji)
+        .bind(user_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// (emoji, count) of a message's reactions.
+    pub async fn reactions(&self, message_id: i64) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as("SELECT emoji, COUNT(*) FROM reactions WHERE message_id = $1 GROUP BY emoji ORDER BY emoji")
+            .bind(message_id)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    // ----- direct messages --------------------------------------------------
+
+    /// The DM channel between two users, creating it (with `new_id`) if
+    /// needed.
+    pub async fn dm_channel(&self, a: i64, b: i64, new_id: i64) -> Result<ChannelRow> {
+        let existing: Option<(i64,)> = sqlx::query_as(
+            "SELECT x.channel_id FROM dm_members x JOIN dm_members y ON x.channel_id = y.channel_id \
+             WHERE x.user_id = $1 AND y.user_id = $2 LIMIT 1",
+        )
+        .bind(a)
+        .bind(b)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some((id,)) = existing
+            && let Some(channel) = self.channel(id).await?
+        {
+            return Ok(channel);
+        }
+        let channel = ChannelRow {
+            id: new_id,
+            guild_id: None,
+            kind: 1,
+            name: String::new(),
+            position: 0,
+            topic: None,
+        };
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic) VALUES ($1, NULL, 1, '', 0, NULL)")
+            .bind(new_id)
+            .execute(&mut *tx)
+            .await?;
+        for user in [a, b] {
+            sqlx::query("INSERT INTO dm_members (channel_id, user_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+                .bind(new_id)
+                .bind(user)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(channel)
+    }
+
+    /// Who is in a DM channel.
+    pub async fn dm_members(&self, channel_id: i64) -> Result<Vec<i64>> {
+        let rows: Vec<(i64,)> =
+            sqlx::query_as("SELECT user_id FROM dm_members WHERE channel_id = $1 ORDER BY user_id")
+                .bind(channel_id)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
     // ----- invites ----------------------------------------------------------
 
     /// Creates an invite.
