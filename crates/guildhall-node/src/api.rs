@@ -81,6 +81,11 @@ impl From<GuildError> for ApiError {
             GuildError::MissingPermissions => ApiError::Code(ErrorCode::MissingPermissions),
             GuildError::UnknownRole => ApiError::Code(ErrorCode::UnknownRole),
             GuildError::UnknownMember => ApiError::Code(ErrorCode::UnknownMember),
+            GuildError::InvalidName => ApiError::Field(
+                "name",
+                "BASE_TYPE_BAD_LENGTH",
+                "Must be between 2 and 100 in length.".into(),
+            ),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -1238,6 +1243,7 @@ fn changed(result: Changed) -> ApiResult {
         Changed::Channel(channel) => ok(&channel),
         Changed::Role(role) => ok(&role),
         Changed::Member(member) => ok(&member),
+        Changed::Guild(guild) => ok(&guild),
         Changed::Nothing => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
@@ -1330,6 +1336,77 @@ async fn delete_channel(
         },
     )
     .await
+}
+
+async fn patch_guild(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    match patch::<String>(body.get("name"))?.flatten() {
+        Some(name) => {
+            change(
+                &node,
+                guild_id,
+                caller.id,
+                GuildChange::UpdateGuild { name },
+            )
+            .await
+        }
+        None => get_guild(State(node), Caller(caller), Path(id)).await,
+    }
+}
+
+async fn delete_guild(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    change(&node, parse_id(&id)?, caller.id, GuildChange::DeleteGuild).await
+}
+
+async fn patch_me(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let username = patch::<String>(body.get("username"))?.flatten();
+    if let Some(name) = &username {
+        check_username(name)?;
+    }
+    let global_name = patch::<String>(body.get("global_name"))?;
+    if global_name
+        .as_ref()
+        .and_then(|g| g.as_ref())
+        .is_some_and(|g| g.chars().count() > 32)
+    {
+        return Err(ApiError::Field(
+            "global_name",
+            "BASE_TYPE_MAX_LENGTH",
+            "Must be 32 or fewer in length.".into(),
+        ));
+    }
+    node.shared
+        .store
+        .update_user(
+            caller.id,
+            username.as_deref(),
+            global_name.as_ref().map(|g| g.as_deref()),
+        )
+        .await?;
+    let user = node
+        .shared
+        .store
+        .user(caller.id)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    let wire = wire_user(&user);
+    if let Ok(event) = EncodedDispatch::new("USER_UPDATE", &wire) {
+        node.hub.dispatch_to_users(&[user.id], 0, &event);
+    }
+    ok(&wire)
 }
 
 async fn list_roles(
@@ -1890,7 +1967,7 @@ pub fn routes() -> Router<AppState> {
         .route("/gateway/bot", get(get_gateway_bot))
         .route("/auth/register", post(register))
         .route("/auth/login", post(login))
-        .route("/users/@me", get(me))
+        .route("/users/@me", get(me).patch(patch_me))
         .route("/users/{id}", get(get_user))
         .route("/users/@me/channels", post(create_dm))
         .route("/users/@me/guilds/{id}", axum::routing::delete(leave_guild))
@@ -1900,7 +1977,10 @@ pub fn routes() -> Router<AppState> {
         .route("/applications/{id}", axum::routing::patch(edit_application))
         .route("/applications/{id}/bot/reset", post(reset_bot_token))
         .route("/guilds", post(create_guild))
-        .route("/guilds/{id}", get(get_guild))
+        .route(
+            "/guilds/{id}",
+            get(get_guild).patch(patch_guild).delete(delete_guild),
+        )
         .route(
             "/guilds/{id}/channels",
             get(guild_channels).post(create_channel),

@@ -165,7 +165,8 @@ async fn authenticate(shared: &Shared, token: &str) -> Result<(UserRow, Identity
     Ok((user, identity))
 }
 
-fn session_id() -> String {
+/// 16 random bytes as hex (session ids, voice tokens).
+fn random_hex() -> String {
     let mut bytes = [0u8; 16];
     if getrandom::fill(&mut bytes).is_err() {
         // No OS randomness: fall back to time; ids only need uniqueness.
@@ -221,7 +222,7 @@ impl Gateway {
         }
         let slot = self
             .hub
-            .register(session_id(), user.id, intents, out.clone(), control.clone());
+            .register(random_hex(), user.id, intents, out.clone(), control.clone());
         let application_id = if user.bot {
             user.id
         } else {
@@ -310,6 +311,59 @@ impl Gateway {
                 chunk["nonce"] = serde_json::Value::String(nonce.clone());
             }
             if let Ok(event) = EncodedDispatch::new("GUILD_MEMBERS_CHUNK", &chunk) {
+                slot.dispatch(&event, &self.hub.counters);
+            }
+        }
+    }
+
+    /// Op 3: fan the status out to the user's guilds. Presence is the lowest
+    /// criticality and never on a session's critical path: a busy guild
+    /// owner drops it (counted by the owner's mailbox refusals).
+    async fn presence(&self, user_id: i64, status: String) {
+        let guild_ids = self
+            .shared
+            .store
+            .guild_ids_of(user_id, READY_GUILDS_MAX)
+            .await
+            .unwrap_or_default();
+        for guild_id in guild_ids {
+            let _ = self
+                .guilds
+                .tell(
+                    guild_id,
+                    GuildCommand::Presence {
+                        user_id,
+                        status: status.clone(),
+                    },
+                )
+                .await;
+        }
+    }
+
+    /// Op 4: the guild owner records and publishes the voice state; the
+    /// session gets VOICE_SERVER_UPDATE. `endpoint` is null: no SFU is
+    /// allocated by this node (the voice role is not built yet), which
+    /// Discord's documentation allows and libraries wait on.
+    async fn voice(&self, slot: &Arc<Slot>, voice: gateway::VoiceStateUpdate) {
+        let guild_id = voice.guild_id.get() as i64;
+        let channel_id = voice.channel_id.map(|c| c.get() as i64);
+        let (user_id, session_id) = (slot.user_id, slot.id.clone());
+        let result = self
+            .guilds
+            .ask(guild_id, |reply| GuildCommand::Voice {
+                user_id,
+                session_id,
+                channel_id,
+                self_mute: voice.self_mute,
+                self_deaf: voice.self_deaf,
+                reply,
+            })
+            .await
+            .and_then(|r| r);
+        if result.is_ok() && channel_id.is_some() {
+            let token = random_hex();
+            let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": null});
+            if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
                 slot.dispatch(&event, &self.hub.counters);
             }
         }
@@ -419,9 +473,16 @@ impl Gateway {
                             self.request_members(s, request).await;
                         }
                     }
-                    // Presence and voice roles are not part of this node yet:
-                    // accepted (the client is not at fault) and not acted on.
-                    Command::PresenceUpdate(_) | Command::VoiceStateUpdate(_) => {}
+                    Command::PresenceUpdate(presence) => {
+                        if let Some(s) = &slot {
+                            self.presence(s.user_id, presence.status).await;
+                        }
+                    }
+                    Command::VoiceStateUpdate(voice) => {
+                        if let Some(s) = &slot {
+                            self.voice(s, voice).await;
+                        }
+                    }
                 }
             }
             tokio::select! {

@@ -55,6 +55,10 @@ pub mod perm {
     pub const MANAGE_NICKNAMES: u64 = 1 << 27;
     /// Manage roles below one's highest.
     pub const MANAGE_ROLES: u64 = 1 << 28;
+    /// Rename the guild.
+    pub const MANAGE_GUILD: u64 = 1 << 5;
+    /// Join voice channels.
+    pub const CONNECT: u64 = 1 << 20;
     /// `@everyone`'s default: view, send, embed, attach, history, react,
     /// invite (Discord's default for a new guild's `@everyone`, trimmed).
     pub const EVERYONE_DEFAULT: u64 = VIEW_CHANNEL
@@ -87,6 +91,9 @@ pub enum GuildError {
     /// No such member.
     #[error("unknown member")]
     UnknownMember,
+    /// A name of the wrong length.
+    #[error("invalid name")]
+    InvalidName,
     /// The owner is busy or gone: retry later.
     #[error("overloaded")]
     Overloaded,
@@ -175,6 +182,28 @@ pub enum GuildCommand {
         /// The changed object.
         reply: oneshot::Sender<Result<Changed, GuildError>>,
     },
+    /// A member's presence changed (best effort: dropped when busy).
+    Presence {
+        /// Who.
+        user_id: i64,
+        /// online, idle, dnd, invisible, offline.
+        status: String,
+    },
+    /// Op 4: join, move or leave a voice channel.
+    Voice {
+        /// Who.
+        user_id: i64,
+        /// Their gateway session.
+        session_id: String,
+        /// The channel (None: leave).
+        channel_id: Option<i64>,
+        /// Muted by self.
+        self_mute: bool,
+        /// Deafened by self.
+        self_deaf: bool,
+        /// The voice state.
+        reply: oneshot::Sender<Result<serde_json::Value, GuildError>>,
+    },
     /// The roles of the guild.
     Roles {
         /// Who asks (must be a member).
@@ -258,6 +287,13 @@ pub enum GuildChange {
         /// Whom.
         member_id: i64,
     },
+    /// Rename the guild.
+    UpdateGuild {
+        /// New name.
+        name: String,
+    },
+    /// Delete the guild (owner only).
+    DeleteGuild,
 }
 
 /// What a change produced.
@@ -269,6 +305,8 @@ pub enum Changed {
     Role(Role),
     /// A member.
     Member(Member),
+    /// The guild (GUILD_UPDATE's payload).
+    Guild(serde_json::Value),
     /// Nothing to return.
     Nothing,
 }
@@ -356,6 +394,10 @@ pub struct GuildOwner {
     channels: Vec<ChannelRow>,
     roles: Vec<RoleRow>,
     members: BTreeMap<i64, MemberEntry>,
+    /// Voice states by user (bounded by the member count).
+    voice: BTreeMap<i64, serde_json::Value>,
+    /// Set when the guild was deleted: the owner stops.
+    deleted: bool,
 }
 
 impl GuildOwner {
@@ -621,6 +663,59 @@ impl GuildOwner {
                 ))
                 .await
             }
+            GuildChange::UpdateGuild { name } => {
+                self.require(actor, perm::MANAGE_GUILD)?;
+                if !(2..=100).contains(&name.chars().count()) {
+                    return Err(GuildError::InvalidName);
+                }
+                store
+                    .rename_guild(guild_id, &name)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                self.guild.name = name;
+                let mut snapshot = serde_json::to_value(self.snapshot(actor)).unwrap_or_default();
+                if let Some(map) = snapshot.as_object_mut() {
+                    for key in [
+                        "members",
+                        "channels",
+                        "threads",
+                        "presences",
+                        "voice_states",
+                        "joined_at",
+                        "large",
+                        "member_count",
+                        "unavailable",
+                    ] {
+                        map.remove(key);
+                    }
+                }
+                self.publish("GUILD_UPDATE", intents::GUILDS, &snapshot);
+                Ok(Changed::Guild(snapshot))
+            }
+            GuildChange::DeleteGuild => {
+                if actor != self.guild.owner_id {
+                    return Err(GuildError::MissingPermissions);
+                }
+                store
+                    .delete_guild(guild_id)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                if let Some(event) = Self::encode(
+                    "GUILD_DELETE",
+                    &serde_json::json!({"id": guild_id.to_string()}),
+                ) {
+                    for user_id in self.members.keys() {
+                        for slot in self.hub.sessions_of(*user_id) {
+                            self.hub.unsubscribe(guild_id, &slot.id);
+                            if slot.intents & intents::GUILDS != 0 {
+                                slot.dispatch(&event, &self.hub.counters);
+                            }
+                        }
+                    }
+                }
+                self.deleted = true;
+                Ok(Changed::Nothing)
+            }
             GuildChange::RemoveMember { member_id } => {
                 if member_id == self.guild.owner_id {
                     return Err(GuildError::MissingPermissions);
@@ -661,6 +756,53 @@ impl GuildOwner {
                 Ok(Changed::Nothing)
             }
         }
+    }
+
+    fn voice(
+        &mut self,
+        user_id: i64,
+        session_id: String,
+        channel_id: Option<i64>,
+        self_mute: bool,
+        self_deaf: bool,
+    ) -> Result<serde_json::Value, GuildError> {
+        let bits = self.permissions(user_id).ok_or(GuildError::MissingAccess)?;
+        if let Some(channel_id) = channel_id {
+            let channel = self
+                .channels
+                .iter()
+                .find(|c| c.id == channel_id)
+                .ok_or(GuildError::UnknownChannel)?;
+            if channel.kind != 2 {
+                return Err(GuildError::UnknownChannel);
+            }
+            if bits & (perm::VIEW_CHANNEL | perm::CONNECT) != perm::VIEW_CHANNEL | perm::CONNECT {
+                return Err(GuildError::MissingPermissions);
+            }
+        }
+        let mut member = self
+            .members
+            .get(&user_id)
+            .map(|m| serde_json::to_value(wire_member(m, true)).unwrap_or_default());
+        if let Some(m) = member.as_mut() {
+            m["guild_id"] = serde_json::Value::String(self.guild.id.to_string());
+        }
+        let state = serde_json::json!({
+            "guild_id": self.guild.id.to_string(),
+            "channel_id": channel_id.map(|c| c.to_string()),
+            "user_id": user_id.to_string(),
+            "member": member,
+            "session_id": session_id,
+            "deaf": false, "mute": false, "self_deaf": self_deaf, "self_mute": self_mute,
+            "self_video": false, "suppress": false, "request_to_speak_timestamp": null,
+        });
+        if channel_id.is_some() {
+            self.voice.insert(user_id, state.clone());
+        } else {
+            self.voice.remove(&user_id);
+        }
+        self.publish("VOICE_STATE_UPDATE", intents::GUILD_VOICE_STATES, &state);
+        Ok(state)
     }
 
     fn snapshot(&self, user_id: i64) -> model::Guild {
@@ -713,7 +855,7 @@ impl GuildOwner {
             large: self.members.len() > 250,
             unavailable: false,
             member_count: u32::try_from(self.members.len()).unwrap_or(u32::MAX),
-            voice_states: vec![],
+            voice_states: self.voice.values().cloned().collect(),
             members,
             channels: self
                 .channels
@@ -895,6 +1037,26 @@ impl GuildOwner {
                 let result = self.change(actor, change).await;
                 let _ = reply.send(result);
             }
+            GuildCommand::Presence { user_id, status } => {
+                if self.members.contains_key(&user_id) {
+                    let data = serde_json::json!({
+                        "user": {"id": user_id.to_string()}, "guild_id": self.guild.id.to_string(),
+                        "status": status, "activities": [], "client_status": {"web": status},
+                    });
+                    self.publish("PRESENCE_UPDATE", intents::GUILD_PRESENCES, &data);
+                }
+            }
+            GuildCommand::Voice {
+                user_id,
+                session_id,
+                channel_id,
+                self_mute,
+                self_deaf,
+                reply,
+            } => {
+                let _ =
+                    reply.send(self.voice(user_id, session_id, channel_id, self_mute, self_deaf));
+            }
             GuildCommand::Roles { user_id, reply } => {
                 let result = if self.members.contains_key(&user_id) {
                     Ok(self.roles.iter().map(wire_role).collect())
@@ -921,6 +1083,10 @@ impl GuildOwner {
     async fn run(mut self, mut mailbox: mpsc::Receiver<GuildCommand>) {
         while let Some(command) = mailbox.recv().await {
             self.handle(command).await;
+            if self.deleted {
+                // Dropping the mailbox makes the directory forget this owner.
+                break;
+            }
         }
     }
 }
@@ -1007,6 +1173,8 @@ impl GuildDirectory {
             channels: state.channels,
             roles: state.roles,
             members,
+            voice: BTreeMap::new(),
+            deleted: false,
         };
         let (sender, mailbox) = mpsc::channel(GUILD_MAILBOX_CAPACITY);
         tokio::spawn(owner.run(mailbox));

@@ -271,11 +271,12 @@ impl Hub {
     }
 
     /// Delivers an event to every session of `user_ids` holding `intent`
-    /// (direct messages, which have no guild owner).
+    /// (0: no intent needed, as for USER_UPDATE) — direct messages and user
+    /// events, which have no guild owner.
     pub fn dispatch_to_users(&self, user_ids: &[i64], intent: u64, event: &EncodedDispatch) {
         for user_id in user_ids {
             for slot in self.sessions_of(*user_id) {
-                if slot.intents & intent != 0 {
+                if intent == 0 || slot.intents & intent != 0 {
                     slot.dispatch(event, &self.counters);
                 }
             }

@@ -703,3 +703,100 @@ async fn direct_messages_reach_both_participants() {
     );
     node.stop().await;
 }
+
+#[tokio::test]
+async fn guild_user_presence_and_voice_events() {
+    let node = TestNode::start().await;
+    let (owner, owner_id) = node.register("alice").await;
+    let (guild_id, _) = node.guild(&owner, "Events").await;
+    let all = intents::GUILDS | intents::GUILD_PRESENCES | intents::GUILD_VOICE_STATES;
+    let mut client = Client::connect(&node.ws).await;
+    client.identify(&owner, all).await;
+    client.dispatch("GUILD_CREATE").await;
+
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}"),
+            Some(&owner),
+            Some(json!({"name": "Renamed"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        client.dispatch("GUILD_UPDATE").await["d"]["name"],
+        "Renamed"
+    );
+
+    let (status, me) = node
+        .call(
+            "PATCH",
+            "/users/@me",
+            Some(&owner),
+            Some(json!({"global_name": "Alice A."})),
+        )
+        .await;
+    assert_eq!(
+        (status, me["global_name"].as_str()),
+        (200, Some("Alice A."))
+    );
+    assert_eq!(
+        client.dispatch("USER_UPDATE").await["d"]["global_name"],
+        "Alice A."
+    );
+
+    client
+        .send(
+            json!({"op": 3, "d": {"since": null, "activities": [], "status": "dnd", "afk": false}}),
+        )
+        .await;
+    let presence = client.dispatch("PRESENCE_UPDATE").await;
+    assert_eq!(
+        (
+            presence["d"]["status"].as_str(),
+            presence["d"]["user"]["id"].as_str()
+        ),
+        (Some("dnd"), Some(owner_id.as_str()))
+    );
+
+    // Voice: op 4 into a voice channel → VOICE_STATE_UPDATE and
+    // VOICE_SERVER_UPDATE (endpoint null: no SFU allocated).
+    let (status, voice) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({"name": "Voice", "type": 2})),
+        )
+        .await;
+    assert_eq!(status, 200, "{voice}");
+    let voice_id = voice["id"].as_str().unwrap();
+    client.send(json!({"op": 4, "d": {"guild_id": guild_id, "channel_id": voice_id, "self_mute": false, "self_deaf": true}})).await;
+    let state = client.dispatch("VOICE_STATE_UPDATE").await;
+    assert_eq!(
+        (
+            state["d"]["channel_id"].as_str(),
+            state["d"]["self_deaf"].as_bool()
+        ),
+        (Some(voice_id), Some(true))
+    );
+    let server = client.dispatch("VOICE_SERVER_UPDATE").await;
+    assert_eq!(server["d"]["endpoint"], json!(null));
+    assert_eq!(server["d"]["guild_id"], guild_id.as_str());
+    assert_eq!(server["d"]["token"].as_str().map(str::len), Some(32));
+
+    // Deleting the guild: GUILD_DELETE, then the guild is gone.
+    let (status, _) = node
+        .call("DELETE", &format!("/guilds/{guild_id}"), Some(&owner), None)
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(
+        client.dispatch("GUILD_DELETE").await["d"]["id"],
+        guild_id.as_str()
+    );
+    let (status, body) = node
+        .call("GET", &format!("/guilds/{guild_id}"), Some(&owner), None)
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (404, Some(10004)));
+    node.stop().await;
+}

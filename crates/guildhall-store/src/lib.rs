@@ -805,6 +805,59 @@ impl Store {
         Ok(deleted)
     }
 
+    /// Renames a guild.
+    pub async fn rename_guild(&self, id: i64, name: &str) -> Result<()> {
+        sqlx::query("UPDATE guilds SET name = $2 WHERE id = $1")
+            .bind(id)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes a guild and everything in it, in one transaction.
+    pub async fn delete_guild(&self, id: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for statement in [
+            "DELETE FROM reactions WHERE message_id IN (SELECT id FROM messages WHERE guild_id = $1)",
+            "DELETE FROM messages WHERE guild_id = $1",
+            "DELETE FROM invites WHERE guild_id = $1",
+            "DELETE FROM member_roles WHERE guild_id = $1",
+            "DELETE FROM members WHERE guild_id = $1",
+            "DELETE FROM roles WHERE guild_id = $1",
+            "DELETE FROM channels WHERE guild_id = $1",
+            "DELETE FROM guilds WHERE id = $1",
+        ] {
+            sqlx::query(statement).bind(id).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Changes a user's display name (and username, if given and free).
+    pub async fn update_user(
+        &self,
+        id: i64,
+        username: Option<&str>,
+        global_name: Option<Option<&str>>,
+    ) -> Result<()> {
+        if let Some(username) = username {
+            sqlx::query("UPDATE users SET username = $2 WHERE id = $1")
+                .bind(id)
+                .bind(username)
+                .execute(&self.pool)
+                .await?;
+        }
+        if let Some(global_name) = global_name {
+            sqlx::query("UPDATE users SET global_name = $2 WHERE id = $1")
+                .bind(id)
+                .bind(global_name)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
     // ----- reactions --------------------------------------------------------
 
     /// Adds a reaction; false if it was there already.
