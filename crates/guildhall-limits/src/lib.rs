@@ -247,6 +247,15 @@ pub const MEMBERS_PER_PAGE_MAX: usize = 1_000;
 /// When hit: 429 with Discord's body, `Retry-After` and `Via`.
 pub const REST_RATE_LIMIT_PER_WINDOW: u32 = 50;
 
+/// Token → user entries the users role caches. When hit: the oldest entry
+/// is evicted.
+pub const USERS_CACHE_ENTRIES_MAX: usize = 100_000;
+
+/// How long a cached token → user entry is trusted. Bounds how long a token
+/// revoked by another process (the CLI) keeps working on this node; tokens
+/// revoked through this node are evicted at once.
+pub const USERS_CACHE_TTL_MS: u64 = 30_000;
+
 /// The REST rate-limit window.
 pub const REST_RATE_WINDOW_MS: u64 = 1_000;
 
@@ -369,6 +378,10 @@ pub struct Limits {
     pub messages_per_page_max: usize,
     /// See [`MEMBERS_PER_PAGE_MAX`].
     pub members_per_page_max: usize,
+    /// See [`USERS_CACHE_ENTRIES_MAX`].
+    pub users_cache_entries_max: usize,
+    /// See [`USERS_CACHE_TTL_MS`].
+    pub users_cache_ttl_ms: u64,
     /// See [`REST_RATE_LIMIT_PER_WINDOW`].
     pub rest_rate_limit_per_window: u32,
     /// See [`REST_RATE_WINDOW_MS`].
@@ -427,6 +440,8 @@ impl Default for Limits {
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
+            users_cache_entries_max: USERS_CACHE_ENTRIES_MAX,
+            users_cache_ttl_ms: USERS_CACHE_TTL_MS,
             rest_rate_limit_per_window: REST_RATE_LIMIT_PER_WINDOW,
             rest_rate_window_ms: REST_RATE_WINDOW_MS,
             rest_rate_buckets_max: REST_RATE_BUCKETS_MAX,
@@ -684,6 +699,16 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.users_cache_entries_max >= 1,
+            "users_cache_entries_max",
+            "must be at least 1",
+        );
+        check(
+            self.users_cache_ttl_ms >= 1,
+            "users_cache_ttl_ms",
+            "must be at least 1",
+        );
+        check(
             self.heartbeat_timeout_ms > self.heartbeat_interval_ms,
             "heartbeat_timeout_ms",
             "must exceed heartbeat_interval_ms (or every session times out)",
@@ -759,6 +784,8 @@ mod tests {
             "rest_rate_limit_per_window",
             "rest_rate_window_ms",
             "rest_rate_buckets_max",
+            "users_cache_entries_max",
+            "users_cache_ttl_ms",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -807,6 +834,8 @@ mod tests {
             "rest_rate_limit_per_window" => l.rest_rate_limit_per_window = 0,
             "rest_rate_window_ms" => l.rest_rate_window_ms = 0,
             "rest_rate_buckets_max" => l.rest_rate_buckets_max = 0,
+            "users_cache_entries_max" => l.users_cache_entries_max = 0,
+            "users_cache_ttl_ms" => l.users_cache_ttl_ms = 0,
             other => panic!("unknown field {other}"),
         }
         l

@@ -219,12 +219,8 @@ impl FromRequestParts<AppState> for Caller {
         let Some(token) = bearer(&parts.headers) else {
             return Err(ApiError::Unauthorized);
         };
-        match state
-            .shared
-            .store
-            .user_by_token(&auth::token_digest(token))
-            .await?
-        {
+        let lookup = state.users.by_token(auth::token_digest(token)).await;
+        match lookup.map_err(|_| ApiError::Overloaded)? {
             Some(user) => Ok(Caller(user)),
             None => {
                 state
@@ -502,6 +498,7 @@ async fn reset_bot_token(
 ) -> ApiResult {
     let app = owned_application(&node, &caller, &id).await?;
     node.shared.store.revoke_tokens(app.bot_user_id).await?;
+    node.users.invalidate_user(app.bot_user_id);
     let token = issue_token(&node, app.bot_user_id).await?;
     ok(&json!({"token": token}))
 }

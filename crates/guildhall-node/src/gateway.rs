@@ -126,15 +126,21 @@ pub struct Gateway {
     pub hub: Arc<Hub>,
     /// Guild owners.
     pub guilds: Arc<GuildDirectory>,
+    /// Token resolution.
+    pub users: Arc<crate::users::Users>,
     /// Counters.
     pub counters: GatewayCounters,
     /// Admission.
     pub admission: Admission,
 }
 
-async fn authenticate(shared: &Shared, token: &str) -> Result<(UserRow, Identity), AuthFailure> {
+async fn authenticate(
+    shared: &Shared,
+    users: &Arc<crate::users::Users>,
+    token: &str,
+) -> Result<(UserRow, Identity), AuthFailure> {
     let digest = crate::auth::token_digest(token);
-    let user = match shared.store.user_by_token(&digest).await {
+    let user = match users.by_token(digest).await {
         Ok(Some(user)) => user,
         Ok(None) => return Err(AuthFailure::BadToken),
         Err(_) => return Err(AuthFailure::Overloaded),
@@ -406,7 +412,7 @@ impl Gateway {
                         break 'socket;
                     }
                     Command::Authenticate(identify) => {
-                        let result = authenticate(&self.shared, &identify.token).await;
+                        let result = authenticate(&self.shared, &self.users, &identify.token).await;
                         let result = result.map(|(row, identity)| {
                             user = Some(row);
                             identity
@@ -430,7 +436,7 @@ impl Gateway {
                     }
                     Command::Resume(resume) => {
                         let result = match (
-                            authenticate(&self.shared, &resume.token).await,
+                            authenticate(&self.shared, &self.users, &resume.token).await,
                             self.hub.get(&resume.session_id),
                         ) {
                             (Ok((_, identity)), Some(s))

@@ -20,6 +20,7 @@ pub mod guilds;
 pub mod hub;
 pub mod ratelimit;
 pub mod state;
+pub mod users;
 
 use guildhall_limits::Limits;
 use guildhall_store::Store;
@@ -72,6 +73,8 @@ pub struct Node {
     pub hub: Arc<hub::Hub>,
     /// Guild owners.
     pub guilds: Arc<guilds::GuildDirectory>,
+    /// Token resolution (users role).
+    pub users: Arc<users::Users>,
     /// Gateway role.
     pub gateway: Arc<gateway::Gateway>,
     /// REST counters.
@@ -197,6 +200,35 @@ async fn metrics(
         "Events a guild owner could not take.",
         api.fanout_failed_total.load(Ordering::Relaxed),
     );
+    let users = &node.users.counters;
+    for (name, help, value) in [
+        (
+            "guildhall_users_cache_hits_total",
+            "Token lookups answered from the cache.",
+            &users.cache_hits_total,
+        ),
+        (
+            "guildhall_users_store_reads_total",
+            "Token lookups read from the store.",
+            &users.store_reads_total,
+        ),
+        (
+            "guildhall_users_coalesced_total",
+            "Token lookups that joined a read in flight.",
+            &users.coalesced_total,
+        ),
+        (
+            "guildhall_users_shed_total",
+            "Token lookups shed (overloaded).",
+            &users.shed_total,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+            value.load(Ordering::Relaxed)
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP guildhall_gateway_closes_total Sessions closed, by close code.\n# TYPE guildhall_gateway_closes_total counter"
@@ -297,10 +329,12 @@ pub async fn run(
     ));
     let hub = Arc::new(hub::Hub::new(&config.limits));
     let guilds = Arc::new(guilds::GuildDirectory::new(shared.clone(), hub.clone()));
+    let users = users::Users::new(shared.store.clone(), &config.limits);
     let gateway = Arc::new(gateway::Gateway {
         shared: shared.clone(),
         hub: hub.clone(),
         guilds: guilds.clone(),
+        users: users.clone(),
         counters: gateway::GatewayCounters::default(),
         admission: gateway::Admission::new(&config.limits),
     });
@@ -313,6 +347,7 @@ pub async fn run(
         shared,
         hub,
         guilds,
+        users,
         gateway,
         counters: api::ApiCounters::default(),
         admin_token,

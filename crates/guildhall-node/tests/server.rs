@@ -800,3 +800,48 @@ async fn guild_user_presence_and_voice_events() {
     assert_eq!((status, body["code"].as_u64()), (404, Some(10004)));
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_reset_bot_token_stops_working_at_once() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (guild_id, _) = node.guild(&owner, "Tokens").await;
+    let (app_id, old) = node.bot_in(&owner, &guild_id).await;
+    // Warm the users cache with the old token.
+    assert_eq!(
+        node.call("GET", "/users/@me", Some(&old), None).await.0,
+        200
+    );
+    let (status, reset) = node
+        .call(
+            "POST",
+            &format!("/applications/{app_id}/bot/reset"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        node.call("GET", "/users/@me", Some(&old), None).await.0,
+        401,
+        "cached token was evicted"
+    );
+    assert_eq!(
+        node.call(
+            "GET",
+            "/users/@me",
+            Some(reset["token"].as_str().unwrap()),
+            None
+        )
+        .await
+        .0,
+        200
+    );
+    let mut client = Client::connect(&node.ws).await;
+    client.next().await.unwrap();
+    client
+        .send(json!({"op": 2, "d": {"token": old, "intents": 1}}))
+        .await;
+    assert_eq!(client.close_code().await, Some(4004));
+    node.stop().await;
+}

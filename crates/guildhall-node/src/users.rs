@@ -1,0 +1,275 @@
+//! The users role, embedded: who a token belongs to.
+//!
+//! Seed 000's users service fell over when a flood of cache misses met a
+//! router that handled one request at a time. Here every lookup goes
+//! through the mechanisms of `guildhall-control`:
+//! - an L1 cache (bounded, TTL, oldest evicted first);
+//! - single-flight per token: N concurrent lookups of one token cost one
+//!   store read;
+//! - the read runs under a fail-fast permit pool sized by a Vegas adaptive
+//!   limit: when the store is saturated the lookup fails at once with
+//!   [`UsersError::Overloaded`] (503 for REST, INVALID_SESSION for IDENTIFY)
+//!   instead of queueing;
+//! - the read runs in its own task, so a caller that gives up never strands
+//!   the others waiting on the same flight.
+
+use crate::state::now_ms;
+use guildhall_control::Criticality;
+use guildhall_control::adaptive::{AdaptiveLimit, LimitBounds, Outcome, Vegas};
+use guildhall_control::permit::PermitPool;
+use guildhall_control::singleflight::{Join, SingleFlight};
+use guildhall_store::{Store, UserRow};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Longest a lookup waits for its flight.
+pub const LOOKUP_TIMEOUT_MS: u64 = 5_000;
+
+/// Why a lookup failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UsersError {
+    /// Shed: retry later.
+    #[error("users overloaded")]
+    Overloaded,
+    /// The store failed.
+    #[error("store")]
+    Store,
+}
+
+type Answer = Result<Option<UserRow>, UsersError>;
+type Digest = [u8; 32];
+
+/// Counters of the users role.
+#[derive(Debug, Default)]
+pub struct UsersCounters {
+    /// Lookups answered from the cache.
+    pub cache_hits_total: AtomicU64,
+    /// Reads from the store.
+    pub store_reads_total: AtomicU64,
+    /// Lookups that joined a read already in flight.
+    pub coalesced_total: AtomicU64,
+    /// Lookups shed.
+    pub shed_total: AtomicU64,
+}
+
+struct Cache {
+    entries: HashMap<Digest, (UserRow, u64)>,
+    order: VecDeque<Digest>,
+    entries_max: usize,
+    ttl_ms: u64,
+}
+
+struct Flights {
+    flights: SingleFlight<Digest, u64>,
+    waiters: HashMap<u64, oneshot::Sender<Answer>>,
+    next_waiter: u64,
+}
+
+/// Token resolution.
+pub struct Users {
+    store: Store,
+    cache: Mutex<Cache>,
+    flights: Mutex<Flights>,
+    permits: Mutex<(PermitPool, AdaptiveLimit)>,
+    /// Counters.
+    pub counters: UsersCounters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Users {
+    /// The users role over `store`.
+    pub fn new(store: Store, limits: &guildhall_limits::Limits) -> Arc<Self> {
+        let bounds = LimitBounds {
+            floor: limits.adaptive_limit_floor,
+            start: limits.adaptive_limit_start,
+            ceiling: limits.adaptive_limit_ceiling,
+        };
+        Arc::new(Self {
+            store,
+            cache: Mutex::new(Cache {
+                entries: HashMap::new(),
+                order: VecDeque::new(),
+                entries_max: limits.users_cache_entries_max,
+                ttl_ms: limits.users_cache_ttl_ms,
+            }),
+            flights: Mutex::new(Flights {
+                flights: SingleFlight::new(
+                    limits.singleflight_keys_max,
+                    limits.singleflight_waiters_per_key_max,
+                ),
+                waiters: HashMap::new(),
+                next_waiter: 0,
+            }),
+            permits: Mutex::new((
+                PermitPool::new(bounds.start),
+                AdaptiveLimit::Vegas(Vegas::new(bounds)),
+            )),
+            counters: UsersCounters::default(),
+        })
+    }
+
+    /// The user a token digest belongs to.
+    pub async fn by_token(self: &Arc<Self>, digest: Digest) -> Answer {
+        let now = now_ms();
+        {
+            let cache = lock(&self.cache);
+            if let Some((user, expires)) = cache.entries.get(&digest)
+                && *expires > now
+            {
+                self.counters
+                    .cache_hits_total
+                    .fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(user.clone()));
+            }
+        }
+        let (reply, answer) = oneshot::channel();
+        let lead = {
+            let mut f = lock(&self.flights);
+            f.next_waiter += 1;
+            let id = f.next_waiter;
+            match f.flights.join(digest, id) {
+                Join::Lead => {
+                    f.waiters.insert(id, reply);
+                    Some(id)
+                }
+                Join::Follow => {
+                    self.counters
+                        .coalesced_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    f.waiters.insert(id, reply);
+                    None
+                }
+                Join::Rejected(_) => {
+                    self.counters.shed_total.fetch_add(1, Ordering::Relaxed);
+                    return Err(UsersError::Overloaded);
+                }
+            }
+        };
+        if let Some(leader) = lead {
+            let users = self.clone();
+            tokio::spawn(async move { users.fetch(digest, leader).await });
+        }
+        match tokio::time::timeout(Duration::from_millis(LOOKUP_TIMEOUT_MS), answer).await {
+            Ok(Ok(answer)) => answer,
+            _ => Err(UsersError::Overloaded),
+        }
+    }
+
+    async fn fetch(self: Arc<Self>, digest: Digest, leader: u64) {
+        let admitted = {
+            let mut p = lock(&self.permits);
+            let limit = p.1.limit();
+            p.0.set_size(limit);
+            p.0.try_acquire(Criticality::Critical).is_ok()
+        };
+        let answer = if admitted {
+            self.counters
+                .store_reads_total
+                .fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
+            let result = self.store.user_by_token(&digest).await;
+            let rtt_us = started.elapsed().as_micros() as u64;
+            let mut p = lock(&self.permits);
+            let inflight = p.0.in_use();
+            p.0.release();
+            let outcome = if result.is_ok() {
+                Outcome::Success
+            } else {
+                Outcome::Dropped
+            };
+            p.1.on_sample(rtt_us, inflight, outcome);
+            match result {
+                Ok(user) => Ok(user),
+                Err(guildhall_store::StoreError::Busy) => Err(UsersError::Overloaded),
+                Err(_) => Err(UsersError::Store),
+            }
+        } else {
+            self.counters.shed_total.fetch_add(1, Ordering::Relaxed);
+            Err(UsersError::Overloaded)
+        };
+        if let Ok(Some(user)) = &answer {
+            let mut cache = lock(&self.cache);
+            let expires = now_ms() + cache.ttl_ms;
+            if cache
+                .entries
+                .insert(digest, (user.clone(), expires))
+                .is_none()
+            {
+                cache.order.push_back(digest);
+                while cache.order.len() > cache.entries_max {
+                    if let Some(old) = cache.order.pop_front() {
+                        cache.entries.remove(&old);
+                    }
+                }
+            }
+        }
+        let mut f = lock(&self.flights);
+        let followers = f.flights.complete(&digest);
+        for id in std::iter::once(leader).chain(followers) {
+            if let Some(reply) = f.waiters.remove(&id) {
+                let _ = reply.send(answer.clone());
+            }
+        }
+    }
+
+    /// Forgets every cached token of `user_id` (its tokens were revoked).
+    pub fn invalidate_user(&self, user_id: i64) {
+        let mut cache = lock(&self.cache);
+        cache.entries.retain(|_, (user, _)| user.id != user_id);
+        let Cache { entries, order, .. } = &mut *cache;
+        order.retain(|d| entries.contains_key(d));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn concurrent_lookups_of_one_token_cost_one_read() {
+        let store = Store::open_in_memory().await.unwrap();
+        let user = UserRow {
+            id: 7,
+            username: "u".into(),
+            password_hash: None,
+            bot: false,
+            global_name: None,
+            created_ms: 0,
+        };
+        store.create_user(&user).await.unwrap();
+        store.add_token(&[1; 32], 7, 0).await.unwrap();
+        let users = Users::new(store, &guildhall_limits::Limits::default());
+        let lookups: Vec<_> = (0..200)
+            .map(|_| {
+                let users = users.clone();
+                tokio::spawn(async move { users.by_token([1; 32]).await })
+            })
+            .collect();
+        for lookup in lookups {
+            assert_eq!(lookup.await.unwrap().unwrap().map(|u| u.id), Some(7));
+        }
+        let reads = users.counters.store_reads_total.load(Ordering::Relaxed);
+        assert!(reads <= 2, "{reads} store reads for one token");
+        users.invalidate_user(7);
+        assert_eq!(
+            users.by_token([2; 32]).await,
+            Ok(None),
+            "unknown tokens are not cached"
+        );
+        assert_eq!(
+            users.by_token([1; 32]).await.unwrap().map(|u| u.id),
+            Some(7)
+        );
+        assert_eq!(
+            users.counters.store_reads_total.load(Ordering::Relaxed),
+            reads + 2,
+            "invalidated entry was re-read"
+        );
+    }
+}
