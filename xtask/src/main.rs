@@ -2,7 +2,14 @@
 //! `xtask` pattern): `cargo xtask ci` is the one command CI and developers
 //! run to check everything.
 
-use std::process::{Command, ExitCode};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+/// Library versions the conformance stage installs (pinned: a new release
+/// must not change what CI tests without a commit saying so).
+const DISCORD_PY: &str = "discord.py==2.7.1";
+const DISCORD_JS: &str = "discord.js@14.28.1";
 
 fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
     eprintln!("xtask: $ {program} {}", args.join(" "));
@@ -19,7 +26,112 @@ fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
     }
 }
 
-/// fmt, clippy with warnings denied, nextest, doc tests; stops at the first
+fn ensure_libraries(dir: &Path) -> bool {
+    let venv = dir.join("venv");
+    let python = venv.join("bin/python");
+    let marker = dir.join("installed");
+    let wanted = format!("{DISCORD_PY} {DISCORD_JS}");
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {
+        return true;
+    }
+    let node = dir.join("node");
+    let ok = run("python3", &["-m", "venv", &venv.to_string_lossy()], &[])
+        && run(
+            &python.to_string_lossy(),
+            &[
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                DISCORD_PY,
+            ],
+            &[],
+        )
+        && std::fs::create_dir_all(&node).is_ok()
+        && run(
+            "npm",
+            &[
+                "install",
+                "--silent",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                &node.to_string_lossy(),
+                DISCORD_JS,
+            ],
+            &[],
+        );
+    ok && std::fs::write(&marker, wanted).is_ok()
+}
+
+/// discord.py and discord.js against a real server (see conformance/).
+fn conformance() -> bool {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join("target/conformance");
+    if std::fs::create_dir_all(&dir).is_err() || !ensure_libraries(&dir) {
+        eprintln!("xtask: installing the conformance libraries failed");
+        return false;
+    }
+    if !run(
+        "cargo",
+        &["build", "--quiet", "--locked", "-p", "guildhall"],
+        &[],
+    ) {
+        return false;
+    }
+    let data = std::env::temp_dir().join(format!("guildhall-conformance-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let binary = root.join("target/debug/guildhall");
+    let mut server = match Command::new(&binary)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(server) => server,
+        Err(error) => {
+            eprintln!("xtask: cannot start {}: {error}", binary.display());
+            return false;
+        }
+    };
+    let Some(stderr) = server.stderr.take() else {
+        return false;
+    };
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = lines.by_ref().map_while(Result::ok).find_map(|line| {
+        line.split("addr=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+    });
+    // Keep draining the server's log so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let ok = match addr {
+        Some(addr) => run(
+            &dir.join("venv/bin/python").to_string_lossy(),
+            &[
+                &root.join("conformance/run.py").to_string_lossy(),
+                &addr,
+                &data.to_string_lossy(),
+                &binary.to_string_lossy(),
+                &dir.join("node/node_modules").to_string_lossy(),
+            ],
+            &[],
+        ),
+        None => {
+            eprintln!("xtask: the server exited before serving");
+            false
+        }
+    };
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&data);
+    ok
+}
+
+/// fmt, clippy with warnings denied, nextest, doc tests, library
+/// conformance; stops at the first
 /// failure so the log ends with the cause.
 fn ci() -> bool {
     let deny = [
@@ -50,14 +162,16 @@ fn ci() -> bool {
             &["test", "--workspace", "--doc", "--locked"],
             &deny,
         )
+        && conformance()
 }
 
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
     let ok = match task.as_str() {
         "ci" => ci(),
+        "conformance" => conformance(),
         _ => {
-            eprintln!("usage: cargo xtask ci");
+            eprintln!("usage: cargo xtask ci | conformance");
             false
         }
     };

@@ -1,0 +1,52 @@
+"""Drives the library conformance checks against a running server.
+
+Usage: run.py HOST:PORT DATA_DIR GUILDHALL_BIN NODE_MODULES_DIR
+Creates an owner, a guild per library, a bot per library (via the CLI, which
+talks to the running server), then runs each library's bot and checks what it
+reports. Exits non-zero on any failure, printing what was seen.
+"""
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+base, data_dir, guildhall, node_modules = sys.argv[1:5]
+here = os.path.dirname(os.path.abspath(__file__))
+rest = f"http://{base}/api/v10"
+
+
+def call(method, path, token=None, body=None):
+    request = urllib.request.Request(f"{rest}{path}", method=method, data=None if body is None else json.dumps(body).encode())
+    request.add_header("content-type", "application/json")
+    if token:
+        request.add_header("authorization", token)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
+
+
+owner = call("POST", "/auth/register", body={"username": "conformance", "password": "conformance-password"})
+failures = []
+for library, command in [
+    ("discord.py", [sys.executable, os.path.join(here, "discord_py.py")]),
+    ("discord.js", ["node", os.path.join(here, "discord_js.js")]),
+]:
+    guild = call("POST", "/guilds", owner["token"], {"name": f"{library} guild"})
+    channel = guild["channels"][0]["id"]
+    bot = json.loads(subprocess.check_output(
+        [guildhall, "bot", "create", "--name", library.replace(".", ""), "--owner", owner["user_id"],
+         "--data-dir", data_dir, "--server", f"http://{base}"]))
+    call("POST", f"/oauth2/authorize?client_id={bot['application_id']}&scope=bot", owner["token"],
+         {"guild_id": guild["id"], "permissions": "0", "authorize": True})
+    env = dict(os.environ, NODE_PATH=node_modules)
+    result = subprocess.run(command + [base, bot["token"], channel, owner["token"]],
+                            capture_output=True, text=True, timeout=90, env=env)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    seen = json.loads(lines[-1]) if lines else {}
+    ok = result.returncode == 0 and seen.get("got_ping") and seen.get("got_pong") and seen.get("guild") == f"{library} guild"
+    print(f"{library}: {'ok' if ok else 'FAILED'} {json.dumps(seen)}")
+    if not ok:
+        failures.append(library)
+        print(result.stdout[-2000:], result.stderr[-4000:], sep="\n")
+print(f"{2 - len(failures)} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)
