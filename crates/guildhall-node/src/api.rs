@@ -248,6 +248,8 @@ pub struct ApiCounters {
     pub messages_total: AtomicU64,
     /// Guild events that could not be handed to the guild owner.
     pub fanout_failed_total: AtomicU64,
+    /// Request latency.
+    pub request_seconds: crate::histogram::Histogram,
 }
 
 fn parse_id(raw: &str) -> Result<i64, ApiError> {

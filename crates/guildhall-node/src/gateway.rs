@@ -64,6 +64,8 @@ pub struct GatewayCounters {
     pub ready_total: AtomicU64,
     /// RESUMED sent.
     pub resumed_total: AtomicU64,
+    /// IDENTIFY received → READY queued.
+    pub identify_to_ready_seconds: crate::histogram::Histogram,
 }
 
 /// Handshake admission: a token bucket and a bound on held upgrades.
@@ -394,6 +396,7 @@ impl Gateway {
         let mut pending: VecDeque<Command> = VecDeque::from([hello]);
         let mut scratch = Vec::new();
         let mut user: Option<UserRow> = None;
+        let mut identify_started: Option<std::time::Instant> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(
             (limits.heartbeat_interval_ms / 4).max(250),
         ));
@@ -412,6 +415,7 @@ impl Gateway {
                         break 'socket;
                     }
                     Command::Authenticate(identify) => {
+                        identify_started = Some(std::time::Instant::now());
                         let result = authenticate(&self.shared, &self.users, &identify.token).await;
                         let result = result.map(|(row, identity)| {
                             user = Some(row);
@@ -430,7 +434,13 @@ impl Gateway {
                             .ready(identity, intents, shard, &row, &out_tx, &control_tx)
                             .await
                         {
-                            Ok(s) => slot = Some(s),
+                            Ok(s) => {
+                                if let Some(started) = identify_started.take() {
+                                    let us = started.elapsed().as_micros() as u64;
+                                    self.counters.identify_to_ready_seconds.record_us(us);
+                                }
+                                slot = Some(s);
+                            }
                             Err(code) => pending.push_front(Command::Close(code)),
                         }
                     }

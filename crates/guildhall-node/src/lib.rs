@@ -17,6 +17,7 @@ pub mod api;
 pub mod auth;
 pub mod gateway;
 pub mod guilds;
+pub mod histogram;
 pub mod hub;
 pub mod ratelimit;
 pub mod state;
@@ -229,6 +230,16 @@ async fn metrics(
             value.load(Ordering::Relaxed)
         );
     }
+    node.counters.request_seconds.render(
+        &mut out,
+        "guildhall_rest_request_seconds",
+        "REST request latency.",
+    );
+    gw.identify_to_ready_seconds.render(
+        &mut out,
+        "guildhall_identify_to_ready_seconds",
+        "IDENTIFY received to READY queued.",
+    );
     let _ = writeln!(
         out,
         "# HELP guildhall_gateway_closes_total Sessions closed, by close code.\n# TYPE guildhall_gateway_closes_total counter"

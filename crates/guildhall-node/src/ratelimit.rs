@@ -129,6 +129,7 @@ pub async fn layer(State(node): State<AppState>, request: Request, next: Next) -
     let bucket = format!("{:016x}", hash_of(&[&method, &route]));
     let now = now_ms();
     let decision = node.rate.check(key, now);
+    let started = std::time::Instant::now();
     let mut response = if decision.allowed {
         next.run(request).await
     } else {
@@ -137,6 +138,9 @@ pub async fn layer(State(node): State<AppState>, request: Request, next: Next) -
             .fetch_add(1, Ordering::Relaxed);
         ApiError::RateLimited(decision.reset_after_ms as f64 / 1000.0).into_response()
     };
+    node.counters
+        .request_seconds
+        .record_us(started.elapsed().as_micros() as u64);
     let headers = response.headers_mut();
     let reset = (now + decision.reset_after_ms) as f64 / 1000.0;
     for (name, value) in [

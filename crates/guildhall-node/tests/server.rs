@@ -417,6 +417,13 @@ async fn shutdown_drains_sessions_with_reconnect_and_metrics_count() {
         );
     }
     assert!(metrics.contains("# TYPE guildhall_dispatches_total counter"));
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "guildhall_identify_to_ready_seconds_count 3"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("guildhall_rest_request_seconds_bucket{le=\"+Inf\"}"));
 
     let readiness = node.base.replace("/api/v10", "/healthz");
     assert_eq!(
