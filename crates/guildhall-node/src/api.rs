@@ -779,6 +779,7 @@ async fn create_channel(
 #[derive(Deserialize)]
 struct MembersQuery {
     limit: Option<usize>,
+    after: Option<String>,
 }
 
 async fn guild_members(
@@ -789,6 +790,12 @@ async fn guild_members(
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
     let user_id = caller.id;
+    let after = query
+        .after
+        .as_deref()
+        .map(parse_id)
+        .transpose()?
+        .unwrap_or(0);
     let limit = query
         .limit
         .unwrap_or(1)
@@ -799,6 +806,7 @@ async fn guild_members(
             user_id,
             query: String::new(),
             user_ids: vec![],
+            after,
             limit,
             reply,
         })
@@ -820,6 +828,7 @@ async fn guild_member(
             user_id,
             query: String::new(),
             user_ids: vec![member_id],
+            after: 0,
             limit: 1,
             reply,
         })

@@ -296,6 +296,7 @@ impl Gateway {
                 user_id,
                 query,
                 user_ids,
+                after: 0,
                 limit,
                 reply,
             })

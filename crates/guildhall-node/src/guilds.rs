@@ -168,6 +168,8 @@ pub enum GuildCommand {
         query: String,
         /// Specific users.
         user_ids: Vec<i64>,
+        /// Only users with a higher id (REST paging; 0 for all).
+        after: i64,
         /// Most members.
         limit: usize,
         /// The answer.
@@ -1004,13 +1006,16 @@ impl GuildOwner {
                 user_id,
                 query,
                 user_ids,
+                after,
                 limit,
                 reply,
             } => {
                 let result = if self.members.contains_key(&user_id) {
+                    // Members are keyed by user id: paging is a range scan.
                     Ok(self
                         .members
-                        .values()
+                        .range(after.saturating_add(1)..)
+                        .map(|(_, m)| m)
                         .filter(|m| {
                             if user_ids.is_empty() {
                                 m.user

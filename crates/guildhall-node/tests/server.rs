@@ -543,6 +543,30 @@ async fn guild_management_emits_events_and_enforces_permissions() {
         (status, renamed["name"].as_str()),
         (200, Some("moderators"))
     );
+    let (status, page) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/members?limit=1"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!((status, page.as_array().unwrap().len()), (200, 1));
+    let first = page[0]["user"]["id"].as_str().unwrap().to_owned();
+    let (_, rest) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/members?limit=10&after={first}"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(
+        rest.as_array().unwrap().len(),
+        1,
+        "paging with after skips the first"
+    );
+    assert_ne!(rest[0]["user"]["id"].as_str().unwrap(), first);
     let (status, roles) = node
         .call(
             "GET",
