@@ -65,7 +65,7 @@ impl From<StoreError> for ApiError {
                 "Username is unavailable.".into(),
             ),
             StoreError::Database(e) => {
-                tracing::error!(error = %e, "store failed");
+                crate::throttled!(error, "api.store_failed", error = %e, "store failed");
                 ApiError::Internal
             }
         }

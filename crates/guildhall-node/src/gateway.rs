@@ -270,7 +270,7 @@ impl Gateway {
                 .tell(guild_id, GuildCommand::Subscribe { slot: slot.clone() })
                 .await
             {
-                tracing::warn!(guild_id, %error, "guild unavailable at READY");
+                crate::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
             }
         }
         Ok(slot)

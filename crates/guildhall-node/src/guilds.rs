@@ -876,7 +876,7 @@ impl GuildOwner {
         match EncodedDispatch::new(name, data) {
             Ok(event) => Some(event),
             Err(error) => {
-                tracing::error!(%error, event = name, "cannot encode dispatch");
+                crate::throttled!(error, "guilds.encode_failed", %error, event = name, "cannot encode dispatch");
                 None
             }
         }

@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod guilds;
 pub mod histogram;
 pub mod hub;
+pub mod log;
 pub mod ratelimit;
 pub mod state;
 pub mod users;
