@@ -264,6 +264,34 @@ pub const REST_RATE_WINDOW_MS: u64 = 1_000;
 /// (they are limited together, never let through unlimited).
 pub const REST_RATE_BUCKETS_MAX: usize = 100_000;
 
+// ---------------------------------------------------------------------------
+// Roles and the store
+// ---------------------------------------------------------------------------
+
+/// Messages a guild owner's mailbox holds. When hit: callers get `Overloaded` (503 for REST) at once; nobody queues behind a busy guild.
+pub const GUILD_MAILBOX_MESSAGES_MAX: usize = 1_024;
+
+/// Longest a caller waits for a guild owner's answer; then `Overloaded`.
+pub const GUILD_REPLY_TIMEOUT_MS: u64 = 5_000;
+
+/// Guild owners a node keeps loaded. When hit: requests for a guild not yet loaded are refused with `Overloaded` rather than loading without bound.
+pub const GUILD_OWNERS_MAX: usize = 100_000;
+
+/// Guilds one session may hold (Discord's sharding threshold). When hit: close 4011 (sharding required).
+pub const READY_GUILDS_MAX: usize = 2_500;
+
+/// Database connections. SQLite serialises writers; readers run in parallel under WAL. When all are busy past the acquire timeout: `Busy` (503).
+pub const STORE_POOL_CONNECTIONS_MAX: u32 = 8;
+
+/// Message writes waiting for the group-commit writer. When hit: `Busy` at once (503), never an unbounded queue in front of the disk.
+pub const MESSAGE_WRITE_QUEUE_MAX: usize = 4_096;
+
+/// Message writes committed in one transaction (one fsync).
+pub const MESSAGE_WRITE_BATCH_MAX: usize = 256;
+
+/// Longest a token lookup waits for its flight; then `Overloaded`.
+pub const USERS_LOOKUP_TIMEOUT_MS: u64 = 5_000;
+
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
@@ -378,6 +406,22 @@ pub struct Limits {
     pub messages_per_page_max: usize,
     /// See [`MEMBERS_PER_PAGE_MAX`].
     pub members_per_page_max: usize,
+    /// See [`GUILD_MAILBOX_MESSAGES_MAX`].
+    pub guild_mailbox_messages_max: usize,
+    /// See [`GUILD_REPLY_TIMEOUT_MS`].
+    pub guild_reply_timeout_ms: u64,
+    /// See [`GUILD_OWNERS_MAX`].
+    pub guild_owners_max: usize,
+    /// See [`READY_GUILDS_MAX`].
+    pub ready_guilds_max: usize,
+    /// See [`STORE_POOL_CONNECTIONS_MAX`].
+    pub store_pool_connections_max: u32,
+    /// See [`MESSAGE_WRITE_QUEUE_MAX`].
+    pub message_write_queue_max: usize,
+    /// See [`MESSAGE_WRITE_BATCH_MAX`].
+    pub message_write_batch_max: usize,
+    /// See [`USERS_LOOKUP_TIMEOUT_MS`].
+    pub users_lookup_timeout_ms: u64,
     /// See [`USERS_CACHE_ENTRIES_MAX`].
     pub users_cache_entries_max: usize,
     /// See [`USERS_CACHE_TTL_MS`].
@@ -440,6 +484,14 @@ impl Default for Limits {
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
+            guild_mailbox_messages_max: GUILD_MAILBOX_MESSAGES_MAX,
+            guild_reply_timeout_ms: GUILD_REPLY_TIMEOUT_MS,
+            guild_owners_max: GUILD_OWNERS_MAX,
+            ready_guilds_max: READY_GUILDS_MAX,
+            store_pool_connections_max: STORE_POOL_CONNECTIONS_MAX,
+            message_write_queue_max: MESSAGE_WRITE_QUEUE_MAX,
+            message_write_batch_max: MESSAGE_WRITE_BATCH_MAX,
+            users_lookup_timeout_ms: USERS_LOOKUP_TIMEOUT_MS,
             users_cache_entries_max: USERS_CACHE_ENTRIES_MAX,
             users_cache_ttl_ms: USERS_CACHE_TTL_MS,
             rest_rate_limit_per_window: REST_RATE_LIMIT_PER_WINDOW,
@@ -699,6 +751,46 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.guild_mailbox_messages_max >= 1,
+            "guild_mailbox_messages_max",
+            "must be at least 1",
+        );
+        check(
+            self.guild_reply_timeout_ms >= 1,
+            "guild_reply_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.guild_owners_max >= 1,
+            "guild_owners_max",
+            "must be at least 1",
+        );
+        check(
+            self.ready_guilds_max >= 1,
+            "ready_guilds_max",
+            "must be at least 1",
+        );
+        check(
+            self.store_pool_connections_max >= 1,
+            "store_pool_connections_max",
+            "must be at least 1",
+        );
+        check(
+            self.message_write_queue_max >= 1,
+            "message_write_queue_max",
+            "must be at least 1",
+        );
+        check(
+            self.message_write_batch_max >= 1,
+            "message_write_batch_max",
+            "must be at least 1",
+        );
+        check(
+            self.users_lookup_timeout_ms >= 1,
+            "users_lookup_timeout_ms",
+            "must be at least 1",
+        );
+        check(
             self.users_cache_entries_max >= 1,
             "users_cache_entries_max",
             "must be at least 1",
@@ -786,6 +878,14 @@ mod tests {
             "rest_rate_buckets_max",
             "users_cache_entries_max",
             "users_cache_ttl_ms",
+            "guild_mailbox_messages_max",
+            "guild_reply_timeout_ms",
+            "guild_owners_max",
+            "ready_guilds_max",
+            "store_pool_connections_max",
+            "message_write_queue_max",
+            "message_write_batch_max",
+            "users_lookup_timeout_ms",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -836,6 +936,14 @@ mod tests {
             "rest_rate_buckets_max" => l.rest_rate_buckets_max = 0,
             "users_cache_entries_max" => l.users_cache_entries_max = 0,
             "users_cache_ttl_ms" => l.users_cache_ttl_ms = 0,
+            "guild_mailbox_messages_max" => l.guild_mailbox_messages_max = 0,
+            "guild_reply_timeout_ms" => l.guild_reply_timeout_ms = 0,
+            "guild_owners_max" => l.guild_owners_max = 0,
+            "ready_guilds_max" => l.ready_guilds_max = 0,
+            "store_pool_connections_max" => l.store_pool_connections_max = 0,
+            "message_write_queue_max" => l.message_write_queue_max = 0,
+            "message_write_batch_max" => l.message_write_batch_max = 0,
+            "users_lookup_timeout_ms" => l.users_lookup_timeout_ms = 0,
             other => panic!("unknown field {other}"),
         }
         l

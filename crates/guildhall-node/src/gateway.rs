@@ -48,9 +48,6 @@ pub mod app_flags {
 /// time one busy session holds its worker).
 pub const WRITE_BATCH_FRAMES_MAX: usize = 64;
 
-/// Guilds listed in READY; beyond, the client must shard (close 4011).
-pub const READY_GUILDS_MAX: i64 = 2_500;
-
 /// Counters of the gateway role.
 #[derive(Debug, Default)]
 pub struct GatewayCounters {
@@ -222,10 +219,10 @@ impl Gateway {
         let guild_ids = self
             .shared
             .store
-            .guild_ids_of(user.id, READY_GUILDS_MAX + 1)
+            .guild_ids_of(user.id, self.shared.limits.ready_guilds_max as i64 + 1)
             .await
             .map_err(|_| CloseCode::UnknownError)?;
-        if guild_ids.len() as i64 > READY_GUILDS_MAX {
+        if guild_ids.len() > self.shared.limits.ready_guilds_max {
             return Err(CloseCode::ShardingRequired);
         }
         let slot = self
@@ -332,7 +329,7 @@ impl Gateway {
         let guild_ids = self
             .shared
             .store
-            .guild_ids_of(user_id, READY_GUILDS_MAX)
+            .guild_ids_of(user_id, self.shared.limits.ready_guilds_max as i64)
             .await
             .unwrap_or_default();
         for guild_id in guild_ids {

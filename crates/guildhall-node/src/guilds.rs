@@ -23,16 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// Messages a guild owner's mailbox holds; beyond, callers get Overloaded.
-pub const GUILD_MAILBOX_CAPACITY: usize = 1_024;
-
-/// Longest a caller waits for a guild owner's answer.
-pub const GUILD_REPLY_TIMEOUT_MS: u64 = 5_000;
-
-/// Guild owners a node keeps loaded; beyond, new guilds are refused
-/// (Overloaded) rather than loaded without bound.
-pub const GUILD_OWNERS_MAX: usize = 100_000;
-
 /// Permission bits used here.
 pub mod perm {
     /// Every permission.
@@ -1139,7 +1129,7 @@ impl GuildDirectory {
         {
             return Ok(sender.clone());
         }
-        if owners.len() >= GUILD_OWNERS_MAX {
+        if owners.len() >= self.shared.limits.guild_owners_max {
             return Err(GuildError::Overloaded);
         }
         let state = self
@@ -1181,7 +1171,7 @@ impl GuildDirectory {
             voice: BTreeMap::new(),
             deleted: false,
         };
-        let (sender, mailbox) = mpsc::channel(GUILD_MAILBOX_CAPACITY);
+        let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
         tokio::spawn(owner.run(mailbox));
         owners.insert(guild_id, sender.clone());
         Ok(sender)
@@ -1202,7 +1192,12 @@ impl GuildDirectory {
     ) -> Result<T, GuildError> {
         let (reply, answer) = oneshot::channel();
         self.tell(guild_id, build(reply)).await?;
-        match tokio::time::timeout(Duration::from_millis(GUILD_REPLY_TIMEOUT_MS), answer).await {
+        match tokio::time::timeout(
+            Duration::from_millis(self.shared.limits.guild_reply_timeout_ms),
+            answer,
+        )
+        .await
+        {
             Ok(Ok(value)) => Ok(value),
             _ => Err(GuildError::Overloaded),
         }

@@ -324,7 +324,7 @@ pub async fn run(
         path: config.data_dir.clone(),
         source,
     })?;
-    let store = Store::open(&config.data_dir.join("guildhall.db")).await?;
+    let store = Store::open(&config.data_dir.join("guildhall.db"), &config.limits).await?;
     let admin_token = auth::new_token(0, state::now_ms())
         .map_err(|e| NodeError::Serve(std::io::Error::other(e.to_string())))?;
     let token_path = config.data_dir.join("admin.token");

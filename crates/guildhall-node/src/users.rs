@@ -25,9 +25,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Longest a lookup waits for its flight.
-pub const LOOKUP_TIMEOUT_MS: u64 = 5_000;
-
 /// Why a lookup failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum UsersError {
@@ -74,6 +71,7 @@ pub struct Users {
     cache: Mutex<Cache>,
     flights: Mutex<Flights>,
     permits: Mutex<(PermitPool, AdaptiveLimit)>,
+    lookup_timeout_ms: u64,
     /// Counters.
     pub counters: UsersCounters,
 }
@@ -110,6 +108,7 @@ impl Users {
                 PermitPool::new(bounds.start),
                 AdaptiveLimit::Vegas(Vegas::new(bounds)),
             )),
+            lookup_timeout_ms: limits.users_lookup_timeout_ms,
             counters: UsersCounters::default(),
         })
     }
@@ -155,7 +154,7 @@ impl Users {
             let users = self.clone();
             tokio::spawn(async move { users.fetch(digest, leader).await });
         }
-        match tokio::time::timeout(Duration::from_millis(LOOKUP_TIMEOUT_MS), answer).await {
+        match tokio::time::timeout(Duration::from_millis(self.lookup_timeout_ms), answer).await {
             Ok(Ok(answer)) => answer,
             _ => Err(UsersError::Overloaded),
         }

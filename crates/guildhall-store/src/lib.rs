@@ -8,33 +8,22 @@
 //! client (a message answered with 200) is on disk before the answer and
 //! survives `kill -9` and power loss alike.
 //!
-//! Bounds: the pool holds at most [`POOL_CONNECTIONS_MAX`] connections and a
+//! Bounds: the pool holds at most `store_pool_connections_max` connections and a
 //! caller waits at most [`ACQUIRE_TIMEOUT_MS`] for one (then
 //! [`StoreError::Busy`], which the API answers with 503); list queries take
 //! an explicit `limit`.
 
+use guildhall_limits::Limits;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{FromRow, SqlitePool};
 use std::path::Path;
 use std::time::Duration;
-
-/// Connections in the pool (SQLite serialises writers anyway; readers run
-/// in parallel under WAL).
-pub const POOL_CONNECTIONS_MAX: u32 = 8;
 
 /// Longest wait for a pooled connection before failing fast.
 pub const ACQUIRE_TIMEOUT_MS: u64 = 2_000;
 
 /// Longest wait on SQLite's write lock.
 pub const BUSY_TIMEOUT_MS: u64 = 5_000;
-
-/// Message writes waiting for the group-commit writer. When hit:
-/// [`StoreError::Busy`] at once (503 to the client), never an unbounded
-/// queue in front of the disk.
-pub const MESSAGE_WRITE_QUEUE_MAX: usize = 4_096;
-
-/// Message writes committed in one transaction (one fsync).
-pub const MESSAGE_WRITE_BATCH_MAX: usize = 256;
 
 /// What can go wrong.
 #[derive(Debug, thiserror::Error)]
@@ -223,7 +212,7 @@ struct MessageWrite {
 /// The store.
 ///
 /// Message inserts go through one writer task that commits whatever is
-/// waiting (up to [`MESSAGE_WRITE_BATCH_MAX`]) in one transaction, so many
+/// waiting (up to `message_write_batch_max`) in one transaction, so many
 /// concurrent sends share one fsync, and each caller is answered only after
 /// the commit: durable before acknowledged, at the disk's batch rate rather
 /// than its fsync rate (docs/benchmarks.md has the measured figures).
@@ -271,11 +260,15 @@ async fn commit_batch(
     tx.commit().await
 }
 
-async fn message_writer(pool: SqlitePool, mut queue: tokio::sync::mpsc::Receiver<MessageWrite>) {
-    let mut batch = Vec::with_capacity(MESSAGE_WRITE_BATCH_MAX);
+async fn message_writer(
+    pool: SqlitePool,
+    mut queue: tokio::sync::mpsc::Receiver<MessageWrite>,
+    batch_max: usize,
+) {
+    let mut batch = Vec::with_capacity(batch_max);
     while let Some(first) = queue.recv().await {
         batch.push(first);
-        while batch.len() < MESSAGE_WRITE_BATCH_MAX {
+        while batch.len() < batch_max {
             match queue.try_recv() {
                 Ok(write) => batch.push(write),
                 Err(_) => break,
@@ -302,8 +295,9 @@ async fn message_writer(pool: SqlitePool, mut queue: tokio::sync::mpsc::Receiver
 }
 
 impl Store {
-    /// Opens (creating and migrating if needed) the database at `path`.
-    pub async fn open(path: &Path) -> Result<Self> {
+    /// Opens (creating and migrating if needed) the database at `path`,
+    /// with the pool and write-queue bounds of `limits`.
+    pub async fn open(path: &Path, limits: &Limits) -> Result<Self> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -311,7 +305,7 @@ impl Store {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS));
-        Self::connect(options, POOL_CONNECTIONS_MAX).await
+        Self::connect(options, limits.store_pool_connections_max, limits).await
     }
 
     /// A private in-memory database (tests).
@@ -320,10 +314,14 @@ impl Store {
             .in_memory(true)
             .foreign_keys(true);
         // One connection: every in-memory connection is its own database.
-        Self::connect(options, 1).await
+        Self::connect(options, 1, &Limits::default()).await
     }
 
-    async fn connect(options: SqliteConnectOptions, connections: u32) -> Result<Self> {
+    async fn connect(
+        options: SqliteConnectOptions,
+        connections: u32,
+        limits: &Limits,
+    ) -> Result<Self> {
         let pool = SqlitePoolOptions::new()
             .max_connections(connections)
             .acquire_timeout(Duration::from_millis(ACQUIRE_TIMEOUT_MS))
@@ -333,8 +331,12 @@ impl Store {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Database(e.into()))?;
-        let (writes, queue) = tokio::sync::mpsc::channel(MESSAGE_WRITE_QUEUE_MAX);
-        tokio::spawn(message_writer(pool.clone(), queue));
+        let (writes, queue) = tokio::sync::mpsc::channel(limits.message_write_queue_max);
+        tokio::spawn(message_writer(
+            pool.clone(),
+            queue,
+            limits.message_write_batch_max,
+        ));
         Ok(Self { pool, writes })
     }
 
@@ -1102,7 +1104,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("guildhall-store-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&dir.join("db")).await.unwrap();
+        let store = Store::open(&dir.join("db"), &Limits::default())
+            .await
+            .unwrap();
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
             id: 5,
