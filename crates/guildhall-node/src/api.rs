@@ -811,7 +811,7 @@ async fn guild_members(
             reply,
         })
         .await??;
-    ok(&members)
+    ok(&members.members)
 }
 
 async fn guild_member(
@@ -834,6 +834,7 @@ async fn guild_member(
         })
         .await??;
     members
+        .members
         .into_iter()
         .next()
         .map_or(Err(ApiError::Code(ErrorCode::UnknownMember)), |m| ok(&m))

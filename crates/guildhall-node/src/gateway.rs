@@ -10,7 +10,7 @@
 //! flushes once per wake-up. Control messages (close, drain) arrive on their
 //! own channel, checked first.
 
-use crate::guilds::{GuildCommand, GuildDirectory, wire_user};
+use crate::guilds::{GuildCommand, GuildDirectory, MemberPage, wire_user};
 use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Slot};
 use crate::state::{Shared, now_ms, sf};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
@@ -273,6 +273,10 @@ impl Gateway {
         Ok(slot)
     }
 
+    /// Op 8: GUILD_MEMBERS_CHUNK pages of at most `members_per_page_max`,
+    /// fetched from the guild owner one page at a time (never the whole
+    /// member list in memory), with `chunk_count` known from the first page.
+    /// `limit: 0` with an empty query means every member, as Discord does.
     async fn request_members(&self, slot: &Arc<Slot>, request: RequestGuildMembers) {
         let guild_id = request.guild_id.get() as i64;
         let user_ids: Vec<i64> = match request.user_ids {
@@ -280,44 +284,58 @@ impl Gateway {
             Some(OneOrMany::One(id)) => vec![id.get() as i64],
             Some(OneOrMany::Many(ids)) => ids.iter().map(|id| id.get() as i64).collect(),
         };
-        let limit = if request.limit == 0 {
-            guildhall_limits::MEMBERS_PER_PAGE_MAX
-        } else {
-            request.limit as usize
+        let page_max = self.shared.limits.members_per_page_max.max(1);
+        let wanted = match (request.limit, user_ids.len()) {
+            (_, n) if n > 0 => n,
+            (0, _) => usize::MAX,
+            (limit, _) => limit as usize,
         };
-        let user_id = slot.user_id;
         let query = request.query.unwrap_or_default();
-        let members = self
-            .guilds
-            .ask(guild_id, |reply| GuildCommand::Members {
-                user_id,
-                query,
-                user_ids,
-                after: 0,
-                limit,
-                reply,
-            })
-            .await
-            .and_then(|r| r);
-        let members = members.unwrap_or_default();
-        let chunks: Vec<_> = members
-            .chunks(guildhall_limits::MEMBERS_PER_PAGE_MAX)
-            .map(<[_]>::to_vec)
-            .collect();
-        let count = chunks.len().max(1);
-        for index in 0..count {
+        let (mut after, mut index, mut sent) = (0i64, 0usize, 0usize);
+        loop {
+            let (user_id, query, ids) = (slot.user_id, query.clone(), user_ids.clone());
+            let limit = page_max.min(wanted - sent);
+            let page = self
+                .guilds
+                .ask(guild_id, |reply| GuildCommand::Members {
+                    user_id,
+                    query,
+                    user_ids: ids,
+                    after,
+                    limit,
+                    reply,
+                })
+                .await
+                .and_then(|r| r)
+                .unwrap_or(MemberPage {
+                    members: vec![],
+                    matching: 0,
+                });
+            let total = page.matching.min(wanted);
+            let count = total.div_ceil(page_max).max(1);
+            let returned: Vec<i64> = page
+                .members
+                .iter()
+                .filter_map(|m| m.user.as_ref().map(|u| u.id.get() as i64))
+                .collect();
             let mut chunk = serde_json::json!({
                 "guild_id": request.guild_id,
-                "members": chunks.get(index).cloned().unwrap_or_default(),
+                "members": page.members,
                 "chunk_index": index,
                 "chunk_count": count,
-                "not_found": [],
+                "not_found": user_ids.iter().filter(|id| index + 1 == count && !returned.contains(id)).map(ToString::to_string).collect::<Vec<_>>(),
             });
             if let Some(nonce) = &request.nonce {
                 chunk["nonce"] = serde_json::Value::String(nonce.clone());
             }
             if let Ok(event) = EncodedDispatch::new("GUILD_MEMBERS_CHUNK", &chunk) {
                 slot.dispatch(&event, &self.hub.counters);
+            }
+            sent += returned.len();
+            index += 1;
+            match returned.last() {
+                Some(last) if index < count && sent < total => after = *last,
+                _ => break,
             }
         }
     }

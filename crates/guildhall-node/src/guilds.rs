@@ -158,12 +158,12 @@ pub enum GuildCommand {
         query: String,
         /// Specific users.
         user_ids: Vec<i64>,
-        /// Only users with a higher id (REST paging; 0 for all).
+        /// Only users with a higher id (paging; 0 for all).
         after: i64,
         /// Most members.
         limit: usize,
         /// The answer.
-        reply: oneshot::Sender<Result<Vec<Member>, GuildError>>,
+        reply: oneshot::Sender<Result<MemberPage, GuildError>>,
     },
     /// A change by `actor`, checked against their permissions.
     Change {
@@ -286,6 +286,16 @@ pub enum GuildChange {
     },
     /// Delete the guild (owner only).
     DeleteGuild,
+}
+
+/// One page of members, and how many match the filter in all (so a
+/// caller paging through them knows the chunk count up front).
+#[derive(Clone, Debug)]
+pub struct MemberPage {
+    /// Members of this page, by user id.
+    pub members: Vec<Member>,
+    /// Members matching the filter, all pages together.
+    pub matching: usize,
 }
 
 /// What a change produced.
@@ -1001,24 +1011,25 @@ impl GuildOwner {
                 reply,
             } => {
                 let result = if self.members.contains_key(&user_id) {
+                    let query = query.to_lowercase();
+                    let matches = |m: &&MemberEntry| {
+                        if user_ids.is_empty() {
+                            m.user.username.to_lowercase().starts_with(&query)
+                        } else {
+                            user_ids.contains(&m.user.id)
+                        }
+                    };
+                    let matching = self.members.values().filter(matches).count();
                     // Members are keyed by user id: paging is a range scan.
-                    Ok(self
+                    let members = self
                         .members
                         .range(after.saturating_add(1)..)
                         .map(|(_, m)| m)
-                        .filter(|m| {
-                            if user_ids.is_empty() {
-                                m.user
-                                    .username
-                                    .to_lowercase()
-                                    .starts_with(&query.to_lowercase())
-                            } else {
-                                user_ids.contains(&m.user.id)
-                            }
-                        })
-                        .take(limit.min(guildhall_limits::MEMBERS_PER_PAGE_MAX))
+                        .filter(matches)
+                        .take(limit.min(self.shared.limits.members_per_page_max))
                         .map(|m| wire_member(m, true))
-                        .collect())
+                        .collect();
+                    Ok(MemberPage { members, matching })
                 } else {
                     Err(GuildError::MissingAccess)
                 };

@@ -876,3 +876,54 @@ async fn a_reset_bot_token_stops_working_at_once() {
     assert_eq!(client.close_code().await, Some(4004));
     node.stop().await;
 }
+
+#[tokio::test]
+async fn op8_pages_every_member_in_counted_chunks() {
+    let limits = guildhall_limits::Limits {
+        members_per_page_max: 2,
+        ..Default::default()
+    };
+    let node = TestNode::with_limits(limits).await;
+    let (owner, _) = node.register("alice").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Chunky").await;
+    let (_, invite) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/invites"),
+            Some(&owner),
+            Some(json!({})),
+        )
+        .await;
+    let code = invite["code"].as_str().unwrap().to_owned();
+    for name in ["bob", "carol", "dave", "erin"] {
+        let (token, _) = node.register(name).await;
+        assert_eq!(
+            node.call("POST", &format!("/invites/{code}"), Some(&token), None)
+                .await
+                .0,
+            200
+        );
+    }
+    let mut client = Client::connect(&node.ws).await;
+    client
+        .identify(&owner, intents::GUILDS | intents::GUILD_MEMBERS)
+        .await;
+    client.dispatch("GUILD_CREATE").await;
+    client
+        .send(json!({"op": 8, "d": {"guild_id": guild_id, "query": "", "limit": 0}}))
+        .await;
+    let mut seen = std::collections::BTreeSet::new();
+    for expected_index in 0..3 {
+        let chunk = client.dispatch("GUILD_MEMBERS_CHUNK").await;
+        assert_eq!(chunk["d"]["chunk_index"], expected_index);
+        assert_eq!(chunk["d"]["chunk_count"], 3);
+        for member in chunk["d"]["members"].as_array().unwrap() {
+            assert!(
+                seen.insert(member["user"]["id"].as_str().unwrap().to_owned()),
+                "a member was sent twice"
+            );
+        }
+    }
+    assert_eq!(seen.len(), 5, "every member exactly once");
+    node.stop().await;
+}
