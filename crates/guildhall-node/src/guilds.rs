@@ -1101,9 +1101,12 @@ impl GuildOwner {
 pub struct GuildDirectory {
     shared: Arc<Shared>,
     hub: Arc<Hub>,
-    // A tokio mutex: loading a guild awaits the store, and concurrent first
-    // requests for one guild must not start two owners.
-    owners: tokio::sync::Mutex<HashMap<i64, mpsc::Sender<GuildCommand>>>,
+    // Loaded owners, read without awaiting: requests to a loaded guild never
+    // wait behind the load of another one.
+    owners: std::sync::RwLock<HashMap<i64, mpsc::Sender<GuildCommand>>>,
+    // Serialises loads (they await the store), so concurrent first requests
+    // for one guild cannot start two owners.
+    loading: tokio::sync::Mutex<()>,
 }
 
 impl GuildDirectory {
@@ -1112,7 +1115,8 @@ impl GuildDirectory {
         Self {
             shared,
             hub,
-            owners: tokio::sync::Mutex::new(HashMap::new()),
+            owners: std::sync::RwLock::new(HashMap::new()),
+            loading: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -1132,16 +1136,34 @@ impl GuildDirectory {
         Ok(users)
     }
 
+    fn loaded(&self, guild_id: i64) -> Option<mpsc::Sender<GuildCommand>> {
+        let owners = self
+            .owners
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        owners.get(&guild_id).filter(|s| !s.is_closed()).cloned()
+    }
+
     /// The mailbox of the owner of `guild_id`.
     pub async fn owner(&self, guild_id: i64) -> Result<mpsc::Sender<GuildCommand>, GuildError> {
-        let mut owners = self.owners.lock().await;
-        if let Some(sender) = owners.get(&guild_id)
-            && !sender.is_closed()
-        {
-            return Ok(sender.clone());
+        if let Some(sender) = self.loaded(guild_id) {
+            return Ok(sender);
         }
-        if owners.len() >= self.shared.limits.guild_owners_max {
-            return Err(GuildError::Overloaded);
+        let _loading = self.loading.lock().await;
+        // Another request may have loaded it while this one waited.
+        if let Some(sender) = self.loaded(guild_id) {
+            return Ok(sender);
+        }
+        {
+            let mut owners = self
+                .owners
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Forget owners that stopped (deleted guilds), then check the bound.
+            owners.retain(|_, s| !s.is_closed());
+            if owners.len() >= self.shared.limits.guild_owners_max {
+                return Err(GuildError::Overloaded);
+            }
         }
         let state = self
             .shared
@@ -1184,7 +1206,10 @@ impl GuildDirectory {
         };
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
         tokio::spawn(owner.run(mailbox));
-        owners.insert(guild_id, sender.clone());
+        self.owners
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(guild_id, sender.clone());
         Ok(sender)
     }
 
