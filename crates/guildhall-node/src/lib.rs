@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod cluster;
 pub mod gateway;
 pub mod guilds;
 pub mod histogram;
@@ -43,6 +44,12 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// Snowflake worker id (unique per node in a cluster).
     pub worker_id: u16,
+    /// Stable node name announced in the registry (`[a-z0-9._-]`).
+    pub node_name: String,
+    /// The registry to announce in and watch; `None`: a private in-process
+    /// one (embedded mode). Tests pass a shared one to run several nodes
+    /// against one registry.
+    pub registry: Option<Arc<dyn guildhall_cluster::Registry>>,
 }
 
 /// What can stop a node from starting.
@@ -87,6 +94,10 @@ pub struct Node {
     pub admin_token: String,
     /// Readiness (off while draining).
     pub ready: AtomicBool,
+    /// The registry this node announces in.
+    pub registry: Arc<dyn guildhall_cluster::Registry>,
+    /// What the node knows of the cluster.
+    pub cluster: Arc<cluster::ClusterState>,
 }
 
 /// Interval of the detached-session reaper.
@@ -241,6 +252,54 @@ async fn metrics(
         "guildhall_identify_to_ready_seconds",
         "IDENTIFY received to READY queued.",
     );
+    let cluster = &node.cluster;
+    let ring = cluster.ring();
+    for (name, kind, help, value) in [
+        (
+            "guildhall_registry_instances",
+            "gauge",
+            "Valid instances in the registry view.",
+            cluster.instances.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_ring_members",
+            "gauge",
+            "Members of the guild-owner ring.",
+            ring.members().len() as u64,
+        ),
+        (
+            "guildhall_ring_generation",
+            "gauge",
+            "Generation of the guild-owner ring.",
+            ring.generation(),
+        ),
+        (
+            "guildhall_membership_frozen",
+            "gauge",
+            "1 while self-preservation freezes removals.",
+            u64::from(cluster.frozen.load(Ordering::Relaxed)),
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP guildhall_registry_rejected_entries_total Registry entries rejected by validation, by reason.\n# TYPE guildhall_registry_rejected_entries_total counter"
+    );
+    for (reason, count) in cluster
+        .rejected
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
+        let _ = writeln!(
+            out,
+            "guildhall_registry_rejected_entries_total{{reason=\"{reason}\"}} {count}"
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP guildhall_gateway_closes_total Sessions closed, by close code.\n# TYPE guildhall_gateway_closes_total counter"
@@ -364,7 +423,30 @@ pub async fn run(
         counters: api::ApiCounters::default(),
         admin_token,
         ready: AtomicBool::new(true),
+        registry: config
+            .registry
+            .clone()
+            .unwrap_or_else(|| Arc::new(guildhall_cluster::LocalRegistry::default())),
+        cluster: Arc::new(cluster::ClusterState::default()),
     });
+    let announcement = guildhall_proto::cluster::Announcement {
+        schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,
+        node: config.node_name.clone(),
+        roles: vec![
+            guildhall_proto::cluster::Role::Gateway,
+            guildhall_proto::cluster::Role::Api,
+            guildhall_proto::cluster::Role::Guilds,
+            guildhall_proto::cluster::Role::Users,
+        ],
+        addr: addr.to_string(),
+        started_ms: state::now_ms(),
+    };
+    cluster::start(
+        node.registry.clone(),
+        announcement,
+        &config.limits,
+        node.cluster.clone(),
+    );
     let rest = api::routes().route_layer(axum::middleware::from_fn_with_state(
         node.clone(),
         ratelimit::layer,
@@ -393,6 +475,7 @@ pub async fn run(
     tokio::spawn(async move {
         shutdown.await;
         drain(&drain_node).await;
+        cluster::leave(drain_node.registry.as_ref(), &drain_node.cluster);
         let _ = drained_tx.send(());
     });
     let served = axum::serve(

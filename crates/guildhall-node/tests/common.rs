@@ -32,6 +32,13 @@ impl TestNode {
     }
 
     pub async fn with_limits(limits: Limits) -> Self {
+        Self::with(limits, None).await
+    }
+
+    pub async fn with(
+        limits: Limits,
+        registry: Option<std::sync::Arc<dyn guildhall_cluster::Registry>>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -40,6 +47,8 @@ impl TestNode {
             data_dir: dir.path().to_owned(),
             limits,
             worker_id: 1,
+            node_name: "test-node".to_owned(),
+            registry,
         };
         let task = tokio::spawn(async move {
             guildhall_node::run(config, listener, async move {

@@ -927,3 +927,94 @@ async fn op8_pages_every_member_in_counted_chunks() {
     assert_eq!(seen.len(), 5, "every member exactly once");
     node.stop().await;
 }
+
+/// Waits (bounded) until the node's /metrics has `line`.
+async fn metrics_until(node: &TestNode, line: &str) -> String {
+    let url = node.base.replace("/api/v10", "/metrics");
+    let mut last = String::new();
+    for _ in 0..200 {
+        last = node
+            .http
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if last.lines().any(|l| l == line) {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("never saw {line:?} in\n{last}");
+}
+
+#[tokio::test]
+async fn registry_announcement_survives_corrupt_entries() {
+    use guildhall_cluster::LocalRegistry;
+    use guildhall_proto::cluster::instance_key;
+    let registry = std::sync::Arc::new(LocalRegistry::default());
+    let node = TestNode::with(guildhall_limits::Limits::default(), Some(registry.clone())).await;
+    metrics_until(&node, "guildhall_ring_members 1").await;
+    metrics_until(&node, "guildhall_registry_instances 1").await;
+
+    // Seed 002: an empty value over this node's own key, garbage elsewhere.
+    registry.put_raw(&instance_key("test-node"), Vec::new());
+    registry.put_raw(
+        &instance_key("stranger"),
+        b"{\"schema\":1,\"node\":\"str".to_vec(),
+    );
+    let metrics = metrics_until(
+        &node,
+        "guildhall_registry_rejected_entries_total{reason=\"empty\"} 1",
+    )
+    .await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "guildhall_registry_rejected_entries_total{reason=\"malformed\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "guildhall_registry_instances 1"),
+        "last good value kept:\n{metrics}"
+    );
+    assert!(
+        metrics.lines().any(|l| l == "guildhall_ring_members 1"),
+        "{metrics}"
+    );
+    let (token, _) = node.register("alice").await;
+    assert_eq!(
+        node.call("GET", "/users/@me", Some(&token), None).await.0,
+        200,
+        "still serving"
+    );
+
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_revokes_the_lease_at_once() {
+    use guildhall_cluster::{LocalRegistry, Registry};
+    use guildhall_proto::cluster::{INSTANCE_PREFIX, instance_key};
+    let registry = std::sync::Arc::new(LocalRegistry::default());
+    let node = TestNode::with(guildhall_limits::Limits::default(), Some(registry.clone())).await;
+    metrics_until(&node, "guildhall_registry_instances 1").await;
+    let now = guildhall_node::state::now_ms();
+    assert!(
+        registry
+            .list(INSTANCE_PREFIX, now)
+            .1
+            .contains_key(&instance_key("test-node"))
+    );
+    node.stop().await;
+    // Well inside the 15 s lease TTL: only a revoke can have removed it.
+    let now = guildhall_node::state::now_ms();
+    assert!(
+        registry.list(INSTANCE_PREFIX, now).1.is_empty(),
+        "graceful leave revokes the lease"
+    );
+}

@@ -10,11 +10,13 @@
 //!   server frames, and dispatches encoded once for many sessions.
 //! - [`model`]: users, guilds, roles, channels, members, messages, READY.
 //! - [`error`]: REST error bodies with Discord's JSON error codes.
+//! - [`cluster`]: what a node announces in the registry, and its validation.
 //!
 //! Architecture invariant: pure. No I/O, no clock (times are arguments), and
 //! this is the only crate that derives serde for the wire: a field renamed
 //! anywhere else cannot break a client library.
 
+pub mod cluster;
 pub mod error;
 pub mod gateway;
 pub mod intents;

@@ -345,6 +345,8 @@ fn main() -> Result<()> {
                     data_dir,
                     limits,
                     worker_id: 1,
+                    node_name: "node-1".to_owned(),
+                    registry: None,
                 };
                 guildhall_node::run(config, listener, shutdown_signal()).await?;
                 Ok(())

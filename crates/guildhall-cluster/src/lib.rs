@@ -1,0 +1,17 @@
+//! How nodes find each other.
+//!
+//! - [`registry`]: the [`Registry`] trait (atomic put-with-lease, keep-alive,
+//!   revoke, list, change notifications) and [`LocalRegistry`], the
+//!   in-process implementation embedded mode runs on. Cluster mode adds an
+//!   etcd implementation of the same trait, not another code path.
+//! - [`view`]: what an observer makes of the registry: every entry
+//!   validated, rejected entries counted, and each key's last good value
+//!   kept across watch events and full re-lists (seed 002).
+//!
+//! The bus, the other half of this crate's job, is not built yet.
+
+pub mod registry;
+pub mod view;
+
+pub use registry::{LeaseId, LocalRegistry, Registry, RegistryError};
+pub use view::RegistryView;

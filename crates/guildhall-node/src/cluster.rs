@@ -1,0 +1,183 @@
+//! The node's place in the cluster: it announces itself in the registry,
+//! keeps its lease alive from a task of its own (seed 004: keep-alives
+//! starved by busy work dropped instances out of the ring), and watches the
+//! registry through a validated view feeding the membership table, which
+//! publishes the ring that guild owners are placed on.
+//!
+//! In embedded mode the registry is in-process and the ring has one member;
+//! the bus that lets a non-owner forward to the owner is not built yet, so
+//! the directory still serves every guild locally.
+
+use crate::state::now_ms;
+use guildhall_cluster::{LeaseId, Registry, RegistryView};
+use guildhall_limits::Limits;
+use guildhall_proto::cluster::{Announcement, INSTANCE_PREFIX, Role, instance_key};
+use guildhall_ring::Ring;
+use guildhall_ring::hash::member_id_of;
+use guildhall_ring::membership::{Membership, MembershipConfig, MembershipEffect};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// What the node knows of the cluster (read by /metrics and placement).
+#[derive(Debug)]
+pub struct ClusterState {
+    /// Valid instances in the view.
+    pub instances: AtomicUsize,
+    /// Rejected registry entries, by reason.
+    pub rejected: Mutex<BTreeMap<&'static str, u64>>,
+    /// The guild-owner ring.
+    pub ring: RwLock<Arc<Ring>>,
+    /// Removals frozen by self-preservation.
+    pub frozen: AtomicBool,
+    /// This node's lease (0: none).
+    pub lease: AtomicU64,
+}
+
+impl Default for ClusterState {
+    fn default() -> Self {
+        Self {
+            instances: AtomicUsize::new(0),
+            rejected: Mutex::new(BTreeMap::new()),
+            ring: RwLock::new(Arc::new(Ring::new(0, &[], 1))),
+            frozen: AtomicBool::new(false),
+            lease: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ClusterState {
+    /// The current ring.
+    pub fn ring(&self) -> Arc<Ring> {
+        self.ring
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+fn announce(registry: &dyn Registry, announcement: &Announcement, ttl_ms: u64) -> Option<LeaseId> {
+    let bytes = announcement.encode().ok()?;
+    registry
+        .put_with_lease(&instance_key(&announcement.node), bytes, ttl_ms, now_ms())
+        .ok()
+}
+
+/// Announces this node and starts the keep-alive and watch tasks.
+pub fn start(
+    registry: Arc<dyn Registry>,
+    announcement: Announcement,
+    limits: &Limits,
+    state: Arc<ClusterState>,
+) {
+    let ttl_ms = limits.lease_ttl_ms;
+    let renew_ms = limits.lease_renew_interval_ms.max(1);
+    if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms) {
+        state.lease.store(lease, Ordering::Relaxed);
+    }
+    // Keep-alive: its own task, doing nothing else, so no backlog elsewhere
+    // can make this node miss its renewals.
+    {
+        let (registry, state, announcement) =
+            (registry.clone(), state.clone(), announcement.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
+            loop {
+                tick.tick().await;
+                let lease = state.lease.load(Ordering::Relaxed);
+                if registry.keep_alive(lease, now_ms()).is_err() {
+                    crate::throttled!(
+                        warn,
+                        "cluster.lease_lost",
+                        lease,
+                        "lease lost, announcing again"
+                    );
+                    if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms) {
+                        state.lease.store(lease, Ordering::Relaxed);
+                    }
+                }
+            }
+        });
+    }
+    let config = MembershipConfig {
+        lease_ttl_ms: ttl_ms,
+        permanent_down_ms: limits.member_permanent_down_ms,
+        window_ms: limits.self_preservation_window_ms,
+        removal_permille: limits.self_preservation_removal_permille,
+        rebuilds_per_window_max: limits.ring_rebuilds_per_window_max,
+        members_max: limits.ring_members_max,
+        self_preservation: true,
+    };
+    let vnodes = limits.ring_vnodes_per_member;
+    tokio::spawn(async move {
+        let mut membership = Membership::new(config, now_ms());
+        let mut view = RegistryView::default();
+        let mut changes = registry.subscribe();
+        let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
+        let mut effects = Vec::new();
+        loop {
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tick.tick() => {}
+            }
+            let now = now_ms();
+            let (_, listing) = registry.list(INSTANCE_PREFIX, now);
+            for (key, reason) in view.apply(&listing) {
+                crate::throttled!(
+                    warn,
+                    "cluster.rejected_entry",
+                    key,
+                    reason = reason.label(),
+                    "rejected registry entry; keeping its last good value"
+                );
+            }
+            state
+                .instances
+                .store(view.instances().count(), Ordering::Relaxed);
+            *state
+                .rejected
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = view.rejected().clone();
+            effects.clear();
+            for instance in view.instances().filter(|a| a.roles.contains(&Role::Guilds)) {
+                membership.renew(now, member_id_of(&instance.node), &mut effects);
+            }
+            membership.tick(now, &mut effects);
+            for effect in effects.drain(..) {
+                match effect {
+                    MembershipEffect::RingChanged {
+                        generation,
+                        members,
+                    } => {
+                        let ring = Arc::new(Ring::new(generation, &members, vnodes));
+                        *state
+                            .ring
+                            .write()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = ring;
+                    }
+                    MembershipEffect::Alarm { down, budget } => {
+                        state.frozen.store(true, Ordering::Relaxed);
+                        crate::throttled!(
+                            error,
+                            "cluster.self_preservation",
+                            down,
+                            budget,
+                            "removals frozen: too many members down at once"
+                        );
+                    }
+                    MembershipEffect::AlarmCleared => state.frozen.store(false, Ordering::Relaxed),
+                    _ => {}
+                }
+            }
+        }
+    });
+}
+
+/// Graceful leave: the lease ends now, so peers move work at once.
+pub fn leave(registry: &dyn Registry, state: &ClusterState) {
+    let lease = state.lease.swap(0, Ordering::Relaxed);
+    if lease != 0 {
+        registry.revoke(lease);
+    }
+}

@@ -1,0 +1,199 @@
+//! What a node announces in the registry (etcd in cluster mode, in-process
+//! in embedded mode), and how an observer validates it.
+//!
+//! Seed 002: a connection reset mid-request stored an empty value under a
+//! service key; every watcher failed to parse it and crash-looped. Here an
+//! announcement is validated field by field; a bad one is rejected with a
+//! reason (the watcher counts it and keeps the key's last good value), never
+//! a panic.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// Current schema of [`Announcement`].
+pub const ANNOUNCEMENT_SCHEMA: u32 = 1;
+
+/// Largest announcement accepted, in bytes.
+pub const ANNOUNCEMENT_BYTES_MAX: usize = 4096;
+
+/// Prefix of instance keys: `/guildhall/instances/{node}`.
+pub const INSTANCE_PREFIX: &str = "/guildhall/instances/";
+
+/// A role a node runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// WebSocket sessions.
+    Gateway,
+    /// REST.
+    Api,
+    /// Guild owners.
+    Guilds,
+    /// Presence.
+    Presence,
+    /// Users router and shards.
+    Users,
+    /// Voice syncers.
+    Voice,
+}
+
+/// One node's announcement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Announcement {
+    /// [`ANNOUNCEMENT_SCHEMA`].
+    pub schema: u32,
+    /// Stable node name (`[a-z0-9._-]`, 1–64 bytes).
+    pub node: String,
+    /// Roles it runs (at least one).
+    pub roles: Vec<Role>,
+    /// Where its peers reach it.
+    pub addr: String,
+    /// When it started, Unix ms.
+    pub started_ms: u64,
+}
+
+/// Why an entry was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rejection {
+    /// No bytes at all (seed 002's exact failure).
+    Empty,
+    /// Over [`ANNOUNCEMENT_BYTES_MAX`].
+    Oversized,
+    /// Not UTF-8.
+    NotUtf8,
+    /// Not JSON of the right shape (truncated, wrong types, unknown fields).
+    Malformed,
+    /// A schema this node does not understand.
+    WrongSchema,
+    /// Name, roles or address invalid.
+    InvalidField,
+    /// The key does not match the announced node.
+    KeyMismatch,
+}
+
+impl Rejection {
+    /// A stable label (metrics, logs).
+    pub fn label(self) -> &'static str {
+        match self {
+            Rejection::Empty => "empty",
+            Rejection::Oversized => "oversized",
+            Rejection::NotUtf8 => "not_utf8",
+            Rejection::Malformed => "malformed",
+            Rejection::WrongSchema => "wrong_schema",
+            Rejection::InvalidField => "invalid_field",
+            Rejection::KeyMismatch => "key_mismatch",
+        }
+    }
+}
+
+/// The key an announcement of `node` lives under.
+pub fn instance_key(node: &str) -> String {
+    format!("{INSTANCE_PREFIX}{node}")
+}
+
+impl Announcement {
+    /// Encodes for the registry (after validating, so a node never writes
+    /// what its peers would reject).
+    pub fn encode(&self) -> Result<Vec<u8>, Rejection> {
+        self.check()?;
+        serde_json::to_vec(self).map_err(|_| Rejection::Malformed)
+    }
+
+    fn check(&self) -> Result<(), Rejection> {
+        if self.schema != ANNOUNCEMENT_SCHEMA {
+            return Err(Rejection::WrongSchema);
+        }
+        let name_ok = (1..=64).contains(&self.node.len())
+            && self
+                .node
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+        if !name_ok || self.roles.is_empty() || self.addr.parse::<SocketAddr>().is_err() {
+            return Err(Rejection::InvalidField);
+        }
+        Ok(())
+    }
+
+    /// Validates the raw value stored under `key`.
+    ///
+    /// ```
+    /// use guildhall_proto::cluster::{Announcement, Rejection, Role, instance_key};
+    /// let a = Announcement { schema: 1, node: "gw-1".into(), roles: vec![Role::Gateway], addr: "10.0.0.1:8080".into(), started_ms: 1 };
+    /// let bytes = a.encode().unwrap();
+    /// assert_eq!(Announcement::decode(&instance_key("gw-1"), &bytes), Ok(a));
+    /// assert_eq!(Announcement::decode(&instance_key("gw-1"), b""), Err(Rejection::Empty));
+    /// assert_eq!(Announcement::decode(&instance_key("gw-1"), &bytes[..10]), Err(Rejection::Malformed));
+    /// ```
+    pub fn decode(key: &str, raw: &[u8]) -> Result<Announcement, Rejection> {
+        if raw.is_empty() {
+            return Err(Rejection::Empty);
+        }
+        if raw.len() > ANNOUNCEMENT_BYTES_MAX {
+            return Err(Rejection::Oversized);
+        }
+        let text = std::str::from_utf8(raw).map_err(|_| Rejection::NotUtf8)?;
+        // Read the schema first, so a newer schema is reported as such
+        // rather than as malformed.
+        let schema = serde_json::from_str::<serde_json::Value>(text)
+            .map_err(|_| Rejection::Malformed)?
+            .get("schema")
+            .and_then(serde_json::Value::as_u64);
+        if schema != Some(u64::from(ANNOUNCEMENT_SCHEMA)) {
+            return Err(if schema.is_some() {
+                Rejection::WrongSchema
+            } else {
+                Rejection::Malformed
+            });
+        }
+        let announcement: Announcement =
+            serde_json::from_str(text).map_err(|_| Rejection::Malformed)?;
+        announcement.check()?;
+        if key != instance_key(&announcement.node) {
+            return Err(Rejection::KeyMismatch);
+        }
+        Ok(announcement)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> Announcement {
+        Announcement {
+            schema: 1,
+            node: "node-1".into(),
+            roles: vec![Role::Guilds],
+            addr: "127.0.0.1:1".into(),
+            started_ms: 5,
+        }
+    }
+
+    /// Every corruption seed 002's resilience criterion names, and its reason.
+    #[test]
+    fn corrupt_entries_are_rejected_with_a_reason() {
+        let key = instance_key("node-1");
+        let bytes = good().encode().unwrap();
+        let cases: Vec<(&str, Vec<u8>, Rejection)> = vec![
+            ("empty", vec![], Rejection::Empty),
+            ("truncated", bytes[..bytes.len() / 2].to_vec(), Rejection::Malformed),
+            ("non-UTF-8", vec![0xff, 0xfe, b'{'], Rejection::NotUtf8),
+            ("oversized", vec![b' '; ANNOUNCEMENT_BYTES_MAX + 1], Rejection::Oversized),
+            ("wrong schema", br#"{"schema":2,"node":"node-1"}"#.to_vec(), Rejection::WrongSchema),
+            ("no schema", br#"{"node":"node-1"}"#.to_vec(), Rejection::Malformed),
+            ("unknown field", br#"{"schema":1,"node":"node-1","roles":["guilds"],"addr":"127.0.0.1:1","started_ms":5,"x":1}"#.to_vec(), Rejection::Malformed),
+            ("bad address", br#"{"schema":1,"node":"node-1","roles":["guilds"],"addr":"nowhere","started_ms":5}"#.to_vec(), Rejection::InvalidField),
+            ("no roles", br#"{"schema":1,"node":"node-1","roles":[],"addr":"127.0.0.1:1","started_ms":5}"#.to_vec(), Rejection::InvalidField),
+            ("bad name", br#"{"schema":1,"node":"Node 1","roles":["api"],"addr":"127.0.0.1:1","started_ms":5}"#.to_vec(), Rejection::InvalidField),
+        ];
+        for (name, raw, reason) in cases {
+            assert_eq!(Announcement::decode(&key, &raw), Err(reason), "{name}");
+        }
+        assert_eq!(
+            Announcement::decode(&instance_key("other"), &bytes),
+            Err(Rejection::KeyMismatch)
+        );
+        assert_eq!(Announcement::decode(&key, &bytes), Ok(good()));
+    }
+}
