@@ -888,7 +888,7 @@ impl GuildOwner {
         {
             slot.dispatch(&event, &self.hub.counters);
         }
-        self.hub.subscribe(self.guild.id, &slot.id);
+        self.hub.subscribe(self.guild.id, slot);
     }
 
     fn publish(&self, name: &str, required_intent: u64, data: &impl serde::Serialize) {

@@ -18,7 +18,7 @@ use guildhall_proto::gateway::{CloseCode, EncodedDispatch};
 use guildhall_proto::intents;
 use guildhall_session::queue::Outbound;
 use guildhall_session::replay::ReplayBuffer;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::mpsc;
@@ -101,7 +101,7 @@ impl Slot {
         state.seq += 1;
         let seq = state.seq;
         state.replay.push(seq, event.clone());
-        let Some(out) = state.out.clone() else {
+        let Some(out) = &state.out else {
             counters
                 .recorded_detached_total
                 .fetch_add(1, Ordering::Relaxed);
@@ -176,8 +176,10 @@ impl Slot {
 /// The node's sessions.
 pub struct Hub {
     sessions: RwLock<HashMap<String, Arc<Slot>>>,
-    by_guild: RwLock<HashMap<i64, HashSet<String>>>,
-    by_user: RwLock<HashMap<i64, HashSet<String>>>,
+    // The indexes hold the slots themselves, so fanout touches no session
+    // id and allocates nothing per recipient.
+    by_guild: RwLock<HashMap<i64, HashMap<String, Arc<Slot>>>>,
+    by_user: RwLock<HashMap<i64, HashMap<String, Arc<Slot>>>>,
     replay_events_max: usize,
     replay_bytes_max: usize,
     queue_bytes_max: usize,
@@ -233,7 +235,10 @@ impl Hub {
             }),
         });
         write(&self.sessions).insert(id.clone(), slot.clone());
-        write(&self.by_user).entry(user_id).or_default().insert(id);
+        write(&self.by_user)
+            .entry(user_id)
+            .or_default()
+            .insert(id, slot.clone());
         slot
     }
 
@@ -244,23 +249,19 @@ impl Hub {
 
     /// Sessions of a user on this node.
     pub fn sessions_of(&self, user_id: i64) -> Vec<Arc<Slot>> {
-        let ids: Vec<String> = read(&self.by_user)
+        read(&self.by_user)
             .get(&user_id)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
-        let sessions = read(&self.sessions);
-        ids.iter()
-            .filter_map(|id| sessions.get(id).cloned())
-            .collect()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Subscribes a session to a guild's events (called by the guild owner,
     /// after it queued the session's GUILD_CREATE).
-    pub fn subscribe(&self, guild_id: i64, session_id: &str) {
+    pub fn subscribe(&self, guild_id: i64, slot: &Arc<Slot>) {
         write(&self.by_guild)
             .entry(guild_id)
             .or_default()
-            .insert(session_id.to_owned());
+            .insert(slot.id.clone(), slot.clone());
     }
 
     /// Stops a session's subscription to a guild (it left or was removed).
@@ -285,17 +286,13 @@ impl Hub {
 
     /// Delivers a guild event to this node's subscribed sessions.
     pub fn dispatch_guild_event(&self, event: &GuildEvent) {
-        let ids: Vec<String> = match read(&self.by_guild).get(&event.guild_id) {
-            Some(ids) => ids.iter().cloned().collect(),
-            None => return,
+        // Held for the loop: each step is a non-blocking enqueue, and
+        // subscription changes wait at most one fanout.
+        let by_guild = read(&self.by_guild);
+        let Some(slots) = by_guild.get(&event.guild_id) else {
+            return;
         };
-        let slots: Vec<Arc<Slot>> = {
-            let sessions = read(&self.sessions);
-            ids.iter()
-                .filter_map(|id| sessions.get(id).cloned())
-                .collect()
-        };
-        for slot in slots {
+        for slot in slots.values() {
             if slot.intents & event.required_intent == 0 {
                 continue;
             }
