@@ -973,24 +973,56 @@ async fn publish_message(
     };
     let mut content_exempt = mentioned(&message.content);
     content_exempt.push(author_id);
-    let event = GuildEvent {
-        guild_id,
-        required_intent: intents::GUILD_MESSAGES,
-        full,
-        blanked: Some(blanked),
-        content_exempt,
-    };
+    publish(
+        node,
+        GuildEvent {
+            guild_id,
+            required_intent: intents::GUILD_MESSAGES,
+            full,
+            blanked: Some(blanked),
+            content_exempt,
+        },
+    )
+    .await;
+}
+
+/// Hands an event to the guild's owner for fanout. What it reports is
+/// already durable, so a refused hand-off loses no data (clients see it in
+/// history); it is counted, not retried or logged per event.
+async fn publish(node: &crate::Node, event: GuildEvent) {
+    let guild_id = event.guild_id;
     if node
         .guilds
         .tell(guild_id, GuildCommand::Publish(event))
         .await
         .is_err()
     {
-        // The message is durable; clients that miss the event will see it in
-        // history. Counted, not logged per message.
         node.counters
             .fanout_failed_total
             .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Encodes `data` once as dispatch `name` and publishes it to the guild.
+async fn publish_plain(
+    node: &crate::Node,
+    guild_id: i64,
+    name: &str,
+    required_intent: u64,
+    data: &impl serde::Serialize,
+) {
+    if let Ok(full) = EncodedDispatch::new(name, data) {
+        publish(
+            node,
+            GuildEvent {
+                guild_id,
+                required_intent,
+                full,
+                blanked: None,
+                content_exempt: vec![],
+            },
+        )
+        .await;
     }
 }
 
@@ -1007,33 +1039,24 @@ async fn create_message(
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
     check_content(&node, &body.content, !body.embeds.is_empty())?;
-    let Some(guild_id) = channel.guild_id else {
-        // A direct message: no guild owner; both participants' sessions.
-        let members = dm_of(&node, &author, &channel).await?;
-        let row = MessageRow {
-            id: node.shared.next_id().get() as i64,
-            channel_id: channel.id,
-            guild_id: None,
-            author_id: author.id,
-            content: body.content,
-            tts: body.tts,
-            edited_ms: None,
-        };
-        node.shared.store.insert_message(&row).await?;
-        node.counters.messages_total.fetch_add(1, Ordering::Relaxed);
-        let mut message = wire_message(&row, &author, None);
-        message.nonce = body.nonce;
-        if let Ok(event) = EncodedDispatch::new("MESSAGE_CREATE", &message) {
-            node.hub
-                .dispatch_to_users(&members, intents::DIRECT_MESSAGES, &event);
+    // Who may post decides who hears of it: the guild's owner fans out a
+    // guild message; a direct message goes to both participants' sessions.
+    enum Audience {
+        Guild(i64),
+        Dm(Vec<i64>),
+    }
+    let (audience, member) = match channel.guild_id {
+        Some(guild_id) => {
+            let grant =
+                authorize(&node, author.id, &channel, guild_id, perm::SEND_MESSAGES).await?;
+            (Audience::Guild(guild_id), Some(grant.member))
         }
-        return ok(&message);
+        None => (Audience::Dm(dm_of(&node, &author, &channel).await?), None),
     };
-    let grant = authorize(&node, author.id, &channel, guild_id, perm::SEND_MESSAGES).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
         channel_id: channel.id,
-        guild_id: Some(guild_id),
+        guild_id: channel.guild_id,
         author_id: author.id,
         content: body.content,
         tts: body.tts,
@@ -1041,10 +1064,19 @@ async fn create_message(
     };
     node.shared.store.insert_message(&row).await?;
     node.counters.messages_total.fetch_add(1, Ordering::Relaxed);
-    let mut message = wire_message(&row, &author, Some(grant.member));
-    message.mentions = vec![];
+    let mut message = wire_message(&row, &author, member);
     message.nonce = body.nonce;
-    publish_message(&node, "MESSAGE_CREATE", guild_id, &message, author.id).await;
+    match audience {
+        Audience::Guild(guild_id) => {
+            publish_message(&node, "MESSAGE_CREATE", guild_id, &message, author.id).await
+        }
+        Audience::Dm(members) => {
+            if let Ok(event) = EncodedDispatch::new("MESSAGE_CREATE", &message) {
+                node.hub
+                    .dispatch_to_users(&members, intents::DIRECT_MESSAGES, &event);
+            }
+        }
+    }
     ok(&message)
 }
 
@@ -1200,19 +1232,14 @@ async fn delete_message(
         .delete_message(row.channel_id, row.id)
         .await?;
     let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string(), "guild_id": guild_id.to_string()});
-    if let Ok(full) = EncodedDispatch::new("MESSAGE_DELETE", &data) {
-        let event = GuildEvent {
-            guild_id,
-            required_intent: intents::GUILD_MESSAGES,
-            full,
-            blanked: None,
-            content_exempt: vec![],
-        };
-        let _ = node
-            .guilds
-            .tell(guild_id, GuildCommand::Publish(event))
-            .await;
-    }
+    publish_plain(
+        &node,
+        guild_id,
+        "MESSAGE_DELETE",
+        intents::GUILD_MESSAGES,
+        &data,
+    )
+    .await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -1229,19 +1256,14 @@ async fn typing(
         "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string(),
         "user_id": caller.id.to_string(), "timestamp": now_ms() / 1000, "member": member,
     });
-    if let Ok(full) = EncodedDispatch::new("TYPING_START", &data) {
-        let event = GuildEvent {
-            guild_id,
-            required_intent: intents::GUILD_MESSAGE_TYPING,
-            full,
-            blanked: None,
-            content_exempt: vec![],
-        };
-        let _ = node
-            .guilds
-            .tell(guild_id, GuildCommand::Publish(event))
-            .await;
-    }
+    publish_plain(
+        &node,
+        guild_id,
+        "TYPING_START",
+        intents::GUILD_MESSAGE_TYPING,
+        &data,
+    )
+    .await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -1707,19 +1729,14 @@ async fn reaction(
             data["member"] = member;
             data["message_author_id"] = json!(row.author_id.to_string());
         }
-        if let Ok(full) = EncodedDispatch::new(name, &data) {
-            let event = GuildEvent {
-                guild_id,
-                required_intent: intents::GUILD_MESSAGE_REACTIONS,
-                full,
-                blanked: None,
-                content_exempt: vec![],
-            };
-            let _ = node
-                .guilds
-                .tell(guild_id, GuildCommand::Publish(event))
-                .await;
-        }
+        publish_plain(
+            node,
+            guild_id,
+            name,
+            intents::GUILD_MESSAGE_REACTIONS,
+            &data,
+        )
+        .await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -1767,19 +1784,14 @@ async fn bulk_delete(
         .collect::<Result<Vec<_>, _>>()?;
     node.shared.store.delete_messages(channel.id, &ids).await?;
     let data = json!({"ids": body.messages, "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string()});
-    if let Ok(full) = EncodedDispatch::new("MESSAGE_DELETE_BULK", &data) {
-        let event = GuildEvent {
-            guild_id,
-            required_intent: intents::GUILD_MESSAGES,
-            full,
-            blanked: None,
-            content_exempt: vec![],
-        };
-        let _ = node
-            .guilds
-            .tell(guild_id, GuildCommand::Publish(event))
-            .await;
-    }
+    publish_plain(
+        &node,
+        guild_id,
+        "MESSAGE_DELETE_BULK",
+        intents::GUILD_MESSAGES,
+        &data,
+    )
+    .await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
