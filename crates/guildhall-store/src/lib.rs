@@ -652,12 +652,8 @@ impl Store {
 
     /// Deletes a message; false if it did not exist.
     pub async fn delete_message(&self, channel_id: i64, id: i64) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM messages WHERE channel_id = $1 AND id = $2")
-            .bind(channel_id)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
+        // The bulk path also removes the message's reactions.
+        Ok(self.delete_messages(channel_id, &[id]).await? == 1)
     }
 
     /// Changes a channel's name, topic and position.
@@ -1095,7 +1091,12 @@ mod tests {
             store.message(5, 104).await.unwrap().unwrap().content,
             "edited"
         );
+        assert!(store.add_reaction(104, "👍", 1).await.unwrap());
         assert!(store.delete_message(5, 104).await.unwrap());
+        assert!(
+            store.reactions(104).await.unwrap().is_empty(),
+            "reactions go with the message"
+        );
         assert!(!store.delete_message(5, 104).await.unwrap());
     }
 
