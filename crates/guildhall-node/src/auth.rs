@@ -50,6 +50,11 @@ pub fn token_digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// 16 random bytes from the OS as hex (session ids, voice tokens).
+pub fn random_hex() -> Result<String, getrandom::Error> {
+    Ok(random::<16>()?.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// A short random code (invites).
 pub fn new_code() -> Result<String, getrandom::Error> {
     let bytes: [u8; 6] = random()?;

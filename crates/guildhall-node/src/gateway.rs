@@ -170,16 +170,6 @@ async fn authenticate(
     Ok((user, identity))
 }
 
-/// 16 random bytes as hex (session ids, voice tokens).
-fn random_hex() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No OS randomness: fall back to time; ids only need uniqueness.
-        bytes[..8].copy_from_slice(&now_ms().to_le_bytes());
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 struct Socket {
     sink: futures_util::stream::SplitSink<WebSocket, Message>,
 }
@@ -225,9 +215,10 @@ impl Gateway {
         if guild_ids.len() > self.shared.limits.ready_guilds_max {
             return Err(CloseCode::ShardingRequired);
         }
+        let session_id = crate::auth::random_hex().map_err(|_| CloseCode::UnknownError)?;
         let slot = self
             .hub
-            .register(random_hex(), user.id, intents, out.clone(), control.clone());
+            .register(session_id, user.id, intents, out.clone(), control.clone());
         let application_id = if user.bot {
             user.id
         } else {
@@ -384,8 +375,10 @@ impl Gateway {
             })
             .await
             .and_then(|r| r);
-        if result.is_ok() && channel_id.is_some() {
-            let token = random_hex();
+        if result.is_ok()
+            && channel_id.is_some()
+            && let Ok(token) = crate::auth::random_hex()
+        {
             let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": null});
             if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
                 slot.dispatch(&event, &self.hub.counters);
@@ -483,7 +476,7 @@ impl Gateway {
                                         self.counters.resumed_total.fetch_add(1, Ordering::Relaxed);
                                         let intents = s.intents;
                                         slot = Some(s);
-                                        Ok((identity, intents))
+                                        Ok(intents)
                                     }
                                     Err(ReplayError::Gap) => Err(ResumeFailure::Invalid),
                                     Err(ReplayError::FromTheFuture) => {

@@ -4,7 +4,7 @@
 //!   frames, ticks and authentication results with the time, and returns
 //!   [`machine::Command`]s for the I/O layer (send, close, authenticate).
 //! - [`replay`]: the bounded buffer of sent dispatches that RESUME replays.
-//! - [`queue`]: the bounded outbound queue and its slow-consumer policy.
+//! - [`queue`]: the frames a session's outbound queue carries.
 //!
 //! Architecture invariant: pure. The WebSocket task in the server owns a
 //! `Session`, feeds it and carries out its commands; every protocol rule

@@ -133,7 +133,6 @@ pub struct Session {
     window_count: u32,
     pending_identify: Option<Identify>,
     intents: u64,
-    user_id: Option<Snowflake>,
 }
 
 impl Session {
@@ -148,7 +147,6 @@ impl Session {
             window_count: 0,
             pending_identify: None,
             intents: 0,
-            user_id: None,
         };
         (session, hello)
     }
@@ -161,11 +159,6 @@ impl Session {
     /// Granted intents (0 before READY).
     pub fn intents(&self) -> u64 {
         self.intents
-    }
-
-    /// The authenticated user.
-    pub fn user_id(&self) -> Option<Snowflake> {
-        self.user_id
     }
 
     fn close(&mut self, code: CloseCode, out: &mut Vec<Command>) {
@@ -257,7 +250,6 @@ impl Session {
                     Ok(()) => {
                         self.phase = Phase::Ready;
                         self.intents = identify.intents;
-                        self.user_id = Some(identity.user_id);
                         out.push(Command::SendReady {
                             identity,
                             intents: identify.intents,
@@ -269,21 +261,17 @@ impl Session {
         }
     }
 
-    /// The answer to [`Command::Resume`]: on success the I/O layer has
-    /// replayed the missed dispatches and sends RESUMED.
-    pub fn resumed(
-        &mut self,
-        result: Result<(Identity, u64), ResumeFailure>,
-        out: &mut Vec<Command>,
-    ) {
+    /// The answer to [`Command::Resume`], with the resumed session's
+    /// intents: on success the I/O layer has replayed the missed dispatches
+    /// and sends RESUMED.
+    pub fn resumed(&mut self, result: Result<u64, ResumeFailure>, out: &mut Vec<Command>) {
         if self.phase != Phase::Authenticating {
             return;
         }
         match result {
-            Ok((identity, intents)) => {
+            Ok(intents) => {
                 self.phase = Phase::Ready;
                 self.intents = intents;
-                self.user_id = Some(identity.user_id);
             }
             Err(ResumeFailure::Invalid) => {
                 self.phase = Phase::AwaitingIdentify;
@@ -491,7 +479,7 @@ mod tests {
             &mut out,
         );
         assert!(matches!(out[0], Command::Resume(ref r) if r.token == "t" && r.seq == Some(7)));
-        s.resumed(Ok((identity(), 513)), &mut out);
+        s.resumed(Ok(513), &mut out);
         assert_eq!(s.phase(), Phase::Ready);
         assert_eq!(s.intents(), 513);
 
