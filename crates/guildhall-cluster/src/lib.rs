@@ -8,10 +8,15 @@
 //!   validated, rejected entries counted, and each key's last good value
 //!   kept across watch events and full re-lists (seed 002).
 //!
-//! The bus, the other half of this crate's job, is not built yet.
+//! - [`bus`]: the [`Bus`] trait (publish, bounded subscriptions, queue
+//!   groups, request/reply with a deadline), [`LocalBus`] for embedded mode,
+//!   and [`bus::DroppingBus`], the seeded fault-injecting wrapper tests use.
+//!   Cluster mode adds NATS behind the same trait.
 
+pub mod bus;
 pub mod registry;
 pub mod view;
 
+pub use bus::{Bus, BusError, LocalBus, Subscription};
 pub use registry::{LeaseId, LocalRegistry, Registry, RegistryError};
 pub use view::RegistryView;

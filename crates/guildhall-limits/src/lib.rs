@@ -268,6 +268,24 @@ pub const REST_RATE_BUCKETS_MAX: usize = 100_000;
 // Roles and the store
 // ---------------------------------------------------------------------------
 
+/// Largest bus payload, in bytes (NATS's default `max_payload`). When hit: the publish is refused and counted; a GUILD_CREATE that large is not sent (the session gets the guild through REST).
+pub const BUS_PAYLOAD_BYTES_MAX: usize = 1_048_576;
+
+/// Messages a bus subscription holds undelivered. When hit: the bus drops the message for that subscriber and counts it; guild streams detect the gap and resynchronise.
+pub const BUS_SUBSCRIPTION_MESSAGES_MAX: usize = 8_192;
+
+/// Partitions of a gateway node's event streams, each drained by its own task. A guild always maps to one partition (its order is kept); different guilds fan out in parallel.
+pub const GATEWAY_EVENT_PARTITIONS: usize = 4;
+
+/// Session subscriptions one guild owner tracks (across all gateway nodes). When hit: further subscriptions are refused and counted; the session gets no live events for that guild.
+pub const GUILD_SUBSCRIPTIONS_MAX: usize = 1_000_000;
+
+/// Shortest time between two re-subscriptions of one guild's sessions on one gateway node after gaps in its stream. When hit: delivery of the guild stops at the gap and the sessions re-subscribe when the interval ends, so a stream that keeps overflowing cannot become a storm of GUILD_CREATEs.
+pub const STREAM_RESYNC_INTERVAL_MS: u64 = 500;
+
+/// Guild requests a node handles at once while their owner loads. When hit: the request is answered `Overloaded` (503 for REST) at once.
+pub const GUILD_REQUESTS_IN_FLIGHT_MAX: usize = 1_024;
+
 /// Messages a guild owner's mailbox holds. When hit: callers get `Overloaded` (503 for REST) at once; nobody queues behind a busy guild.
 pub const GUILD_MAILBOX_MESSAGES_MAX: usize = 1_024;
 
@@ -408,6 +426,18 @@ pub struct Limits {
     pub members_per_page_max: usize,
     /// See [`GUILD_MAILBOX_MESSAGES_MAX`].
     pub guild_mailbox_messages_max: usize,
+    /// See [`BUS_PAYLOAD_BYTES_MAX`].
+    pub bus_payload_bytes_max: usize,
+    /// See [`BUS_SUBSCRIPTION_MESSAGES_MAX`].
+    pub bus_subscription_messages_max: usize,
+    /// See [`GATEWAY_EVENT_PARTITIONS`].
+    pub gateway_event_partitions: usize,
+    /// See [`GUILD_SUBSCRIPTIONS_MAX`].
+    pub guild_subscriptions_max: usize,
+    /// See [`GUILD_REQUESTS_IN_FLIGHT_MAX`].
+    pub guild_requests_in_flight_max: usize,
+    /// See [`STREAM_RESYNC_INTERVAL_MS`].
+    pub stream_resync_interval_ms: u64,
     /// See [`GUILD_REPLY_TIMEOUT_MS`].
     pub guild_reply_timeout_ms: u64,
     /// See [`GUILD_OWNERS_MAX`].
@@ -485,6 +515,12 @@ impl Default for Limits {
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
             guild_mailbox_messages_max: GUILD_MAILBOX_MESSAGES_MAX,
+            bus_payload_bytes_max: BUS_PAYLOAD_BYTES_MAX,
+            bus_subscription_messages_max: BUS_SUBSCRIPTION_MESSAGES_MAX,
+            gateway_event_partitions: GATEWAY_EVENT_PARTITIONS,
+            guild_subscriptions_max: GUILD_SUBSCRIPTIONS_MAX,
+            guild_requests_in_flight_max: GUILD_REQUESTS_IN_FLIGHT_MAX,
+            stream_resync_interval_ms: STREAM_RESYNC_INTERVAL_MS,
             guild_reply_timeout_ms: GUILD_REPLY_TIMEOUT_MS,
             guild_owners_max: GUILD_OWNERS_MAX,
             ready_guilds_max: READY_GUILDS_MAX,
@@ -756,6 +792,36 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.bus_payload_bytes_max >= 64 * 1024,
+            "bus_payload_bytes_max",
+            "must be at least 65536 (a GUILD_CREATE must fit)",
+        );
+        check(
+            self.bus_subscription_messages_max >= 16,
+            "bus_subscription_messages_max",
+            "must be at least 16",
+        );
+        check(
+            (1..=256).contains(&self.gateway_event_partitions),
+            "gateway_event_partitions",
+            "must be 1 to 256",
+        );
+        check(
+            self.guild_subscriptions_max >= 1,
+            "guild_subscriptions_max",
+            "must be at least 1",
+        );
+        check(
+            self.stream_resync_interval_ms >= 1,
+            "stream_resync_interval_ms",
+            "must be at least 1",
+        );
+        check(
+            self.guild_requests_in_flight_max >= 1,
+            "guild_requests_in_flight_max",
+            "must be at least 1",
+        );
+        check(
             self.guild_reply_timeout_ms >= 1,
             "guild_reply_timeout_ms",
             "must be at least 1",
@@ -879,6 +945,12 @@ mod tests {
             "users_cache_entries_max",
             "users_cache_ttl_ms",
             "guild_mailbox_messages_max",
+            "bus_payload_bytes_max",
+            "bus_subscription_messages_max",
+            "gateway_event_partitions",
+            "guild_subscriptions_max",
+            "guild_requests_in_flight_max",
+            "stream_resync_interval_ms",
             "guild_reply_timeout_ms",
             "guild_owners_max",
             "ready_guilds_max",
@@ -937,6 +1009,12 @@ mod tests {
             "users_cache_entries_max" => l.users_cache_entries_max = 0,
             "users_cache_ttl_ms" => l.users_cache_ttl_ms = 0,
             "guild_mailbox_messages_max" => l.guild_mailbox_messages_max = 0,
+            "bus_payload_bytes_max" => l.bus_payload_bytes_max = 0,
+            "bus_subscription_messages_max" => l.bus_subscription_messages_max = 0,
+            "gateway_event_partitions" => l.gateway_event_partitions = 0,
+            "guild_subscriptions_max" => l.guild_subscriptions_max = 0,
+            "guild_requests_in_flight_max" => l.guild_requests_in_flight_max = 0,
+            "stream_resync_interval_ms" => l.stream_resync_interval_ms = 0,
             "guild_reply_timeout_ms" => l.guild_reply_timeout_ms = 0,
             "guild_owners_max" => l.guild_owners_max = 0,
             "ready_guilds_max" => l.ready_guilds_max = 0,

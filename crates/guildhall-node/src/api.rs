@@ -8,10 +8,10 @@
 
 use crate::auth;
 use crate::gateway::{Gateway, app_flags};
+use crate::guilds::Outgoing;
 use crate::guilds::{
     Changed, GuildChange, GuildCommand, GuildError, perm, wire_channel, wire_user,
 };
-use crate::hub::GuildEvent;
 use crate::state::{now_ms, sf};
 use axum::Router;
 use axum::body::Bytes;
@@ -21,7 +21,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
-use guildhall_proto::gateway::EncodedDispatch;
 use guildhall_proto::intents;
 use guildhall_proto::model::{Message, User};
 use guildhall_proto::timestamp::format_unix_ms;
@@ -30,6 +29,7 @@ use guildhall_store::{
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::to_raw_value;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -676,7 +676,7 @@ pub async fn create_guild_for(
         .await?;
     // The owner's open sessions learn about the new guild.
     for slot in node.hub.sessions_of(owner.id) {
-        let _ = node.guilds.tell(id, GuildCommand::Subscribe { slot }).await;
+        let _ = node.guilds.subscribe(id, &slot).await;
     }
     Ok(id)
 }
@@ -965,20 +965,18 @@ async fn publish_message(
     message: &Message,
     author_id: i64,
 ) {
-    let (Ok(full), Ok(blanked)) = (
-        EncodedDispatch::new(name, message),
-        EncodedDispatch::new(name, &message.blanked()),
-    ) else {
+    let (Ok(data), Ok(blanked)) = (to_raw_value(message), to_raw_value(&message.blanked())) else {
         return;
     };
     let mut content_exempt = mentioned(&message.content);
     content_exempt.push(author_id);
     publish(
         node,
-        GuildEvent {
-            guild_id,
+        guild_id,
+        Outgoing {
+            name: name.to_owned(),
             required_intent: intents::GUILD_MESSAGES,
-            full,
+            data,
             blanked: Some(blanked),
             content_exempt,
         },
@@ -989,8 +987,7 @@ async fn publish_message(
 /// Hands an event to the guild's owner for fanout. What it reports is
 /// already durable, so a refused hand-off loses no data (clients see it in
 /// history); it is counted, not retried or logged per event.
-async fn publish(node: &crate::Node, event: GuildEvent) {
-    let guild_id = event.guild_id;
+async fn publish(node: &crate::Node, guild_id: i64, event: Outgoing) {
     if node
         .guilds
         .tell(guild_id, GuildCommand::Publish(event))
@@ -1011,13 +1008,14 @@ async fn publish_plain(
     required_intent: u64,
     data: &impl serde::Serialize,
 ) {
-    if let Ok(full) = EncodedDispatch::new(name, data) {
+    if let Ok(data) = to_raw_value(data) {
         publish(
             node,
-            GuildEvent {
-                guild_id,
+            guild_id,
+            Outgoing {
+                name: name.to_owned(),
                 required_intent,
-                full,
+                data,
                 blanked: None,
                 content_exempt: vec![],
             },
@@ -1070,12 +1068,12 @@ async fn create_message(
         Audience::Guild(guild_id) => {
             publish_message(&node, "MESSAGE_CREATE", guild_id, &message, author.id).await
         }
-        Audience::Dm(members) => {
-            if let Ok(event) = EncodedDispatch::new("MESSAGE_CREATE", &message) {
-                node.hub
-                    .dispatch_to_users(&members, intents::DIRECT_MESSAGES, &event);
-            }
-        }
+        Audience::Dm(members) => node.to_users(
+            members,
+            intents::DIRECT_MESSAGES,
+            "MESSAGE_CREATE",
+            &message,
+        ),
     }
     ok(&message)
 }
@@ -1434,9 +1432,7 @@ async fn patch_me(
         .await?
         .ok_or(ApiError::Internal)?;
     let wire = wire_user(&user);
-    if let Ok(event) = EncodedDispatch::new("USER_UPDATE", &wire) {
-        node.hub.dispatch_to_users(&[user.id], 0, &event);
-    }
+    node.to_users(vec![user.id], 0, "USER_UPDATE", &wire);
     ok(&wire)
 }
 

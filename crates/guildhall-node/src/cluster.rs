@@ -4,9 +4,7 @@
 //! registry through a validated view feeding the membership table, which
 //! publishes the ring that guild owners are placed on.
 //!
-//! In embedded mode the registry is in-process and the ring has one member;
-//! the bus that lets a non-owner forward to the owner is not built yet, so
-//! the directory still serves every guild locally.
+//! In embedded mode the registry is in-process and the ring has one member.
 
 use crate::state::now_ms;
 use guildhall_cluster::{LeaseId, Registry, RegistryView};
@@ -33,6 +31,8 @@ pub struct ClusterState {
     pub frozen: AtomicBool,
     /// This node's lease (0: none).
     pub lease: AtomicU64,
+    /// Gateway nodes in the view (where guild owners announce joins).
+    pub gateways: RwLock<Arc<Vec<String>>>,
 }
 
 impl Default for ClusterState {
@@ -43,6 +43,7 @@ impl Default for ClusterState {
             ring: RwLock::new(Arc::new(Ring::new(0, &[], 1))),
             frozen: AtomicBool::new(false),
             lease: AtomicU64::new(0),
+            gateways: RwLock::new(Arc::new(Vec::new())),
         }
     }
 }
@@ -54,6 +55,21 @@ impl ClusterState {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// The gateway nodes in the view.
+    pub fn gateways(&self) -> Arc<Vec<String>> {
+        self.gateways
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_gateways(&self, nodes: Vec<String>) {
+        *self
+            .gateways
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(nodes);
     }
 }
 
@@ -75,6 +91,10 @@ pub fn start(
     let renew_ms = limits.lease_renew_interval_ms.max(1);
     if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms) {
         state.lease.store(lease, Ordering::Relaxed);
+    }
+    // This node knows itself before its first listing.
+    if announcement.roles.contains(&Role::Gateway) {
+        state.set_gateways(vec![announcement.node.clone()]);
     }
     // Keep-alive: its own task, doing nothing else, so no backlog elsewhere
     // can make this node miss its renewals.
@@ -139,6 +159,15 @@ pub fn start(
                 .rejected
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = view.rejected().clone();
+            let mut gateways: Vec<String> = view
+                .instances()
+                .filter(|a| a.roles.contains(&Role::Gateway))
+                .map(|a| a.node.clone())
+                .collect();
+            gateways.sort_unstable();
+            if !gateways.is_empty() {
+                state.set_gateways(gateways);
+            }
             effects.clear();
             for instance in view.instances().filter(|a| a.roles.contains(&Role::Guilds)) {
                 membership.renew(now, member_id_of(&instance.node), &mut effects);

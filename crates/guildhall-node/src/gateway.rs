@@ -253,11 +253,7 @@ impl Gateway {
         for guild_id in guild_ids {
             // The owner queues GUILD_CREATE, then subscribes: no event of the
             // guild can overtake its GUILD_CREATE.
-            if let Err(error) = self
-                .guilds
-                .tell(guild_id, GuildCommand::Subscribe { slot: slot.clone() })
-                .await
-            {
+            if let Err(error) = self.guilds.subscribe(guild_id, &slot).await {
                 crate::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
             }
         }

@@ -2,24 +2,31 @@
 //!
 //! A [`GuildOwner`] is a task with a bounded mailbox that holds a guild's
 //! channels, roles and members in memory, checks permissions, and fans its
-//! events out: one [`GuildEvent`] per gateway node with interested sessions
-//! (in embedded mode, the one local hub). Because every subscription and
-//! every publish goes through the owner in order, a session always receives
-//! a guild's GUILD_CREATE before that guild's events.
+//! events out over the bus: one message per gateway node with subscribed
+//! sessions, numbered in a per-(guild, node) stream (see
+//! `guildhall_proto::bus`). A session's subscription travels in the same
+//! stream as the guild's events, so it always receives the guild's
+//! GUILD_CREATE before that guild's events, whatever node it is on.
 //!
 //! The [`GuildDirectory`] finds (and if needed starts) the owner of a guild.
 //! A full mailbox is answered at once with [`GuildError::Overloaded`], which
 //! the API turns into 503: callers never queue behind a busy guild.
 
-use crate::hub::{GuildEvent, Hub, Slot};
+use crate::cluster::ClusterState;
+use crate::hub::{Hub, Slot};
 use crate::state::{Shared, sf};
-use guildhall_proto::gateway::EncodedDispatch;
+use guildhall_cluster::Bus;
+use guildhall_proto::bus::{
+    NodeEvent, NodeEventBody, StreamBody, StreamEvent, gateway_events_subject, partition_of,
+};
 use guildhall_proto::intents;
 use guildhall_proto::model::{self, Channel, Member, Role, RoleColors, User};
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{ChannelRow, GuildState, MemberRow, RoleRow, UserRow};
+use serde_json::value::RawValue;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -109,12 +116,55 @@ pub struct SendGrant {
     pub member: Member,
 }
 
+/// An event for a guild's subscribers, its data encoded once.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// Event name.
+    pub name: String,
+    /// The intent a session needs to receive it.
+    pub required_intent: u64,
+    /// Event data.
+    pub data: Box<RawValue>,
+    /// The data for sessions without MESSAGE_CONTENT (messages only).
+    pub blanked: Option<Box<RawValue>>,
+    /// Users who receive `data` regardless (author, mentioned users).
+    pub content_exempt: Vec<i64>,
+}
+
+/// Fanout counters of a node's guild owners, read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct FanoutCounters {
+    /// Stream messages published to gateway nodes.
+    pub stream_messages_total: AtomicU64,
+    /// Stream messages the bus refused (subscriber full, no responders,
+    /// too large); the receiving node sees the gap and resynchronises.
+    pub stream_publish_failed_total: AtomicU64,
+    /// Subscriptions refused at `guild_subscriptions_max`.
+    pub subscriptions_refused_total: AtomicU64,
+    /// GUILD_CREATEs left out because they exceed the bus payload bound.
+    pub guild_create_too_large_total: AtomicU64,
+}
+
 /// Requests to a guild owner.
 pub enum GuildCommand {
-    /// Queue GUILD_CREATE for the session, then subscribe it.
+    /// Subscribe a session: its GUILD_CREATE, then the guild's events, in
+    /// its node's stream.
     Subscribe {
+        /// The session's gateway node.
+        node: String,
         /// The session.
-        slot: Arc<Slot>,
+        session_id: String,
+        /// Its user.
+        user_id: i64,
+        /// Its intents.
+        intents: u64,
+    },
+    /// A session is gone: stop counting it.
+    Unsubscribe {
+        /// The session's gateway node.
+        node: String,
+        /// The session.
+        session_id: String,
     },
     /// May `user_id` use `channel_id` with `need` permissions?
     Authorize {
@@ -128,7 +178,7 @@ pub enum GuildCommand {
         reply: oneshot::Sender<Result<SendGrant, GuildError>>,
     },
     /// Fan an event out.
-    Publish(GuildEvent),
+    Publish(Outgoing),
     /// A user joined (invite or bot authorisation).
     AddMember {
         /// The user.
@@ -388,10 +438,27 @@ fn wire_member(entry: &MemberEntry, with_user: bool) -> Member {
     }
 }
 
+/// One gateway node's stream of this guild.
+#[derive(Debug, Default)]
+struct NodeStream {
+    /// The last sequence sent.
+    seq: u64,
+    /// Subscribed sessions and their users.
+    sessions: HashMap<String, i64>,
+}
+
 /// One guild's owner.
 pub struct GuildOwner {
     shared: Arc<Shared>,
-    hub: Arc<Hub>,
+    bus: Arc<dyn Bus>,
+    cluster: Arc<ClusterState>,
+    counters: Arc<FanoutCounters>,
+    /// This incarnation (streams restart at 1 under a new epoch).
+    epoch: u64,
+    /// Streams by gateway node (bounded by the cluster's size).
+    streams: BTreeMap<String, NodeStream>,
+    /// Sessions in all streams together.
+    subscriptions: usize,
     guild: guildhall_store::GuildRow,
     channels: Vec<ChannelRow>,
     roles: Vec<RoleRow>,
@@ -702,19 +769,8 @@ impl GuildOwner {
                     .delete_guild(guild_id)
                     .await
                     .map_err(|_| GuildError::Store)?;
-                if let Some(event) = Self::encode(
-                    "GUILD_DELETE",
-                    &serde_json::json!({"id": guild_id.to_string()}),
-                ) {
-                    for user_id in self.members.keys() {
-                        for slot in self.hub.sessions_of(*user_id) {
-                            self.hub.unsubscribe(guild_id, &slot.id);
-                            if slot.intents & intents::GUILDS != 0 {
-                                slot.dispatch(&event, &self.hub.counters);
-                            }
-                        }
-                    }
-                }
+                // Every node's sessions lose the guild.
+                self.remove_users(vec![]);
                 self.deleted = true;
                 Ok(Changed::Nothing)
             }
@@ -744,17 +800,7 @@ impl GuildOwner {
                 );
                 self.members.remove(&member_id);
                 // The removed user's sessions lose the guild.
-                if let Some(event) = Self::encode(
-                    "GUILD_DELETE",
-                    &serde_json::json!({"id": guild_id.to_string()}),
-                ) {
-                    for slot in self.hub.sessions_of(member_id) {
-                        self.hub.unsubscribe(guild_id, &slot.id);
-                        if slot.intents & intents::GUILDS != 0 {
-                            slot.dispatch(&event, &self.hub.counters);
-                        }
-                    }
-                }
+                self.remove_users(vec![member_id]);
                 Ok(Changed::Nothing)
             }
         }
@@ -872,9 +918,9 @@ impl GuildOwner {
         }
     }
 
-    fn encode(name: &str, data: &impl serde::Serialize) -> Option<EncodedDispatch> {
-        match EncodedDispatch::new(name, data) {
-            Ok(event) => Some(event),
+    fn encode(name: &str, data: &impl serde::Serialize) -> Option<Box<RawValue>> {
+        match serde_json::value::to_raw_value(data) {
+            Ok(raw) => Some(raw),
             Err(error) => {
                 crate::throttled!(error, "guilds.encode_failed", %error, event = name, "cannot encode dispatch");
                 None
@@ -882,30 +928,179 @@ impl GuildOwner {
         }
     }
 
-    fn subscribe(&self, slot: &Arc<Slot>) {
-        if slot.intents & intents::GUILDS != 0
-            && let Some(event) = Self::encode("GUILD_CREATE", &self.snapshot(slot.user_id))
-        {
-            slot.dispatch(&event, &self.hub.counters);
-        }
-        self.hub.subscribe(self.guild.id, slot);
+    /// Sends the next event of `node`'s stream. A refused publish is only
+    /// counted: the sequence number is spent either way, so the node sees
+    /// the gap and resynchronises.
+    fn send(&mut self, node: &str, body: StreamBody) {
+        let guild_id = self.guild.id;
+        let Some(stream) = self.streams.get_mut(node) else {
+            return;
+        };
+        stream.seq += 1;
+        let event = NodeEvent::new(NodeEventBody::Stream(StreamEvent {
+            guild_id,
+            epoch: self.epoch,
+            seq: stream.seq,
+            body,
+        }));
+        let partitions = self.shared.limits.gateway_event_partitions;
+        let subject = gateway_events_subject(node, partition_of(guild_id, partitions));
+        let sent = event
+            .encode()
+            .ok()
+            .is_some_and(|bytes| self.bus.publish(&subject, None, bytes.into()).is_ok());
+        let counter = if sent {
+            &self.counters.stream_messages_total
+        } else {
+            &self.counters.stream_publish_failed_total
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn publish(&self, name: &str, required_intent: u64, data: &impl serde::Serialize) {
-        if let Some(full) = Self::encode(name, data) {
-            self.hub.dispatch_guild_event(&GuildEvent {
-                guild_id: self.guild.id,
+    /// Sends `body` to every node with subscribed sessions.
+    fn fanout(&mut self, body: &StreamBody) {
+        let nodes: Vec<String> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| !s.sessions.is_empty())
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in nodes {
+            self.send(&node, body.clone());
+        }
+    }
+
+    fn subscribe(&mut self, node: String, session_id: String, user_id: i64, intents: u64) {
+        if !self.streams.contains_key(&node)
+            && self.streams.len() >= self.shared.limits.ring_members_max
+        {
+            self.counters
+                .subscriptions_refused_total
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.streams.entry(node.clone()).or_default();
+        if !self.members.contains_key(&user_id) {
+            // Not (or no longer) a member: the node stops asking.
+            self.send(
+                &node,
+                StreamBody::Remove {
+                    user_ids: vec![user_id],
+                },
+            );
+            return;
+        }
+        let known = self
+            .streams
+            .get(&node)
+            .is_some_and(|s| s.sessions.contains_key(&session_id));
+        if !known {
+            if self.subscriptions >= self.shared.limits.guild_subscriptions_max {
+                self.counters
+                    .subscriptions_refused_total
+                    .fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            self.streams
+                .entry(node.clone())
+                .or_default()
+                .sessions
+                .insert(session_id.clone(), user_id);
+            self.subscriptions += 1;
+        }
+        let mut guild_create = if intents & intents::GUILDS != 0 {
+            Self::encode("GUILD_CREATE", &self.snapshot(user_id))
+        } else {
+            None
+        };
+        // Leave room for the envelope around it.
+        let room = self
+            .shared
+            .limits
+            .bus_payload_bytes_max
+            .saturating_sub(1024);
+        if guild_create.as_ref().is_some_and(|g| g.get().len() > room) {
+            self.counters
+                .guild_create_too_large_total
+                .fetch_add(1, Ordering::Relaxed);
+            guild_create = None;
+        }
+        self.send(
+            &node,
+            StreamBody::Subscribe {
+                session_id,
+                guild_create,
+            },
+        );
+    }
+
+    fn unsubscribe(&mut self, node: &str, session_id: &str) {
+        if let Some(stream) = self.streams.get_mut(node)
+            && stream.sessions.remove(session_id).is_some()
+        {
+            self.subscriptions -= 1;
+        }
+    }
+
+    /// Users lost the guild (everyone, when `user_ids` is empty).
+    fn remove_users(&mut self, user_ids: Vec<i64>) {
+        self.fanout(&StreamBody::Remove {
+            user_ids: user_ids.clone(),
+        });
+        let mut removed = 0;
+        for stream in self.streams.values_mut() {
+            let before = stream.sessions.len();
+            stream
+                .sessions
+                .retain(|_, user| !user_ids.is_empty() && !user_ids.contains(user));
+            removed += before - stream.sessions.len();
+        }
+        self.subscriptions -= removed;
+    }
+
+    fn publish(&mut self, name: &str, required_intent: u64, data: &impl serde::Serialize) {
+        if let Some(data) = Self::encode(name, data) {
+            self.fanout(&StreamBody::Dispatch {
+                name: name.to_owned(),
                 required_intent,
-                full,
+                data,
                 blanked: None,
                 content_exempt: vec![],
             });
         }
     }
 
+    /// Tells every gateway node that `user_id` joined, so its sessions there
+    /// subscribe (the owner does not know where a user's sessions are).
+    fn announce_join(&self, user_id: i64) {
+        let body = NodeEvent::new(NodeEventBody::Joined {
+            guild_id: self.guild.id,
+            user_id,
+        });
+        let Ok(bytes) = body.encode() else {
+            return;
+        };
+        let bytes = bytes::Bytes::from(bytes);
+        let partition = partition_of(self.guild.id, self.shared.limits.gateway_event_partitions);
+        for node in self.cluster.gateways().iter() {
+            let subject = gateway_events_subject(node, partition);
+            if self.bus.publish(&subject, None, bytes.clone()).is_err() {
+                self.counters
+                    .stream_publish_failed_total
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     async fn handle(&mut self, command: GuildCommand) {
         match command {
-            GuildCommand::Subscribe { slot } => self.subscribe(&slot),
+            GuildCommand::Subscribe {
+                node,
+                session_id,
+                user_id,
+                intents,
+            } => self.subscribe(node, session_id, user_id, intents),
+            GuildCommand::Unsubscribe { node, session_id } => self.unsubscribe(&node, &session_id),
             GuildCommand::Authorize {
                 user_id,
                 channel_id,
@@ -956,7 +1151,13 @@ impl GuildOwner {
                 };
                 let _ = reply.send(result);
             }
-            GuildCommand::Publish(event) => self.hub.dispatch_guild_event(&event),
+            GuildCommand::Publish(event) => self.fanout(&StreamBody::Dispatch {
+                name: event.name,
+                required_intent: event.required_intent,
+                data: event.data,
+                blanked: event.blanked,
+                content_exempt: event.content_exempt,
+            }),
             GuildCommand::AddMember { user, reply } => {
                 if self.members.contains_key(&user.id) {
                     let _ = reply.send(Ok(false));
@@ -983,9 +1184,7 @@ impl GuildOwner {
                 self.members.insert(user_id, entry);
                 self.publish("GUILD_MEMBER_ADD", intents::GUILD_MEMBERS, &added);
                 // The newcomer's open sessions learn about the guild.
-                for slot in self.hub.sessions_of(user_id) {
-                    self.subscribe(&slot);
-                }
+                self.announce_join(user_id);
                 let _ = reply.send(Ok(true));
             }
             GuildCommand::AddChannel { channel, reply } => {
@@ -1101,6 +1300,11 @@ impl GuildOwner {
 pub struct GuildDirectory {
     shared: Arc<Shared>,
     hub: Arc<Hub>,
+    bus: Arc<dyn Bus>,
+    cluster: Arc<ClusterState>,
+    node_name: String,
+    /// Fanout counters of this node's owners.
+    pub counters: Arc<FanoutCounters>,
     // Loaded owners, read without awaiting: requests to a loaded guild never
     // wait behind the load of another one.
     owners: std::sync::RwLock<HashMap<i64, mpsc::Sender<GuildCommand>>>,
@@ -1111,10 +1315,20 @@ pub struct GuildDirectory {
 
 impl GuildDirectory {
     /// A directory for this node.
-    pub fn new(shared: Arc<Shared>, hub: Arc<Hub>) -> Self {
+    pub fn new(
+        shared: Arc<Shared>,
+        hub: Arc<Hub>,
+        bus: Arc<dyn Bus>,
+        cluster: Arc<ClusterState>,
+        node_name: String,
+    ) -> Self {
         Self {
             shared,
             hub,
+            bus,
+            cluster,
+            node_name,
+            counters: Arc::new(FanoutCounters::default()),
             owners: std::sync::RwLock::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
         }
@@ -1196,7 +1410,12 @@ impl GuildDirectory {
         }
         let owner = GuildOwner {
             shared: self.shared.clone(),
-            hub: self.hub.clone(),
+            bus: self.bus.clone(),
+            cluster: self.cluster.clone(),
+            counters: self.counters.clone(),
+            epoch: self.shared.next_id().get(),
+            streams: BTreeMap::new(),
+            subscriptions: 0,
             guild,
             channels: state.channels,
             roles: state.roles,
@@ -1211,6 +1430,31 @@ impl GuildDirectory {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(guild_id, sender.clone());
         Ok(sender)
+    }
+
+    /// Has this node's `slot` follow `guild_id`: recorded here first (so a
+    /// stream resync can ask again), then asked of the guild's owner, whose
+    /// GUILD_CREATE arrives in the guild's stream to this node.
+    pub async fn subscribe(&self, guild_id: i64, slot: &Arc<Slot>) -> Result<(), GuildError> {
+        self.hub.want(guild_id, slot);
+        self.tell(
+            guild_id,
+            GuildCommand::Subscribe {
+                node: self.node_name.clone(),
+                session_id: slot.id.clone(),
+                user_id: slot.user_id,
+                intents: slot.intents,
+            },
+        )
+        .await
+    }
+
+    /// Tells the owner of `guild_id` that a session of this node is gone.
+    pub async fn unsubscribe(&self, guild_id: i64, session_id: String) {
+        let node = self.node_name.clone();
+        let _ = self
+            .tell(guild_id, GuildCommand::Unsubscribe { node, session_id })
+            .await;
     }
 
     /// Sends `command` to the owner of `guild_id`, failing fast when its

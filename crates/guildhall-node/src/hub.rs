@@ -8,9 +8,16 @@
 //! keeps numbering and recording, so a RESUME replays exactly what was
 //! missed; it expires after the resume window.
 //!
-//! Fanout: a guild owner sends one [`GuildEvent`] per gateway node; the hub
-//! looks up the node's sessions subscribed to that guild and hands each the
-//! shared, already-encoded frame (a refcount increment and an enqueue).
+//! Fanout: a guild owner sends one bus message per gateway node (the
+//! node's `events` tasks turn it into a [`GuildEvent`], encoded once); the
+//! hub looks up the node's sessions subscribed to that guild and hands each
+//! the shared frame (a refcount increment and an enqueue).
+//!
+//! Two guild indexes: `wanted` holds the sessions that asked to follow a
+//! guild, `by_guild` those whose GUILD_CREATE has arrived through the
+//! guild's stream and which now receive its events. When the stream shows
+//! a gap, the guild's live subscriptions are dropped and every wanted
+//! session asks again (a fresh GUILD_CREATE each).
 //! A full outbound queue makes the session a slow consumer: it is told to
 //! close with a reconnectable code, and it resumes from the replay buffer.
 
@@ -180,6 +187,7 @@ pub struct Hub {
     // id and allocates nothing per recipient.
     by_guild: RwLock<HashMap<i64, HashMap<String, Arc<Slot>>>>,
     by_user: RwLock<HashMap<i64, HashMap<String, Arc<Slot>>>>,
+    wanted: RwLock<HashMap<i64, HashMap<String, Arc<Slot>>>>,
     replay_events_max: usize,
     replay_bytes_max: usize,
     queue_bytes_max: usize,
@@ -204,6 +212,7 @@ impl Hub {
             sessions: RwLock::new(HashMap::new()),
             by_guild: RwLock::new(HashMap::new()),
             by_user: RwLock::new(HashMap::new()),
+            wanted: RwLock::new(HashMap::new()),
             replay_events_max: limits.replay_buffer_events_max,
             replay_bytes_max: limits.replay_buffer_bytes_max,
             queue_bytes_max: limits.session_queue_bytes_max,
@@ -255,20 +264,94 @@ impl Hub {
             .unwrap_or_default()
     }
 
-    /// Subscribes a session to a guild's events (called by the guild owner,
-    /// after it queued the session's GUILD_CREATE).
-    pub fn subscribe(&self, guild_id: i64, slot: &Arc<Slot>) {
-        write(&self.by_guild)
+    /// Records that a session asked to follow a guild (before asking its
+    /// owner, so a resync can ask again).
+    pub fn want(&self, guild_id: i64, slot: &Arc<Slot>) {
+        write(&self.wanted)
             .entry(guild_id)
             .or_default()
             .insert(slot.id.clone(), slot.clone());
     }
 
-    /// Stops a session's subscription to a guild (it left or was removed).
-    pub fn unsubscribe(&self, guild_id: i64, session_id: &str) {
-        if let Some(ids) = write(&self.by_guild).get_mut(&guild_id) {
-            ids.remove(session_id);
+    /// The owner's Subscribe arrived in the guild's stream: queue the
+    /// session's GUILD_CREATE, then deliver the guild's events to it.
+    /// Returns false when the session is gone or no longer wants the guild.
+    pub fn subscribed(
+        &self,
+        guild_id: i64,
+        session_id: &str,
+        guild_create: Option<&EncodedDispatch>,
+    ) -> bool {
+        let Some(slot) = read(&self.wanted)
+            .get(&guild_id)
+            .and_then(|s| s.get(session_id))
+            .cloned()
+        else {
+            return false;
+        };
+        if let Some(event) = guild_create {
+            slot.dispatch(event, &self.counters);
         }
+        write(&self.by_guild)
+            .entry(guild_id)
+            .or_default()
+            .insert(slot.id.clone(), slot);
+        true
+    }
+
+    /// Users lost a guild (all of them when `user_ids` is empty): their
+    /// sessions stop following it and those holding GUILDS get `event`
+    /// (GUILD_DELETE).
+    pub fn removed(&self, guild_id: i64, user_ids: &[i64], event: Option<&EncodedDispatch>) {
+        let gone: Vec<Arc<Slot>> = {
+            let mut wanted = write(&self.wanted);
+            let Some(slots) = wanted.get_mut(&guild_id) else {
+                return;
+            };
+            let gone: Vec<Arc<Slot>> = slots
+                .values()
+                .filter(|s| user_ids.is_empty() || user_ids.contains(&s.user_id))
+                .cloned()
+                .collect();
+            for slot in &gone {
+                slots.remove(&slot.id);
+            }
+            if slots.is_empty() {
+                wanted.remove(&guild_id);
+            }
+            gone
+        };
+        {
+            let mut by_guild = write(&self.by_guild);
+            if let Some(slots) = by_guild.get_mut(&guild_id) {
+                for slot in &gone {
+                    slots.remove(&slot.id);
+                }
+                if slots.is_empty() {
+                    by_guild.remove(&guild_id);
+                }
+            }
+        }
+        if let Some(event) = event {
+            for slot in gone.iter().filter(|s| s.intents & intents::GUILDS != 0) {
+                slot.dispatch(event, &self.counters);
+            }
+        }
+    }
+
+    /// A gap in the guild's stream: stop delivering its events and return
+    /// the sessions that must subscribe again.
+    pub fn resync(&self, guild_id: i64) -> Vec<Arc<Slot>> {
+        write(&self.by_guild).remove(&guild_id);
+        read(&self.wanted)
+            .get(&guild_id)
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether any session here follows or wants `guild_id`.
+    pub fn follows(&self, guild_id: i64) -> bool {
+        read(&self.wanted).contains_key(&guild_id)
     }
 
     /// Delivers an event to every session of `user_ids` holding `intent`
@@ -309,8 +392,9 @@ impl Hub {
         }
     }
 
-    /// Forgets sessions detached for longer than `window_ms`.
-    pub fn reap(&self, now_ms: u64, window_ms: u64) -> usize {
+    /// Forgets sessions detached for longer than `window_ms`; returns each
+    /// one's id with the guilds it followed (their owners are told).
+    pub fn reap(&self, now_ms: u64, window_ms: u64) -> Vec<(String, Vec<i64>)> {
         let expired: Vec<Arc<Slot>> = read(&self.sessions)
             .values()
             .filter(|s| s.detached_since().is_some_and(|t| now_ms >= t + window_ms))
@@ -325,7 +409,21 @@ impl Hub {
                 ids.remove(&slot.id);
             }
         }
-        expired.len()
+        let mut reaped = Vec::with_capacity(expired.len());
+        let mut wanted = write(&self.wanted);
+        for slot in &expired {
+            let mut guilds = Vec::new();
+            for (guild_id, slots) in wanted.iter_mut() {
+                if slots.remove(&slot.id).is_some() {
+                    guilds.push(*guild_id);
+                }
+            }
+            reaped.push((slot.id.clone(), guilds));
+        }
+        wanted.retain(|_, slots| !slots.is_empty());
+        drop(wanted);
+        write(&self.by_guild).retain(|_, slots| !slots.is_empty());
+        reaped
     }
 
     /// Sessions held (attached or detached).

@@ -2,20 +2,23 @@
 //!
 //! - [`gateway`]: WebSocket sessions (admission, the session task).
 //! - [`hub`]: the node's sessions and local fanout.
-//! - [`guilds`]: one owner per guild, behind a bounded mailbox.
+//! - [`events`]: this node's guild event streams on the bus (numbered,
+//!   gap-checked, resynchronised).
+//! - [`guilds`]: one owner per guild, behind a bounded mailbox, fanning out
+//!   over the bus.
 //! - [`api`]: REST v10.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`auth`]: passwords and tokens.
 //!
 //! [`run`] takes a bound listener and a shutdown future (so tests and the
 //! binary wire the node the same way, mini-redis style). Embedded mode is
-//! this node with every role and in-process hand-offs between them; the
-//! cluster mode replaces the hand-offs (guild owner mailboxes, hub fanout)
-//! with bus transports, not this code.
+//! this node with every role over the in-process bus and registry; cluster
+//! mode passes other transports in [`NodeConfig`], not other code.
 
 pub mod api;
 pub mod auth;
 pub mod cluster;
+pub mod events;
 pub mod gateway;
 pub mod guilds;
 pub mod histogram;
@@ -50,6 +53,9 @@ pub struct NodeConfig {
     /// one (embedded mode). Tests pass a shared one to run several nodes
     /// against one registry.
     pub registry: Option<Arc<dyn guildhall_cluster::Registry>>,
+    /// The bus; `None`: a private in-process one (embedded mode). Tests
+    /// pass a shared one, or one that injects faults.
+    pub bus: Option<Arc<dyn guildhall_cluster::Bus>>,
 }
 
 /// What can stop a node from starting.
@@ -98,6 +104,49 @@ pub struct Node {
     pub registry: Arc<dyn guildhall_cluster::Registry>,
     /// What the node knows of the cluster.
     pub cluster: Arc<cluster::ClusterState>,
+    /// The bus the roles talk over.
+    pub bus: Arc<dyn guildhall_cluster::Bus>,
+    /// This node's event-stream counters.
+    pub events: Arc<events::EventCounters>,
+}
+
+impl Node {
+    /// Sends dispatch `name` to every session of `user_ids` holding
+    /// `required_intent` (0: none), on whatever gateway node: direct
+    /// messages and user events, which have no guild stream. What it sends
+    /// is already durable; a refused publish is counted by the bus.
+    pub fn to_users(
+        &self,
+        user_ids: Vec<i64>,
+        required_intent: u64,
+        name: &str,
+        data: &impl serde::Serialize,
+    ) {
+        use guildhall_proto::bus::{
+            NodeEvent, NodeEventBody, gateway_events_subject, partition_of,
+        };
+        let Ok(data) = serde_json::value::to_raw_value(data) else {
+            return;
+        };
+        let partition = partition_of(
+            user_ids.first().copied().unwrap_or(0),
+            self.shared.limits.gateway_event_partitions,
+        );
+        let event = NodeEvent::new(NodeEventBody::Users {
+            user_ids,
+            required_intent,
+            name: name.to_owned(),
+            data,
+        });
+        let Ok(bytes) = event.encode() else {
+            return;
+        };
+        let bytes = bytes::Bytes::from(bytes);
+        for gateway in self.cluster.gateways().iter() {
+            let subject = gateway_events_subject(gateway, partition);
+            let _ = self.bus.publish(&subject, None, bytes.clone());
+        }
+    }
 }
 
 /// Interval of the detached-session reaper.
@@ -234,6 +283,81 @@ async fn metrics(
             "guildhall_users_shed_total",
             "Token lookups shed (overloaded).",
             &users.shed_total,
+        ),
+        (
+            "guildhall_bus_published_total",
+            "Messages published on the bus by this node's roles.",
+            &node.bus.stats().published_total,
+        ),
+        (
+            "guildhall_bus_dropped_full_total",
+            "Bus deliveries dropped because a subscription was full.",
+            &node.bus.stats().dropped_full_total,
+        ),
+        (
+            "guildhall_bus_no_responders_total",
+            "Bus publishes that found no subscriber.",
+            &node.bus.stats().no_responders_total,
+        ),
+        (
+            "guildhall_bus_too_large_total",
+            "Bus publishes refused as larger than bus_payload_bytes_max.",
+            &node.bus.stats().too_large_total,
+        ),
+        (
+            "guildhall_bus_request_timeouts_total",
+            "Bus requests that got no answer in time.",
+            &node.bus.stats().request_timeouts_total,
+        ),
+        (
+            "guildhall_guild_stream_messages_total",
+            "Guild stream messages sent to gateway nodes.",
+            &node.guilds.counters.stream_messages_total,
+        ),
+        (
+            "guildhall_guild_stream_publish_failed_total",
+            "Guild stream messages the bus refused (the receiver resyncs).",
+            &node.guilds.counters.stream_publish_failed_total,
+        ),
+        (
+            "guildhall_guild_subscriptions_refused_total",
+            "Session subscriptions refused at guild_subscriptions_max.",
+            &node.guilds.counters.subscriptions_refused_total,
+        ),
+        (
+            "guildhall_guild_create_too_large_total",
+            "GUILD_CREATEs left out as larger than the bus payload bound.",
+            &node.guilds.counters.guild_create_too_large_total,
+        ),
+        (
+            "guildhall_stream_events_applied_total",
+            "Guild stream events applied by this gateway node.",
+            &node.events.applied_total,
+        ),
+        (
+            "guildhall_stream_gaps_total",
+            "Gaps detected in guild streams (events lost on the bus).",
+            &node.events.gaps_total,
+        ),
+        (
+            "guildhall_stream_missed_events_total",
+            "Stream events the detected gaps skipped over.",
+            &node.events.missed_total,
+        ),
+        (
+            "guildhall_stream_resyncs_total",
+            "Guild resyncs (sessions re-subscribed after a gap).",
+            &node.events.resyncs_total,
+        ),
+        (
+            "guildhall_stream_stale_total",
+            "Duplicate or out-of-date stream events skipped.",
+            &node.events.stale_total,
+        ),
+        (
+            "guildhall_bus_malformed_envelopes_total",
+            "Bus envelopes that did not decode.",
+            &node.events.malformed_total,
         ),
     ] {
         let _ = writeln!(
@@ -399,7 +523,29 @@ pub async fn run(
         config.worker_id,
     ));
     let hub = Arc::new(hub::Hub::new(&config.limits));
-    let guilds = Arc::new(guilds::GuildDirectory::new(shared.clone(), hub.clone()));
+    let bus: Arc<dyn guildhall_cluster::Bus> = config.bus.clone().unwrap_or_else(|| {
+        Arc::new(guildhall_cluster::LocalBus::new(
+            config.limits.bus_payload_bytes_max,
+        ))
+    });
+    let cluster_state = Arc::new(cluster::ClusterState::default());
+    let guilds = Arc::new(guilds::GuildDirectory::new(
+        shared.clone(),
+        hub.clone(),
+        bus.clone(),
+        cluster_state.clone(),
+        config.node_name.clone(),
+    ));
+    let event_counters = Arc::new(events::EventCounters::default());
+    let event_tasks = events::start(
+        bus.as_ref(),
+        &config.node_name,
+        &config.limits,
+        hub.clone(),
+        guilds.clone(),
+        event_counters.clone(),
+    )
+    .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let users = users::Users::new(shared.store.clone(), &config.limits);
     let gateway = Arc::new(gateway::Gateway {
         shared: shared.clone(),
@@ -427,7 +573,9 @@ pub async fn run(
             .registry
             .clone()
             .unwrap_or_else(|| Arc::new(guildhall_cluster::LocalRegistry::default())),
-        cluster: Arc::new(cluster::ClusterState::default()),
+        cluster: cluster_state,
+        bus,
+        events: event_counters,
     });
     let announcement = guildhall_proto::cluster::Announcement {
         schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,
@@ -464,8 +612,16 @@ pub async fn run(
             let mut tick = tokio::time::interval(Duration::from_millis(REAP_INTERVAL_MS));
             loop {
                 tick.tick().await;
-                node.hub
+                let reaped = node
+                    .hub
                     .reap(state::now_ms(), node.shared.limits.resume_window_ms);
+                // Owners stop counting the sessions (one message each;
+                // best effort: a lost one only costs an idle stream entry).
+                for (session_id, guild_ids) in reaped {
+                    for guild_id in guild_ids {
+                        node.guilds.unsubscribe(guild_id, session_id.clone()).await;
+                    }
+                }
             }
         })
     };
@@ -487,5 +643,8 @@ pub async fn run(
     })
     .await;
     reaper.abort();
+    for task in event_tasks {
+        task.abort();
+    }
     served.map_err(NodeError::Serve)
 }

@@ -39,6 +39,14 @@ impl TestNode {
         limits: Limits,
         registry: Option<std::sync::Arc<dyn guildhall_cluster::Registry>>,
     ) -> Self {
+        Self::with_bus(limits, registry, None).await
+    }
+
+    pub async fn with_bus(
+        limits: Limits,
+        registry: Option<std::sync::Arc<dyn guildhall_cluster::Registry>>,
+        bus: Option<std::sync::Arc<dyn guildhall_cluster::Bus>>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -49,6 +57,7 @@ impl TestNode {
             worker_id: 1,
             node_name: "test-node".to_owned(),
             registry,
+            bus,
         };
         let task = tokio::spawn(async move {
             guildhall_node::run(config, listener, async move {

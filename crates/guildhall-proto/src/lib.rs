@@ -11,11 +11,13 @@
 //! - [`model`]: users, guilds, roles, channels, members, messages, READY.
 //! - [`error`]: REST error bodies with Discord's JSON error codes.
 //! - [`cluster`]: what a node announces in the registry, and its validation.
+//! - [`bus`]: envelopes and subjects of the bus, and the stream-gap rule.
 //!
 //! Architecture invariant: pure. No I/O, no clock (times are arguments), and
 //! this is the only crate that derives serde for the wire: a field renamed
 //! anywhere else cannot break a client library.
 
+pub mod bus;
 pub mod cluster;
 pub mod error;
 pub mod gateway;

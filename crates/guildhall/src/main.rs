@@ -347,6 +347,7 @@ fn main() -> Result<()> {
                     worker_id: 1,
                     node_name: "node-1".to_owned(),
                     registry: None,
+                    bus: None,
                 };
                 guildhall_node::run(config, listener, shutdown_signal()).await?;
                 Ok(())

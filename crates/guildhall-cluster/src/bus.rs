@@ -1,0 +1,598 @@
+//! The bus: subjects, bounded subscriptions, queue groups, request/reply.
+//!
+//! Roles never call each other's functions: they publish bytes on a subject
+//! and whoever subscribed receives them. [`LocalBus`] is the in-process
+//! implementation embedded mode runs on; cluster mode puts NATS behind the
+//! same trait (subjects, queue groups and reply inboxes are NATS's model, so
+//! the mapping is one to one).
+//!
+//! Every subscription is bounded twice, in messages and in bytes. A publish
+//! that finds a subscriber full drops the message *for that subscriber*,
+//! counts it and reports [`BusError::Full`]; it never waits. That is the
+//! NATS slow-consumer rule, and it means a stream that must not lose
+//! messages silently needs its own sequence numbers (the guild → gateway
+//! event streams carry them and resynchronise on a gap).
+//!
+//! ```
+//! use guildhall_cluster::bus::{Bus, LocalBus, request};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let bus = LocalBus::new(1 << 20);
+//! let mut service = bus.subscribe("echo", None, 16).unwrap();
+//! tokio::spawn({
+//!     let bus = bus.clone();
+//!     async move {
+//!         while let Some(message) = service.next().await {
+//!             let reply = message.reply.unwrap();
+//!             bus.publish(&reply, None, message.payload).unwrap();
+//!         }
+//!     }
+//! });
+//! let answer = request(&bus, "echo", "hi".into(), std::time::Duration::from_secs(5)).await.unwrap();
+//! assert_eq!(&answer.payload[..], b"hi");
+//! # });
+//! ```
+
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Subjects (with at least one subscriber) an in-process bus holds, reply
+/// inboxes included. When hit: new subscriptions are refused
+/// ([`BusError::SubjectsFull`]); existing ones keep working.
+pub const LOCAL_BUS_SUBJECTS_MAX: usize = 262_144;
+
+/// A message as a subscriber receives it.
+#[derive(Clone, Debug)]
+pub struct Message {
+    /// Where it was published.
+    pub subject: String,
+    /// Where to answer, for a request.
+    pub reply: Option<String>,
+    /// The body (an envelope of `guildhall_proto::bus`).
+    pub payload: Bytes,
+}
+
+/// What can go wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BusError {
+    /// Nobody subscribes to the subject (NATS's "no responders").
+    #[error("no responders")]
+    NoResponders,
+    /// A subscriber's queue was full: the message was dropped for it.
+    #[error("subscriber full")]
+    Full,
+    /// The payload exceeds the bus's maximum.
+    #[error("payload too large")]
+    TooLarge,
+    /// No answer within the deadline.
+    #[error("timeout")]
+    Timeout,
+    /// The bus holds its maximum of subjects.
+    #[error("too many subjects")]
+    SubjectsFull,
+}
+
+/// Counters of a bus, read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct BusStats {
+    /// Messages published.
+    pub published_total: AtomicU64,
+    /// Deliveries dropped because a subscriber was full.
+    pub dropped_full_total: AtomicU64,
+    /// Publishes that found no subscriber.
+    pub no_responders_total: AtomicU64,
+    /// Publishes refused as too large.
+    pub too_large_total: AtomicU64,
+    /// Requests that timed out.
+    pub request_timeouts_total: AtomicU64,
+}
+
+/// A message bus.
+pub trait Bus: Send + Sync + std::fmt::Debug + 'static {
+    /// Delivers `payload` to every plain subscriber of `subject` and to one
+    /// member of each queue group. Never waits.
+    fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError>;
+    /// Subscribes to `subject` (exact match), alone or in `queue_group`,
+    /// holding at most `capacity_messages` undelivered messages. Dropping
+    /// the subscription unsubscribes.
+    fn subscribe(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+    ) -> Result<Subscription, BusError>;
+    /// A fresh, unique subject for replies.
+    fn new_inbox(&self) -> String;
+    /// Counters.
+    fn stats(&self) -> &BusStats;
+}
+
+/// A subscription: a bounded queue of messages.
+pub struct Subscription {
+    receiver: mpsc::Receiver<Message>,
+    queued_bytes: Arc<AtomicUsize>,
+    _unsubscribe: Box<dyn Send + Sync>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("queued_bytes", &self.queued_bytes.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    /// Builds a subscription from its queue, the byte count its publishers
+    /// add to, and a guard whose drop unsubscribes (for implementations).
+    pub fn new(
+        receiver: mpsc::Receiver<Message>,
+        queued_bytes: Arc<AtomicUsize>,
+        unsubscribe: Box<dyn Send + Sync>,
+    ) -> Self {
+        Self {
+            receiver,
+            queued_bytes,
+            _unsubscribe: unsubscribe,
+        }
+    }
+
+    /// The next message; `None` once the bus is gone.
+    pub async fn next(&mut self) -> Option<Message> {
+        let message = self.receiver.recv().await?;
+        self.queued_bytes
+            .fetch_sub(message.payload.len(), Ordering::Relaxed);
+        Some(message)
+    }
+
+    /// Messages waiting.
+    pub fn len(&self) -> usize {
+        self.receiver.len()
+    }
+
+    /// Whether no message waits.
+    pub fn is_empty(&self) -> bool {
+        self.receiver.is_empty()
+    }
+}
+
+/// Publishes `payload` to `subject` with a fresh reply inbox and waits at
+/// most `timeout` for the answer.
+pub async fn request(
+    bus: &dyn Bus,
+    subject: &str,
+    payload: Bytes,
+    timeout: Duration,
+) -> Result<Message, BusError> {
+    let inbox = bus.new_inbox();
+    let mut answers = bus.subscribe(&inbox, None, 1)?;
+    bus.publish(subject, Some(&inbox), payload)?;
+    match tokio::time::timeout(timeout, answers.next()).await {
+        Ok(Some(answer)) => Ok(answer),
+        Ok(None) => Err(BusError::NoResponders),
+        Err(_) => {
+            bus.stats()
+                .request_timeouts_total
+                .fetch_add(1, Ordering::Relaxed);
+            Err(BusError::Timeout)
+        }
+    }
+}
+
+struct Subscriber {
+    id: u64,
+    queue_group: Option<String>,
+    sender: mpsc::Sender<Message>,
+    queued_bytes: Arc<AtomicUsize>,
+    queued_bytes_max: usize,
+}
+
+impl Subscriber {
+    fn offer(&self, message: Message) -> bool {
+        let len = message.payload.len();
+        if self.queued_bytes.load(Ordering::Relaxed) + len > self.queued_bytes_max {
+            return false;
+        }
+        if self.sender.try_send(message).is_err() {
+            return false;
+        }
+        self.queued_bytes.fetch_add(len, Ordering::Relaxed);
+        true
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    subjects: HashMap<String, Vec<Subscriber>>,
+}
+
+struct Inner {
+    table: RwLock<Table>,
+    next_id: AtomicU64,
+    round_robin: AtomicUsize,
+    payload_bytes_max: usize,
+    stats: BusStats,
+}
+
+impl Inner {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        // The table is plain data, consistent between statements: a panic
+        // elsewhere cannot leave it half-updated.
+        self.table
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Table> {
+        self.table
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The in-process bus: a subject table of bounded channels.
+#[derive(Clone)]
+pub struct LocalBus {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for LocalBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBus")
+            .field("subjects", &self.inner.read().subjects.len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Unsubscribe {
+    inner: Weak<Inner>,
+    subject: String,
+    id: u64,
+}
+
+impl Drop for Unsubscribe {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let mut table = inner.write();
+        if let Some(subscribers) = table.subjects.get_mut(&self.subject) {
+            subscribers.retain(|s| s.id != self.id);
+            if subscribers.is_empty() {
+                table.subjects.remove(&self.subject);
+            }
+        }
+    }
+}
+
+impl LocalBus {
+    /// An empty bus refusing payloads over `payload_bytes_max`.
+    pub fn new(payload_bytes_max: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                table: RwLock::new(Table::default()),
+                next_id: AtomicU64::new(1),
+                round_robin: AtomicUsize::new(0),
+                payload_bytes_max,
+                stats: BusStats::default(),
+            }),
+        }
+    }
+}
+
+impl Bus for LocalBus {
+    fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
+        let stats = &self.inner.stats;
+        if payload.len() > self.inner.payload_bytes_max {
+            stats.too_large_total.fetch_add(1, Ordering::Relaxed);
+            return Err(BusError::TooLarge);
+        }
+        stats.published_total.fetch_add(1, Ordering::Relaxed);
+        let table = self.inner.read();
+        let Some(subscribers) = table.subjects.get(subject) else {
+            stats.no_responders_total.fetch_add(1, Ordering::Relaxed);
+            return Err(BusError::NoResponders);
+        };
+        let message = Message {
+            subject: subject.to_owned(),
+            reply: reply.map(str::to_owned),
+            payload,
+        };
+        let mut dropped = 0u64;
+        // Plain subscribers each get a copy (a refcount on the payload).
+        for subscriber in subscribers.iter().filter(|s| s.queue_group.is_none()) {
+            if !subscriber.offer(message.clone()) {
+                dropped += 1;
+            }
+        }
+        // Each queue group gets one copy: the members in turn, skipping full
+        // ones, so one slow member does not stall its group.
+        let mut groups: Vec<&str> = subscribers
+            .iter()
+            .filter_map(|s| s.queue_group.as_deref())
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        for group in groups {
+            let members: Vec<&Subscriber> = subscribers
+                .iter()
+                .filter(|s| s.queue_group.as_deref() == Some(group))
+                .collect();
+            let start = self.inner.round_robin.fetch_add(1, Ordering::Relaxed);
+            let delivered = (0..members.len())
+                .any(|i| members[(start + i) % members.len()].offer(message.clone()));
+            if !delivered {
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            stats
+                .dropped_full_total
+                .fetch_add(dropped, Ordering::Relaxed);
+            return Err(BusError::Full);
+        }
+        Ok(())
+    }
+
+    fn subscribe(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+    ) -> Result<Subscription, BusError> {
+        let (sender, receiver) = mpsc::channel(capacity_messages.max(1));
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let mut table = self.inner.write();
+        if !table.subjects.contains_key(subject) && table.subjects.len() >= LOCAL_BUS_SUBJECTS_MAX {
+            return Err(BusError::SubjectsFull);
+        }
+        table
+            .subjects
+            .entry(subject.to_owned())
+            .or_default()
+            .push(Subscriber {
+                id,
+                queue_group: queue_group.map(str::to_owned),
+                sender,
+                queued_bytes: queued_bytes.clone(),
+                // A subscription may hold its message bound's worth of the
+                // largest payloads, capped so that the bound means something.
+                queued_bytes_max: self
+                    .inner
+                    .payload_bytes_max
+                    .saturating_mul(capacity_messages.clamp(1, 64)),
+            });
+        Ok(Subscription::new(
+            receiver,
+            queued_bytes,
+            Box::new(Unsubscribe {
+                inner: Arc::downgrade(&self.inner),
+                subject: subject.to_owned(),
+                id,
+            }),
+        ))
+    }
+
+    fn new_inbox(&self) -> String {
+        format!(
+            "_INBOX.{}",
+            self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    fn stats(&self) -> &BusStats {
+        &self.inner.stats
+    }
+}
+
+/// A bus that drops a seeded, reproducible share of the messages published
+/// on subjects starting with a prefix: the fault-injecting transport that
+/// tests use to prove a stream recovers from loss.
+#[derive(Debug)]
+pub struct DroppingBus {
+    inner: Arc<dyn Bus>,
+    prefix: String,
+    drop_per_million: AtomicU64,
+    seed: u64,
+    counter: AtomicU64,
+    /// Messages this wrapper dropped.
+    pub dropped_total: AtomicU64,
+}
+
+impl DroppingBus {
+    /// Wraps `inner`, dropping `drop_per_million` of the messages whose
+    /// subject starts with `prefix`, decided by `seed`.
+    pub fn new(inner: Arc<dyn Bus>, prefix: &str, drop_per_million: u64, seed: u64) -> Self {
+        Self {
+            inner,
+            prefix: prefix.to_owned(),
+            drop_per_million: AtomicU64::new(drop_per_million),
+            seed,
+            counter: AtomicU64::new(0),
+            dropped_total: AtomicU64::new(0),
+        }
+    }
+
+    /// Changes the share dropped from now on (0 heals the transport).
+    pub fn set_drop_per_million(&self, drop_per_million: u64) {
+        self.drop_per_million
+            .store(drop_per_million, Ordering::Relaxed);
+    }
+}
+
+/// SplitMix64: a stateless mix of the seed and a counter, so each decision
+/// is reproducible from the seed alone without a generator behind a lock
+/// (a dozen lines do not justify a dependency in this crate).
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+impl Bus for DroppingBus {
+    fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
+        if subject.starts_with(&self.prefix) {
+            let n = self.counter.fetch_add(1, Ordering::Relaxed);
+            if splitmix64(self.seed ^ n.wrapping_mul(0x2545_F491_4F6C_DD1D)) % 1_000_000
+                < self.drop_per_million.load(Ordering::Relaxed)
+            {
+                self.dropped_total.fetch_add(1, Ordering::Relaxed);
+                // Lost in transit: the publisher cannot tell.
+                return Ok(());
+            }
+        }
+        self.inner.publish(subject, reply, payload)
+    }
+
+    fn subscribe(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+    ) -> Result<Subscription, BusError> {
+        self.inner
+            .subscribe(subject, queue_group, capacity_messages)
+    }
+
+    fn new_inbox(&self) -> String {
+        self.inner.new_inbox()
+    }
+
+    fn stats(&self) -> &BusStats {
+        self.inner.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn plain_subscribers_each_get_a_copy_and_groups_one() {
+        rt().block_on(async {
+            let bus = LocalBus::new(1024);
+            let mut a = bus.subscribe("s", None, 8).unwrap();
+            let mut b = bus.subscribe("s", None, 8).unwrap();
+            let mut g1 = bus.subscribe("s", Some("workers"), 8).unwrap();
+            let mut g2 = bus.subscribe("s", Some("workers"), 8).unwrap();
+            for i in 0..4u8 {
+                bus.publish("s", None, Bytes::from(vec![i])).unwrap();
+            }
+            for sub in [&mut a, &mut b] {
+                for i in 0..4u8 {
+                    assert_eq!(sub.next().await.unwrap().payload[0], i);
+                }
+            }
+            // The group's members share the four messages between them.
+            assert_eq!(g1.len() + g2.len(), 4);
+            assert!(g1.next().await.is_some() && g2.next().await.is_some());
+        });
+    }
+
+    #[test]
+    fn a_full_subscriber_drops_and_counts_without_blocking_others() {
+        rt().block_on(async {
+            let bus = LocalBus::new(1024);
+            let slow = bus.subscribe("s", None, 2).unwrap();
+            let mut fast = bus.subscribe("s", None, 16).unwrap();
+            let results: Vec<_> = (0..5)
+                .map(|_| bus.publish("s", None, Bytes::from_static(b"x")))
+                .collect();
+            assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 2);
+            assert_eq!(
+                results
+                    .iter()
+                    .filter(|r| **r == Err(BusError::Full))
+                    .count(),
+                3
+            );
+            assert_eq!(bus.stats().dropped_full_total.load(Ordering::Relaxed), 3);
+            assert_eq!(slow.len(), 2);
+            for _ in 0..5 {
+                assert!(fast.next().await.is_some());
+            }
+        });
+    }
+
+    #[test]
+    fn bytes_are_bounded_as_well_as_messages() {
+        let bus = LocalBus::new(100);
+        let sub = bus.subscribe("s", None, 1000).unwrap();
+        // 64 × 100 bytes at most, however many messages the bound allows.
+        let accepted = (0..200)
+            .filter(|_| bus.publish("s", None, Bytes::from(vec![0u8; 100])).is_ok())
+            .count();
+        assert_eq!(accepted, 64);
+        assert_eq!(sub.len(), 64);
+        assert_eq!(
+            bus.publish("s", None, Bytes::from(vec![0u8; 101])),
+            Err(BusError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn dropping_a_subscription_unsubscribes() {
+        let bus = LocalBus::new(1024);
+        let sub = bus.subscribe("s", None, 1).unwrap();
+        assert!(bus.publish("s", None, Bytes::new()).is_ok());
+        drop(sub);
+        assert_eq!(
+            bus.publish("s", None, Bytes::new()),
+            Err(BusError::NoResponders)
+        );
+        assert_eq!(bus.inner.read().subjects.len(), 0);
+    }
+
+    #[test]
+    fn a_request_without_an_answer_times_out_and_leaves_no_inbox() {
+        rt().block_on(async {
+            let bus = LocalBus::new(1024);
+            let _silent = bus.subscribe("svc", None, 4).unwrap();
+            let error = request(&bus, "svc", Bytes::new(), Duration::from_millis(1))
+                .await
+                .unwrap_err();
+            assert_eq!(error, BusError::Timeout);
+            assert_eq!(
+                request(&bus, "nobody", Bytes::new(), Duration::from_secs(1))
+                    .await
+                    .unwrap_err(),
+                BusError::NoResponders
+            );
+            // Only the service's subject remains.
+            assert_eq!(bus.inner.read().subjects.len(), 1);
+        });
+    }
+
+    #[test]
+    fn the_dropping_bus_is_reproducible_from_its_seed() {
+        let run = |seed| {
+            let local: Arc<dyn Bus> = Arc::new(LocalBus::new(1024));
+            let bus = DroppingBus::new(local, "ev.", 100_000, seed);
+            let sub = bus.subscribe("ev.1", None, 10_000).unwrap();
+            let _other = bus.subscribe("other", None, 10_000).unwrap();
+            for _ in 0..1000 {
+                bus.publish("ev.1", None, Bytes::new()).unwrap();
+                bus.publish("other", None, Bytes::new()).unwrap();
+            }
+            (sub.len(), bus.dropped_total.load(Ordering::Relaxed))
+        };
+        let (kept, dropped) = run(7);
+        assert_eq!(kept as u64 + dropped, 1000);
+        // About 10 % dropped, and the same again with the same seed.
+        assert!((50..150).contains(&dropped), "dropped {dropped}");
+        assert_eq!(run(7), (kept, dropped));
+    }
+}

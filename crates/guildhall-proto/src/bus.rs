@@ -1,0 +1,291 @@
+//! Envelopes the roles exchange over the bus, and the subjects they use.
+//!
+//! The guild → gateway direction is a *stream* per (guild, gateway node):
+//! the guild's owner numbers each event it sends to a node, starting at 1,
+//! under an epoch that identifies the owner's incarnation. A bus may drop a
+//! message for a slow subscriber (NATS does, and so does the in-process
+//! bus); an event dropped there never reaches any session's replay buffer,
+//! so RESUME could not recover it. The gateway therefore checks that each
+//! stream advances by exactly one, and on a gap re-subscribes the guild's
+//! sessions (a fresh GUILD_CREATE each) instead of serving a silently
+//! incomplete stream. [`StreamCheck`] is that rule, pure.
+//!
+//! Envelopes are JSON, with the dispatch data carried as raw JSON: the
+//! owner encodes an event once, each gateway node copies it once into its
+//! shared frame, and no one re-serialises it per session.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// Version of every envelope here; a node refuses other versions.
+pub const ENVELOPE_VERSION: u32 = 1;
+
+/// Subject of one partition of a gateway node's event streams. A guild's
+/// stream always uses the same partition, so its order is kept while
+/// different guilds fan out in parallel.
+pub fn gateway_events_subject(node: &str, partition: usize) -> String {
+    format!("gw.{node}.events.{partition}")
+}
+
+/// The partition of `guild_id`'s stream among `partitions`.
+pub fn partition_of(guild_id: i64, partitions: usize) -> usize {
+    (guild_id.unsigned_abs() % partitions.max(1) as u64) as usize
+}
+
+/// A message to a gateway node.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct NodeEvent {
+    /// [`ENVELOPE_VERSION`].
+    pub v: u32,
+    /// What it carries.
+    pub body: NodeEventBody,
+}
+
+/// What a gateway node is told.
+#[derive(Debug, Serialize, Deserialize)]
+// Externally tagged: raw JSON data cannot pass through the buffering an
+// internally tagged enum needs.
+#[serde(rename_all = "snake_case")]
+pub enum NodeEventBody {
+    /// One numbered event of a guild's stream to this node.
+    Stream(StreamEvent),
+    /// A dispatch for every local session of some users (direct messages,
+    /// USER_UPDATE): no guild, no stream.
+    Users {
+        /// The users.
+        user_ids: Vec<i64>,
+        /// The intent a session needs (0: none).
+        required_intent: u64,
+        /// Event name.
+        name: String,
+        /// Event data.
+        data: Box<RawValue>,
+    },
+    /// `user_id` joined `guild_id`: the node's sessions of that user ask
+    /// the guild's owner to subscribe them.
+    Joined {
+        /// The guild.
+        guild_id: i64,
+        /// The user.
+        user_id: i64,
+    },
+}
+
+/// One event of a (guild, gateway node) stream.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StreamEvent {
+    /// The guild.
+    pub guild_id: i64,
+    /// The owner's incarnation; a new epoch restarts numbering at 1.
+    pub epoch: u64,
+    /// Position in this node's stream of this guild, from 1.
+    pub seq: u64,
+    /// What happened.
+    pub body: StreamBody,
+}
+
+/// What a guild stream carries.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+// Externally tagged: raw JSON data cannot pass through the buffering an
+// internally tagged enum needs.
+#[serde(rename_all = "snake_case")]
+pub enum StreamBody {
+    /// A dispatch for the subscribed sessions holding `required_intent`.
+    Dispatch {
+        /// Event name.
+        name: String,
+        /// The intent a session needs.
+        required_intent: u64,
+        /// Event data.
+        data: Box<RawValue>,
+        /// The data for sessions without MESSAGE_CONTENT (messages only).
+        blanked: Option<Box<RawValue>>,
+        /// Users who get `data` regardless (author, mentioned users).
+        content_exempt: Vec<i64>,
+    },
+    /// Subscribe a session: its GUILD_CREATE first (when it holds GUILDS).
+    Subscribe {
+        /// The session.
+        session_id: String,
+        /// GUILD_CREATE's data.
+        guild_create: Option<Box<RawValue>>,
+    },
+    /// Users lost the guild (left, kicked; all of them when `user_ids` is
+    /// empty: the guild was deleted): unsubscribe their sessions and send
+    /// GUILD_DELETE to those holding GUILDS.
+    Remove {
+        /// The users (empty: everyone).
+        user_ids: Vec<i64>,
+    },
+}
+
+/// Why an envelope was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopeError {
+    /// Not an envelope of ours.
+    #[error("malformed envelope: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// Another version.
+    #[error("envelope version {0}")]
+    Version(u32),
+}
+
+impl NodeEvent {
+    /// Wraps `body` at the current version.
+    pub fn new(body: NodeEventBody) -> Self {
+        Self {
+            v: ENVELOPE_VERSION,
+            body,
+        }
+    }
+
+    /// The bytes to publish.
+    pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+
+    /// Parses and checks an envelope.
+    pub fn decode(bytes: &[u8]) -> Result<Self, EnvelopeError> {
+        let event: Self = serde_json::from_slice(bytes)?;
+        if event.v != ENVELOPE_VERSION {
+            return Err(EnvelopeError::Version(event.v));
+        }
+        Ok(event)
+    }
+}
+
+/// Where a stream stands at the receiving gateway node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamPosition {
+    /// The owner incarnation last seen.
+    pub epoch: u64,
+    /// The last sequence applied.
+    pub seq: u64,
+}
+
+/// What to do with an arriving stream event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamCheck {
+    /// The next one: apply it.
+    Next,
+    /// Already applied (a duplicate or an old epoch's straggler): skip.
+    Stale,
+    /// Events were lost before this one: resynchronise the guild.
+    Gap {
+        /// How many were lost (within the epoch; 0 if unknown).
+        missing: u64,
+    },
+}
+
+impl StreamPosition {
+    /// Classifies an event at (`epoch`, `seq`) and advances past it unless
+    /// it is stale. Epochs only grow, so an older one is a straggler; a
+    /// newer one must start at 1.
+    ///
+    /// ```
+    /// use guildhall_proto::bus::{StreamCheck, StreamPosition};
+    /// let mut at = StreamPosition::default();
+    /// assert_eq!(at.check(5, 1), StreamCheck::Next);
+    /// assert_eq!(at.check(5, 2), StreamCheck::Next);
+    /// assert_eq!(at.check(5, 2), StreamCheck::Stale);
+    /// assert_eq!(at.check(5, 5), StreamCheck::Gap { missing: 2 });
+    /// assert_eq!(at.check(5, 6), StreamCheck::Next);
+    /// assert_eq!(at.check(9, 1), StreamCheck::Next);
+    /// assert_eq!(at.check(5, 7), StreamCheck::Stale);
+    /// ```
+    pub fn check(&mut self, epoch: u64, seq: u64) -> StreamCheck {
+        let verdict = if epoch < self.epoch || (epoch == self.epoch && seq <= self.seq) {
+            return StreamCheck::Stale;
+        } else if epoch > self.epoch {
+            if seq == 1 {
+                StreamCheck::Next
+            } else {
+                StreamCheck::Gap {
+                    missing: seq.saturating_sub(1),
+                }
+            }
+        } else if seq == self.seq + 1 {
+            StreamCheck::Next
+        } else {
+            StreamCheck::Gap {
+                missing: seq - self.seq - 1,
+            }
+        };
+        *self = Self { epoch, seq };
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn envelopes_round_trip_and_carry_raw_data_verbatim() {
+        let data = RawValue::from_string(r#"{"content":"hé \"x\"","id":"1"}"#.into()).unwrap();
+        let event = NodeEvent::new(NodeEventBody::Stream(StreamEvent {
+            guild_id: 7,
+            epoch: 3,
+            seq: 1,
+            body: StreamBody::Dispatch {
+                name: "MESSAGE_CREATE".into(),
+                required_intent: 1 << 9,
+                data,
+                blanked: None,
+                content_exempt: vec![2],
+            },
+        }));
+        let bytes = event.encode().unwrap();
+        let NodeEventBody::Stream(back) = NodeEvent::decode(&bytes).unwrap().body else {
+            panic!("not a stream event");
+        };
+        let StreamBody::Dispatch { data, .. } = back.body else {
+            panic!("not a dispatch");
+        };
+        assert_eq!(data.get(), r#"{"content":"hé \"x\"","id":"1"}"#);
+    }
+
+    #[test]
+    fn bad_envelopes_are_refused_not_panicked_on() {
+        for bytes in [
+            &b""[..],
+            b"{",
+            b"null",
+            br#"{"v":2,"body":{"joined":{"guild_id":1,"user_id":2}}}"#,
+            br#"{"v":1,"body":{"nope":{}}}"#,
+        ] {
+            assert!(NodeEvent::decode(bytes).is_err());
+        }
+    }
+
+    proptest! {
+        /// Whatever subset of a stream arrives, in order: every lost event
+        /// before a delivered one is reported as a gap, exactly once.
+        #[test]
+        fn every_loss_is_reported(delivered in proptest::collection::vec(any::<bool>(), 1..200)) {
+            let mut at = StreamPosition::default();
+            let mut lost_pending = 0u64;
+            let mut reported = 0u64;
+            let mut lost_total = 0u64;
+            for (i, arrives) in delivered.iter().enumerate() {
+                if !arrives {
+                    lost_pending += 1;
+                    continue;
+                }
+                match at.check(1, i as u64 + 1) {
+                    StreamCheck::Next => prop_assert_eq!(lost_pending, 0),
+                    StreamCheck::Gap { missing } => {
+                        prop_assert_eq!(missing, lost_pending);
+                        reported += missing;
+                    }
+                    StreamCheck::Stale => prop_assert!(false, "nothing repeats"),
+                }
+                lost_total += lost_pending;
+                lost_pending = 0;
+            }
+            prop_assert_eq!(reported, lost_total);
+        }
+    }
+}
