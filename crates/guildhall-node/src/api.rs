@@ -9,9 +9,7 @@
 use crate::auth;
 use crate::gateway::{Gateway, app_flags};
 use crate::guilds::Outgoing;
-use crate::guilds::{
-    Changed, GuildChange, GuildCommand, GuildError, perm, wire_channel, wire_user,
-};
+use crate::guilds::{Changed, GuildCall, GuildChange, GuildError, perm, wire_channel, wire_user};
 use crate::state::{now_ms, sf};
 use axum::Router;
 use axum::body::Bytes;
@@ -614,12 +612,7 @@ async fn oauth2_authorize(
         .user(app.bot_user_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    node.guilds
-        .ask(guild_id, |reply| GuildCommand::AddMember {
-            user: bot,
-            reply,
-        })
-        .await??;
+    node.guilds.add_member(guild_id, bot).await?;
     ok(&json!({"location": format!("https://discord.com/oauth2/authorized?guild_id={guild_id}")}))
 }
 
@@ -688,10 +681,7 @@ async fn create_guild(
 ) -> ApiResult {
     let id = create_guild_for(&node, &owner, &body.name).await?;
     let user_id = owner.id;
-    let guild = node
-        .guilds
-        .ask(id, |reply| GuildCommand::Snapshot { user_id, reply })
-        .await??;
+    let guild = node.guilds.snapshot(id, user_id).await?;
     ok(&guild)
 }
 
@@ -702,10 +692,7 @@ async fn get_guild(
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
     let user_id = caller.id;
-    let guild = node
-        .guilds
-        .ask(guild_id, |reply| GuildCommand::Snapshot { user_id, reply })
-        .await??;
+    let guild = node.guilds.snapshot(guild_id, user_id).await?;
     let mut value = serde_json::to_value(&guild).map_err(|_| ApiError::Internal)?;
     value["approximate_member_count"] = json!(guild.member_count);
     value["approximate_presence_count"] = json!(0);
@@ -719,10 +706,7 @@ async fn guild_channels(
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
     let user_id = caller.id;
-    ok(&node
-        .guilds
-        .ask(guild_id, |reply| GuildCommand::Channels { user_id, reply })
-        .await??)
+    ok(&node.guilds.channels(guild_id, user_id).await?)
 }
 
 #[derive(Deserialize)]
@@ -766,13 +750,7 @@ async fn create_channel(
         topic: body.topic,
     };
     node.shared.store.create_channel(&row).await?;
-    let channel = node
-        .guilds
-        .ask(guild_id, |reply| GuildCommand::AddChannel {
-            channel: row,
-            reply,
-        })
-        .await?;
+    let channel = node.guilds.add_channel(guild_id, row).await?;
     ok(&channel)
 }
 
@@ -802,15 +780,8 @@ async fn guild_members(
         .clamp(1, guildhall_limits::MEMBERS_PER_PAGE_MAX);
     let members = node
         .guilds
-        .ask(guild_id, |reply| GuildCommand::Members {
-            user_id,
-            query: String::new(),
-            user_ids: vec![],
-            after,
-            limit,
-            reply,
-        })
-        .await??;
+        .members(guild_id, user_id, String::new(), vec![], after, limit)
+        .await?;
     ok(&members.members)
 }
 
@@ -824,15 +795,8 @@ async fn guild_member(
     let user_id = caller.id;
     let members = node
         .guilds
-        .ask(guild_id, |reply| GuildCommand::Members {
-            user_id,
-            query: String::new(),
-            user_ids: vec![member_id],
-            after: 0,
-            limit: 1,
-            reply,
-        })
-        .await??;
+        .members(guild_id, user_id, String::new(), vec![member_id], 0, 1)
+        .await?;
     members
         .members
         .into_iter()
@@ -866,13 +830,8 @@ async fn authorize(
     let channel_id = channel.id;
     Ok(node
         .guilds
-        .ask(guild_id, |reply| GuildCommand::Authorize {
-            user_id,
-            channel_id,
-            need,
-            reply,
-        })
-        .await??)
+        .authorize(guild_id, user_id, channel_id, need)
+        .await?)
 }
 
 async fn get_channel(
@@ -990,7 +949,7 @@ async fn publish_message(
 async fn publish(node: &crate::Node, guild_id: i64, event: Outgoing) {
     if node
         .guilds
-        .tell(guild_id, GuildCommand::Publish(event))
+        .cast(guild_id, GuildCall::Publish(event))
         .await
         .is_err()
     {
@@ -1278,15 +1237,7 @@ fn changed(result: Changed) -> ApiResult {
 }
 
 async fn change(node: &crate::Node, guild_id: i64, actor: i64, change: GuildChange) -> ApiResult {
-    changed(
-        node.guilds
-            .ask(guild_id, |reply| GuildCommand::Change {
-                actor,
-                change,
-                reply,
-            })
-            .await??,
-    )
+    changed(node.guilds.change(guild_id, actor, change).await?)
 }
 
 /// Absent, null, or a value: PATCH semantics for nullable fields.
@@ -1443,10 +1394,7 @@ async fn list_roles(
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
     let user_id = caller.id;
-    ok(&node
-        .guilds
-        .ask(guild_id, |reply| GuildCommand::Roles { user_id, reply })
-        .await??)
+    ok(&node.guilds.roles(guild_id, user_id).await?)
 }
 
 async fn create_role(
@@ -1929,12 +1877,7 @@ async fn accept_invite(
         return Err(ApiError::Code(ErrorCode::UnknownInvite));
     }
     let guild_id = invite.guild_id;
-    node.guilds
-        .ask(guild_id, |reply| GuildCommand::AddMember {
-            user: caller,
-            reply,
-        })
-        .await??;
+    node.guilds.add_member(guild_id, caller).await?;
     ok(&invite_json(&node, &invite).await?)
 }
 

@@ -10,6 +10,7 @@ use crate::state::now_ms;
 use guildhall_cluster::{LeaseId, Registry, RegistryView};
 use guildhall_limits::Limits;
 use guildhall_proto::cluster::{Announcement, INSTANCE_PREFIX, Role, instance_key};
+use guildhall_ring::MemberId;
 use guildhall_ring::Ring;
 use guildhall_ring::hash::member_id_of;
 use guildhall_ring::membership::{Membership, MembershipConfig, MembershipEffect};
@@ -33,6 +34,8 @@ pub struct ClusterState {
     pub lease: AtomicU64,
     /// Gateway nodes in the view (where guild owners announce joins).
     pub gateways: RwLock<Arc<Vec<String>>>,
+    /// Names of the guilds nodes, by ring member id.
+    pub guild_nodes: RwLock<Arc<BTreeMap<MemberId, String>>>,
 }
 
 impl Default for ClusterState {
@@ -44,6 +47,7 @@ impl Default for ClusterState {
             frozen: AtomicBool::new(false),
             lease: AtomicU64::new(0),
             gateways: RwLock::new(Arc::new(Vec::new())),
+            guild_nodes: RwLock::new(Arc::new(BTreeMap::new())),
         }
     }
 }
@@ -63,6 +67,17 @@ impl ClusterState {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// The node whose guilds role owns `guild_id` on the current ring;
+    /// `None` before the ring has a member.
+    pub fn owner_of(&self, guild_id: i64) -> Option<String> {
+        let member = self.ring().primary(guild_id as u64)?;
+        self.guild_nodes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&member)
+            .cloned()
     }
 
     fn set_gateways(&self, nodes: Vec<String>) {
@@ -130,6 +145,7 @@ pub fn start(
         self_preservation: true,
     };
     let vnodes = limits.ring_vnodes_per_member;
+    let ring_members_max = limits.ring_members_max;
     tokio::spawn(async move {
         let mut membership = Membership::new(config, now_ms());
         let mut view = RegistryView::default();
@@ -167,6 +183,27 @@ pub fn start(
             gateways.sort_unstable();
             if !gateways.is_empty() {
                 state.set_gateways(gateways);
+            }
+            let guild_nodes: BTreeMap<MemberId, String> = view
+                .instances()
+                .filter(|a| a.roles.contains(&Role::Guilds))
+                .map(|a| (member_id_of(&a.node), a.node.clone()))
+                .collect();
+            // Names are only added between rings: a member that leaves the
+            // view may still be on the ring until membership removes it.
+            {
+                let mut known = state
+                    .guild_nodes
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if guild_nodes.iter().any(|(id, _)| !known.contains_key(id)) {
+                    let mut merged = (**known).clone();
+                    merged.extend(guild_nodes);
+                    // Bounded by the ring's member bound.
+                    if merged.len() <= ring_members_max {
+                        *known = Arc::new(merged);
+                    }
+                }
             }
             effects.clear();
             for instance in view.instances().filter(|a| a.roles.contains(&Role::Guilds)) {

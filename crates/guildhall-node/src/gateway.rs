@@ -10,7 +10,7 @@
 //! flushes once per wake-up. Control messages (close, drain) arrive on their
 //! own channel, checked first.
 
-use crate::guilds::{GuildCommand, GuildDirectory, MemberPage, wire_user};
+use crate::guilds::{GuildCall, GuildDirectory, MemberPage, wire_user};
 use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Slot};
 use crate::state::{Shared, now_ms, sf};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
@@ -284,16 +284,8 @@ impl Gateway {
             let limit = page_max.min(wanted - sent);
             let page = self
                 .guilds
-                .ask(guild_id, |reply| GuildCommand::Members {
-                    user_id,
-                    query,
-                    user_ids: ids,
-                    after,
-                    limit,
-                    reply,
-                })
+                .members(guild_id, user_id, query, ids, after, limit)
                 .await
-                .and_then(|r| r)
                 .unwrap_or(MemberPage {
                     members: vec![],
                     matching: 0,
@@ -340,9 +332,9 @@ impl Gateway {
         for guild_id in guild_ids {
             let _ = self
                 .guilds
-                .tell(
+                .cast(
                     guild_id,
-                    GuildCommand::Presence {
+                    GuildCall::Presence {
                         user_id,
                         status: status.clone(),
                     },
@@ -361,16 +353,17 @@ impl Gateway {
         let (user_id, session_id) = (slot.user_id, slot.id.clone());
         let result = self
             .guilds
-            .ask(guild_id, |reply| GuildCommand::Voice {
-                user_id,
-                session_id,
-                channel_id,
-                self_mute: voice.self_mute,
-                self_deaf: voice.self_deaf,
-                reply,
-            })
-            .await
-            .and_then(|r| r);
+            .voice(
+                guild_id,
+                GuildCall::Voice {
+                    user_id,
+                    session_id,
+                    channel_id,
+                    self_mute: voice.self_mute,
+                    self_deaf: voice.self_deaf,
+                },
+            )
+            .await;
         if result.is_ok()
             && channel_id.is_some()
             && let Ok(token) = crate::auth::random_hex()

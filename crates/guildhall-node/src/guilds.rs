@@ -23,12 +23,13 @@ use guildhall_proto::intents;
 use guildhall_proto::model::{self, Channel, Member, Role, RoleColors, User};
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{ChannelRow, GuildState, MemberRow, RoleRow, UserRow};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// Permission bits used here.
 pub mod perm {
@@ -68,7 +69,7 @@ pub mod perm {
 }
 
 /// Why a guild request failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum GuildError {
     /// No such guild.
     #[error("unknown guild")]
@@ -108,7 +109,7 @@ struct MemberEntry {
 }
 
 /// What an authorised sender needs to build its message.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SendGrant {
     /// The guild.
     pub guild_id: i64,
@@ -117,7 +118,7 @@ pub struct SendGrant {
 }
 
 /// An event for a guild's subscribers, its data encoded once.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Outgoing {
     /// Event name.
     pub name: String,
@@ -143,10 +144,17 @@ pub struct FanoutCounters {
     pub subscriptions_refused_total: AtomicU64,
     /// GUILD_CREATEs left out because they exceed the bus payload bound.
     pub guild_create_too_large_total: AtomicU64,
+    /// Guild requests that did not decode.
+    pub malformed_requests_total: AtomicU64,
+    /// Requests refused because an owner's mailbox was full.
+    pub mailbox_refusals_total: AtomicU64,
 }
 
-/// Requests to a guild owner.
-pub enum GuildCommand {
+/// A request to a guild's owner, as it travels on the bus (subject
+/// `guilds.<owner node>`). The answer, when the caller waits for one, is a
+/// [`GuildAnswer`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum GuildCall {
     /// Subscribe a session: its GUILD_CREATE, then the guild's events, in
     /// its node's stream.
     Subscribe {
@@ -174,8 +182,6 @@ pub enum GuildCommand {
         channel_id: i64,
         /// Required bits.
         need: u64,
-        /// The answer.
-        reply: oneshot::Sender<Result<SendGrant, GuildError>>,
     },
     /// Fan an event out.
     Publish(Outgoing),
@@ -183,22 +189,16 @@ pub enum GuildCommand {
     AddMember {
         /// The user.
         user: UserRow,
-        /// The answer: whether they were new.
-        reply: oneshot::Sender<Result<bool, GuildError>>,
     },
     /// A channel was created.
     AddChannel {
         /// The channel.
         channel: ChannelRow,
-        /// The answer.
-        reply: oneshot::Sender<Channel>,
     },
     /// The guild as `user_id` sees it (REST and GUILD_CREATE).
     Snapshot {
         /// Who asks (must be a member).
         user_id: i64,
-        /// The answer.
-        reply: oneshot::Sender<Result<model::Guild, GuildError>>,
     },
     /// Members, for op 8 and REST: `query` prefix, at most `limit`.
     Members {
@@ -212,8 +212,6 @@ pub enum GuildCommand {
         after: i64,
         /// Most members.
         limit: usize,
-        /// The answer.
-        reply: oneshot::Sender<Result<MemberPage, GuildError>>,
     },
     /// A change by `actor`, checked against their permissions.
     Change {
@@ -221,8 +219,6 @@ pub enum GuildCommand {
         actor: i64,
         /// What.
         change: GuildChange,
-        /// The changed object.
-        reply: oneshot::Sender<Result<Changed, GuildError>>,
     },
     /// A member's presence changed (best effort: dropped when busy).
     Presence {
@@ -243,27 +239,44 @@ pub enum GuildCommand {
         self_mute: bool,
         /// Deafened by self.
         self_deaf: bool,
-        /// The voice state.
-        reply: oneshot::Sender<Result<serde_json::Value, GuildError>>,
     },
     /// The roles of the guild.
     Roles {
         /// Who asks (must be a member).
         user_id: i64,
-        /// The answer.
-        reply: oneshot::Sender<Result<Vec<Role>, GuildError>>,
     },
     /// The channels of the guild.
     Channels {
         /// Who asks (must be a member).
         user_id: i64,
-        /// The answer.
-        reply: oneshot::Sender<Result<Vec<Channel>, GuildError>>,
     },
 }
 
+/// What a guild owner answers.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum GuildAnswer {
+    /// To `Authorize`.
+    Granted(SendGrant),
+    /// To `AddMember`: whether the user was new.
+    Added(bool),
+    /// To `AddChannel`.
+    Channel(Channel),
+    /// To `Snapshot`.
+    Guild(Box<model::Guild>),
+    /// To `Members`.
+    Members(MemberPage),
+    /// To `Change`.
+    Changed(Changed),
+    /// To `Voice`: the voice state.
+    Voice(serde_json::Value),
+    /// To `Roles`.
+    Roles(Vec<Role>),
+    /// To `Channels`.
+    Channels(Vec<Channel>),
+}
+
 /// A change to a guild.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum GuildChange {
     /// Rename, re-topic or move a channel.
     UpdateChannel {
@@ -340,7 +353,7 @@ pub enum GuildChange {
 
 /// One page of members, and how many match the filter in all (so a
 /// caller paging through them knows the chunk count up front).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MemberPage {
     /// Members of this page, by user id.
     pub members: Vec<Member>,
@@ -349,7 +362,7 @@ pub struct MemberPage {
 }
 
 /// What a change produced.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Changed {
     /// A channel (updated or deleted).
     Channel(Channel),
@@ -1092,20 +1105,26 @@ impl GuildOwner {
         }
     }
 
-    async fn handle(&mut self, command: GuildCommand) {
-        match command {
-            GuildCommand::Subscribe {
+    /// Carries out `call`; `None` for calls nobody waits on.
+    async fn handle(&mut self, call: GuildCall) -> Option<Result<GuildAnswer, GuildError>> {
+        match call {
+            GuildCall::Subscribe {
                 node,
                 session_id,
                 user_id,
                 intents,
-            } => self.subscribe(node, session_id, user_id, intents),
-            GuildCommand::Unsubscribe { node, session_id } => self.unsubscribe(&node, &session_id),
-            GuildCommand::Authorize {
+            } => {
+                self.subscribe(node, session_id, user_id, intents);
+                None
+            }
+            GuildCall::Unsubscribe { node, session_id } => {
+                self.unsubscribe(&node, &session_id);
+                None
+            }
+            GuildCall::Authorize {
                 user_id,
                 channel_id,
                 need,
-                reply,
             } => {
                 let result = match (
                     self.permissions(user_id),
@@ -1149,19 +1168,21 @@ impl GuildOwner {
                             }),
                     }),
                 };
-                let _ = reply.send(result);
+                Some(result.map(GuildAnswer::Granted))
             }
-            GuildCommand::Publish(event) => self.fanout(&StreamBody::Dispatch {
-                name: event.name,
-                required_intent: event.required_intent,
-                data: event.data,
-                blanked: event.blanked,
-                content_exempt: event.content_exempt,
-            }),
-            GuildCommand::AddMember { user, reply } => {
+            GuildCall::Publish(event) => {
+                self.fanout(&StreamBody::Dispatch {
+                    name: event.name,
+                    required_intent: event.required_intent,
+                    data: event.data,
+                    blanked: event.blanked,
+                    content_exempt: event.content_exempt,
+                });
+                None
+            }
+            GuildCall::AddMember { user } => {
                 if self.members.contains_key(&user.id) {
-                    let _ = reply.send(Ok(false));
-                    return;
+                    return Some(Ok(GuildAnswer::Added(false)));
                 }
                 let row = MemberRow {
                     guild_id: self.guild.id,
@@ -1170,8 +1191,7 @@ impl GuildOwner {
                     nick: None,
                 };
                 if self.shared.store.add_member(&row).await.is_err() {
-                    let _ = reply.send(Err(GuildError::Store));
-                    return;
+                    return Some(Err(GuildError::Store));
                 }
                 let entry = MemberEntry {
                     row,
@@ -1185,29 +1205,28 @@ impl GuildOwner {
                 self.publish("GUILD_MEMBER_ADD", intents::GUILD_MEMBERS, &added);
                 // The newcomer's open sessions learn about the guild.
                 self.announce_join(user_id);
-                let _ = reply.send(Ok(true));
+                Some(Ok(GuildAnswer::Added(true)))
             }
-            GuildCommand::AddChannel { channel, reply } => {
+            GuildCall::AddChannel { channel } => {
                 let wire = wire_channel(&channel, true);
                 self.channels.push(channel);
                 self.publish("CHANNEL_CREATE", intents::GUILDS, &wire);
-                let _ = reply.send(wire);
+                Some(Ok(GuildAnswer::Channel(wire)))
             }
-            GuildCommand::Snapshot { user_id, reply } => {
+            GuildCall::Snapshot { user_id } => {
                 let result = if self.members.contains_key(&user_id) {
-                    Ok(self.snapshot(user_id))
+                    Ok(GuildAnswer::Guild(Box::new(self.snapshot(user_id))))
                 } else {
                     Err(GuildError::MissingAccess)
                 };
-                let _ = reply.send(result);
+                Some(result)
             }
-            GuildCommand::Members {
+            GuildCall::Members {
                 user_id,
                 query,
                 user_ids,
                 after,
                 limit,
-                reply,
             } => {
                 let result = if self.members.contains_key(&user_id) {
                     let query = query.to_lowercase();
@@ -1228,21 +1247,16 @@ impl GuildOwner {
                         .take(limit.min(self.shared.limits.members_per_page_max))
                         .map(|m| wire_member(m, true))
                         .collect();
-                    Ok(MemberPage { members, matching })
+                    Ok(GuildAnswer::Members(MemberPage { members, matching }))
                 } else {
                     Err(GuildError::MissingAccess)
                 };
-                let _ = reply.send(result);
+                Some(result)
             }
-            GuildCommand::Change {
-                actor,
-                change,
-                reply,
-            } => {
-                let result = self.change(actor, change).await;
-                let _ = reply.send(result);
+            GuildCall::Change { actor, change } => {
+                Some(self.change(actor, change).await.map(GuildAnswer::Changed))
             }
-            GuildCommand::Presence { user_id, status } => {
+            GuildCall::Presence { user_id, status } => {
                 if self.members.contains_key(&user_id) {
                     let data = serde_json::json!({
                         "user": {"id": user_id.to_string()}, "guild_id": self.guild.id.to_string(),
@@ -1250,49 +1264,93 @@ impl GuildOwner {
                     });
                     self.publish("PRESENCE_UPDATE", intents::GUILD_PRESENCES, &data);
                 }
+                None
             }
-            GuildCommand::Voice {
+            GuildCall::Voice {
                 user_id,
                 session_id,
                 channel_id,
                 self_mute,
                 self_deaf,
-                reply,
-            } => {
-                let _ =
-                    reply.send(self.voice(user_id, session_id, channel_id, self_mute, self_deaf));
-            }
-            GuildCommand::Roles { user_id, reply } => {
+            } => Some(
+                self.voice(user_id, session_id, channel_id, self_mute, self_deaf)
+                    .map(GuildAnswer::Voice),
+            ),
+            GuildCall::Roles { user_id } => {
                 let result = if self.members.contains_key(&user_id) {
-                    Ok(self.roles.iter().map(wire_role).collect())
+                    Ok(GuildAnswer::Roles(
+                        self.roles.iter().map(wire_role).collect(),
+                    ))
                 } else {
                     Err(GuildError::MissingAccess)
                 };
-                let _ = reply.send(result);
+                Some(result)
             }
-            GuildCommand::Channels { user_id, reply } => {
+            GuildCall::Channels { user_id } => {
                 let result = if self.members.contains_key(&user_id) {
-                    Ok(self
-                        .channels
-                        .iter()
-                        .map(|c| wire_channel(c, true))
-                        .collect())
+                    Ok(GuildAnswer::Channels(
+                        self.channels
+                            .iter()
+                            .map(|c| wire_channel(c, true))
+                            .collect(),
+                    ))
                 } else {
                     Err(GuildError::MissingAccess)
                 };
-                let _ = reply.send(result);
+                Some(result)
             }
         }
     }
 
-    async fn run(mut self, mut mailbox: mpsc::Receiver<GuildCommand>) {
-        while let Some(command) = mailbox.recv().await {
-            self.handle(command).await;
+    async fn run(mut self, mut mailbox: mpsc::Receiver<Envelope>) {
+        while let Some(Envelope { call, reply }) = mailbox.recv().await {
+            let result = self.handle(call).await;
+            if let (Some(reply), Some(result)) = (reply, result) {
+                answer(self.bus.as_ref(), &reply, result);
+            }
             if self.deleted {
                 // Dropping the mailbox makes the directory forget this owner.
                 break;
             }
         }
+    }
+}
+
+/// A call in an owner's mailbox, with where to answer.
+struct Envelope {
+    call: GuildCall,
+    reply: Option<String>,
+}
+
+/// A guild request on the bus.
+#[derive(Serialize, Deserialize)]
+struct GuildRequest {
+    v: u32,
+    guild_id: i64,
+    call: GuildCall,
+}
+
+/// A guild owner's answer on the bus.
+#[derive(Serialize, Deserialize)]
+struct GuildReply {
+    v: u32,
+    result: Result<GuildAnswer, GuildError>,
+}
+
+/// Subject of the guilds role on `node`.
+pub fn guild_requests_subject(node: &str) -> String {
+    format!("guilds.{node}.requests")
+}
+
+/// Publishes `result` to `reply` (best effort: a caller that gave up has
+/// no inbox left, which the bus counts as no responders).
+fn answer(bus: &dyn Bus, reply: &str, result: Result<GuildAnswer, GuildError>) {
+    let envelope = GuildReply {
+        v: guildhall_proto::bus::ENVELOPE_VERSION,
+        result,
+    };
+    if let Ok(bytes) = serde_json::to_vec(&envelope) {
+        let _ = bus.publish(reply, None, bytes.into());
     }
 }
 
@@ -1307,7 +1365,7 @@ pub struct GuildDirectory {
     pub counters: Arc<FanoutCounters>,
     // Loaded owners, read without awaiting: requests to a loaded guild never
     // wait behind the load of another one.
-    owners: std::sync::RwLock<HashMap<i64, mpsc::Sender<GuildCommand>>>,
+    owners: std::sync::RwLock<HashMap<i64, mpsc::Sender<Envelope>>>,
     // Serialises loads (they await the store), so concurrent first requests
     // for one guild cannot start two owners.
     loading: tokio::sync::Mutex<()>,
@@ -1350,7 +1408,7 @@ impl GuildDirectory {
         Ok(users)
     }
 
-    fn loaded(&self, guild_id: i64) -> Option<mpsc::Sender<GuildCommand>> {
+    fn loaded(&self, guild_id: i64) -> Option<mpsc::Sender<Envelope>> {
         let owners = self
             .owners
             .read()
@@ -1359,7 +1417,7 @@ impl GuildDirectory {
     }
 
     /// The mailbox of the owner of `guild_id`.
-    pub async fn owner(&self, guild_id: i64) -> Result<mpsc::Sender<GuildCommand>, GuildError> {
+    async fn owner(&self, guild_id: i64) -> Result<mpsc::Sender<Envelope>, GuildError> {
         if let Some(sender) = self.loaded(guild_id) {
             return Ok(sender);
         }
@@ -1437,9 +1495,9 @@ impl GuildDirectory {
     /// GUILD_CREATE arrives in the guild's stream to this node.
     pub async fn subscribe(&self, guild_id: i64, slot: &Arc<Slot>) -> Result<(), GuildError> {
         self.hub.want(guild_id, slot);
-        self.tell(
+        self.cast(
             guild_id,
-            GuildCommand::Subscribe {
+            GuildCall::Subscribe {
                 node: self.node_name.clone(),
                 session_id: slot.id.clone(),
                 user_id: slot.user_id,
@@ -1453,33 +1511,286 @@ impl GuildDirectory {
     pub async fn unsubscribe(&self, guild_id: i64, session_id: String) {
         let node = self.node_name.clone();
         let _ = self
-            .tell(guild_id, GuildCommand::Unsubscribe { node, session_id })
+            .cast(guild_id, GuildCall::Unsubscribe { node, session_id })
             .await;
     }
 
-    /// Sends `command` to the owner of `guild_id`, failing fast when its
-    /// mailbox is full.
-    pub async fn tell(&self, guild_id: i64, command: GuildCommand) -> Result<(), GuildError> {
-        let owner = self.owner(guild_id).await?;
-        owner.try_send(command).map_err(|_| GuildError::Overloaded)
+    /// Owners running on this node.
+    pub fn owners_loaded(&self) -> usize {
+        self.owners
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .filter(|s| !s.is_closed())
+            .count()
     }
 
-    /// Sends a request built around a reply channel and waits for the answer.
-    pub async fn ask<T>(
-        &self,
-        guild_id: i64,
-        build: impl FnOnce(oneshot::Sender<T>) -> GuildCommand,
-    ) -> Result<T, GuildError> {
-        let (reply, answer) = oneshot::channel();
-        self.tell(guild_id, build(reply)).await?;
-        match tokio::time::timeout(
-            Duration::from_millis(self.shared.limits.guild_reply_timeout_ms),
-            answer,
-        )
-        .await
-        {
-            Ok(Ok(value)) => Ok(value),
-            _ => Err(GuildError::Overloaded),
+    /// The node whose guilds role owns `guild_id`: its place on the ring
+    /// (this node until the first view of the registry arrives).
+    fn owner_node(&self, guild_id: i64) -> String {
+        self.cluster
+            .owner_of(guild_id)
+            .unwrap_or_else(|| self.node_name.clone())
+    }
+
+    fn request_bytes(&self, guild_id: i64, call: GuildCall) -> Result<bytes::Bytes, GuildError> {
+        let request = GuildRequest {
+            v: guildhall_proto::bus::ENVELOPE_VERSION,
+            guild_id,
+            call,
+        };
+        serde_json::to_vec(&request)
+            .map(Into::into)
+            .map_err(|_| GuildError::Overloaded)
+    }
+
+    /// Sends `call` to the owner of `guild_id` without waiting for an
+    /// answer; refused at once when the owner's node cannot take it.
+    pub async fn cast(&self, guild_id: i64, call: GuildCall) -> Result<(), GuildError> {
+        let subject = guild_requests_subject(&self.owner_node(guild_id));
+        let bytes = self.request_bytes(guild_id, call)?;
+        self.bus
+            .publish(&subject, None, bytes)
+            .map_err(|_| GuildError::Overloaded)
+    }
+
+    /// Sends `call` to the owner of `guild_id` and waits at most
+    /// `guild_reply_timeout_ms` for its answer.
+    pub async fn call(&self, guild_id: i64, call: GuildCall) -> Result<GuildAnswer, GuildError> {
+        let subject = guild_requests_subject(&self.owner_node(guild_id));
+        let bytes = self.request_bytes(guild_id, call)?;
+        let timeout = Duration::from_millis(self.shared.limits.guild_reply_timeout_ms);
+        let message = guildhall_cluster::bus::request(self.bus.as_ref(), &subject, bytes, timeout)
+            .await
+            .map_err(|_| GuildError::Overloaded)?;
+        match serde_json::from_slice::<GuildReply>(&message.payload) {
+            Ok(reply) if reply.v == guildhall_proto::bus::ENVELOPE_VERSION => reply.result,
+            _ => {
+                crate::throttled!(
+                    warn,
+                    "guilds.bad_reply",
+                    guild_id,
+                    "undecodable guild reply"
+                );
+                Err(GuildError::Overloaded)
+            }
         }
     }
+
+    /// Serves this node's guilds role: requests from the bus go to the
+    /// owners' mailboxes. A loaded owner is reached without awaiting; a
+    /// load runs in a task of its own, at most `guild_requests_in_flight_max`
+    /// at once (beyond that: `Overloaded` at once).
+    pub fn serve(
+        self: &Arc<Self>,
+    ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
+        let mut requests = self.bus.subscribe(
+            &guild_requests_subject(&self.node_name),
+            None,
+            self.shared.limits.bus_subscription_messages_max,
+        )?;
+        let directory = self.clone();
+        let loads = Arc::new(tokio::sync::Semaphore::new(
+            self.shared.limits.guild_requests_in_flight_max,
+        ));
+        Ok(tokio::spawn(async move {
+            while let Some(message) = requests.next().await {
+                let request: GuildRequest =
+                    match serde_json::from_slice::<GuildRequest>(&message.payload) {
+                        Ok(r) if r.v == guildhall_proto::bus::ENVELOPE_VERSION => r,
+                        _ => {
+                            directory
+                                .counters
+                                .malformed_requests_total
+                                .fetch_add(1, Ordering::Relaxed);
+                            crate::throttled!(
+                                warn,
+                                "guilds.malformed_request",
+                                "malformed guild request dropped"
+                            );
+                            continue;
+                        }
+                    };
+                let envelope = Envelope {
+                    call: request.call,
+                    reply: message.reply,
+                };
+                if let Some(owner) = directory.loaded(request.guild_id) {
+                    directory.deliver(&owner, envelope);
+                    continue;
+                }
+                let Ok(permit) = loads.clone().try_acquire_owned() else {
+                    directory.refuse(envelope, GuildError::Overloaded);
+                    continue;
+                };
+                let directory = directory.clone();
+                tokio::spawn(async move {
+                    match directory.owner(request.guild_id).await {
+                        Ok(owner) => directory.deliver(&owner, envelope),
+                        Err(error) => directory.refuse(envelope, error),
+                    }
+                    drop(permit);
+                });
+            }
+        }))
+    }
+
+    fn deliver(&self, owner: &mpsc::Sender<Envelope>, envelope: Envelope) {
+        if let Err(refused) = owner.try_send(envelope) {
+            let envelope = match refused {
+                mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e) => e,
+            };
+            self.counters
+                .mailbox_refusals_total
+                .fetch_add(1, Ordering::Relaxed);
+            self.refuse(envelope, GuildError::Overloaded);
+        }
+    }
+
+    fn refuse(&self, envelope: Envelope, error: GuildError) {
+        if let Some(reply) = envelope.reply {
+            answer(self.bus.as_ref(), &reply, Err(error));
+        }
+    }
+
+    /// Authorizes `user_id` for `channel_id` with `need`.
+    pub async fn authorize(
+        &self,
+        guild_id: i64,
+        user_id: i64,
+        channel_id: i64,
+        need: u64,
+    ) -> Result<SendGrant, GuildError> {
+        let call = GuildCall::Authorize {
+            user_id,
+            channel_id,
+            need,
+        };
+        match self.call(guild_id, call).await? {
+            GuildAnswer::Granted(grant) => Ok(grant),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// Adds `user` to the guild; whether they were new.
+    pub async fn add_member(&self, guild_id: i64, user: UserRow) -> Result<bool, GuildError> {
+        match self.call(guild_id, GuildCall::AddMember { user }).await? {
+            GuildAnswer::Added(new) => Ok(new),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// Tells the owner about a created channel.
+    pub async fn add_channel(
+        &self,
+        guild_id: i64,
+        channel: ChannelRow,
+    ) -> Result<Channel, GuildError> {
+        match self
+            .call(guild_id, GuildCall::AddChannel { channel })
+            .await?
+        {
+            GuildAnswer::Channel(channel) => Ok(channel),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// The guild as `user_id` sees it.
+    pub async fn snapshot(&self, guild_id: i64, user_id: i64) -> Result<model::Guild, GuildError> {
+        match self.call(guild_id, GuildCall::Snapshot { user_id }).await? {
+            GuildAnswer::Guild(guild) => Ok(*guild),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// One page of members.
+    pub async fn members(
+        &self,
+        guild_id: i64,
+        user_id: i64,
+        query: String,
+        user_ids: Vec<i64>,
+        after: i64,
+        limit: usize,
+    ) -> Result<MemberPage, GuildError> {
+        let call = GuildCall::Members {
+            user_id,
+            query,
+            user_ids,
+            after,
+            limit,
+        };
+        match self.call(guild_id, call).await? {
+            GuildAnswer::Members(page) => Ok(page),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// A change by `actor`.
+    pub async fn change(
+        &self,
+        guild_id: i64,
+        actor: i64,
+        change: GuildChange,
+    ) -> Result<Changed, GuildError> {
+        match self
+            .call(guild_id, GuildCall::Change { actor, change })
+            .await?
+        {
+            GuildAnswer::Changed(changed) => Ok(changed),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// Op 4 through the owner; the voice state.
+    pub async fn voice(
+        &self,
+        guild_id: i64,
+        call: GuildCall,
+    ) -> Result<serde_json::Value, GuildError> {
+        match self.call(guild_id, call).await? {
+            GuildAnswer::Voice(state) => Ok(state),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// The guild's roles.
+    pub async fn roles(&self, guild_id: i64, user_id: i64) -> Result<Vec<Role>, GuildError> {
+        match self.call(guild_id, GuildCall::Roles { user_id }).await? {
+            GuildAnswer::Roles(roles) => Ok(roles),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// The guild's channels.
+    pub async fn channels(&self, guild_id: i64, user_id: i64) -> Result<Vec<Channel>, GuildError> {
+        match self.call(guild_id, GuildCall::Channels { user_id }).await? {
+            GuildAnswer::Channels(channels) => Ok(channels),
+            other => unexpected(guild_id, &other),
+        }
+    }
+}
+
+/// An answer of the wrong kind: a version skew between nodes, never a
+/// panic.
+fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {
+    let kind = match answer {
+        GuildAnswer::Granted(_) => "granted",
+        GuildAnswer::Added(_) => "added",
+        GuildAnswer::Channel(_) => "channel",
+        GuildAnswer::Guild(_) => "guild",
+        GuildAnswer::Members(_) => "members",
+        GuildAnswer::Changed(_) => "changed",
+        GuildAnswer::Voice(_) => "voice",
+        GuildAnswer::Roles(_) => "roles",
+        GuildAnswer::Channels(_) => "channels",
+    };
+    crate::throttled!(
+        warn,
+        "guilds.unexpected_answer",
+        guild_id,
+        kind,
+        "unexpected guild answer"
+    );
+    Err(GuildError::Overloaded)
 }

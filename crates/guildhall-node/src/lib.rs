@@ -330,6 +330,16 @@ async fn metrics(
             &node.guilds.counters.guild_create_too_large_total,
         ),
         (
+            "guildhall_guild_requests_malformed_total",
+            "Guild requests from the bus that did not decode.",
+            &node.guilds.counters.malformed_requests_total,
+        ),
+        (
+            "guildhall_guild_mailbox_refusals_total",
+            "Guild requests refused because the owner's mailbox was full.",
+            &node.guilds.counters.mailbox_refusals_total,
+        ),
+        (
             "guildhall_stream_events_applied_total",
             "Guild stream events applied by this gateway node.",
             &node.events.applied_total,
@@ -396,6 +406,12 @@ async fn metrics(
             "gauge",
             "Generation of the guild-owner ring.",
             ring.generation(),
+        ),
+        (
+            "guildhall_guild_owners",
+            "gauge",
+            "Guild owners running on this node.",
+            node.guilds.owners_loaded() as u64,
         ),
         (
             "guildhall_membership_frozen",
@@ -536,6 +552,9 @@ pub async fn run(
         cluster_state.clone(),
         config.node_name.clone(),
     ));
+    let guilds_role = guilds
+        .serve()
+        .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let event_counters = Arc::new(events::EventCounters::default());
     let event_tasks = events::start(
         bus.as_ref(),
@@ -646,5 +665,6 @@ pub async fn run(
     for task in event_tasks {
         task.abort();
     }
+    guilds_role.abort();
     served.map_err(NodeError::Serve)
 }

@@ -21,7 +21,9 @@ pub struct TestNode {
     pub base: String,
     pub ws: String,
     pub http: reqwest::Client,
-    pub dir: tempfile::TempDir,
+    /// The data directory (shared by the members of a test cluster).
+    pub data_dir: std::path::PathBuf,
+    dir: Option<tempfile::TempDir>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -48,9 +50,6 @@ impl TestNode {
         bus: Option<std::sync::Arc<dyn guildhall_cluster::Bus>>,
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let config = guildhall_node::NodeConfig {
             data_dir: dir.path().to_owned(),
             limits,
@@ -59,6 +58,39 @@ impl TestNode {
             registry,
             bus,
         };
+        let mut node = Self::from_config(config).await;
+        node.dir = Some(dir);
+        node
+    }
+
+    /// A node of a test cluster: its own name and worker id, the data
+    /// directory (one database) and the registry and bus of its peers.
+    pub async fn member(
+        name: &str,
+        worker_id: u16,
+        data_dir: &std::path::Path,
+        registry: std::sync::Arc<dyn guildhall_cluster::Registry>,
+        bus: std::sync::Arc<dyn guildhall_cluster::Bus>,
+    ) -> Self {
+        Self::from_config(guildhall_node::NodeConfig {
+            data_dir: data_dir.to_owned(),
+            limits: Limits {
+                rest_rate_limit_per_window: 1_000_000,
+                ..Limits::default()
+            },
+            worker_id,
+            node_name: name.to_owned(),
+            registry: Some(registry),
+            bus: Some(bus),
+        })
+        .await
+    }
+
+    async fn from_config(config: guildhall_node::NodeConfig) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let data_dir = config.data_dir.clone();
         let task = tokio::spawn(async move {
             guildhall_node::run(config, listener, async move {
                 let _ = stopped.await;
@@ -70,10 +102,28 @@ impl TestNode {
             base: format!("http://{addr}/api/v10"),
             ws: format!("ws://{addr}"),
             http: reqwest::Client::new(),
-            dir,
+            data_dir,
+            dir: None,
             stop: Some(stop),
             task: Some(task),
         }
+    }
+
+    /// The value of an unlabelled metric.
+    pub async fn metric(&self, name: &str) -> u64 {
+        let text = self
+            .http
+            .get(self.base.replace("/api/v10", "/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing"))
     }
 
     pub async fn stop(mut self) {

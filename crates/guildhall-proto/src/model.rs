@@ -7,10 +7,10 @@
 //! the field sets here are the ones all four libraries accepted.
 
 use crate::Snowflake;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A user (or bot user).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct User {
     /// Id.
     pub id: Snowflake,
@@ -35,7 +35,7 @@ pub struct User {
 }
 
 /// A role's colours.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RoleColors {
     /// Main colour.
     pub primary_color: u32,
@@ -46,7 +46,7 @@ pub struct RoleColors {
 }
 
 /// A guild role. The `@everyone` role's id is the guild's id.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Role {
     /// Id.
     pub id: Snowflake,
@@ -75,7 +75,7 @@ pub struct Role {
 }
 
 /// A permission overwrite on a channel.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PermissionOverwrite {
     /// Role or member id.
     pub id: Snowflake,
@@ -89,7 +89,7 @@ pub struct PermissionOverwrite {
 }
 
 /// A guild channel (text 0, voice 2, category 4).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Channel {
     /// Id.
     pub id: Snowflake,
@@ -120,7 +120,7 @@ pub struct Channel {
 }
 
 /// A guild member. `user` is absent in a message's partial member.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Member {
     /// The user.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -149,7 +149,7 @@ pub struct Member {
 pub type Empty = Vec<serde_json::Value>;
 
 /// GUILD_CREATE's payload: a complete guild.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Guild {
     /// Id.
     pub id: Snowflake,
@@ -246,7 +246,7 @@ pub struct Guild {
 }
 
 /// A message.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Message {
     /// Id.
     pub id: Snowflake,
@@ -308,7 +308,7 @@ impl Message {
 }
 
 /// An unavailable guild, as READY lists them.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct UnavailableGuild {
     /// Id.
     pub id: Snowflake,
@@ -317,7 +317,7 @@ pub struct UnavailableGuild {
 }
 
 /// READY's `application`.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PartialApplication {
     /// Id.
     pub id: Snowflake,
@@ -326,7 +326,7 @@ pub struct PartialApplication {
 }
 
 /// READY's payload.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Ready {
     /// Gateway version.
     pub v: u8,

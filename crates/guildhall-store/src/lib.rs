@@ -55,13 +55,16 @@ impl From<sqlx::Error> for StoreError {
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// A user row.
-#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+// Serde for the bus (a guild owner receives new members' rows); the
+// password hash never leaves the store that way.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UserRow {
     /// Id.
     pub id: i64,
     /// Unique name.
     pub username: String,
     /// Argon2 PHC string; none for bots.
+    #[serde(skip)]
     pub password_hash: Option<String>,
     /// A bot user.
     pub bot: bool,
@@ -100,7 +103,7 @@ pub struct GuildRow {
 }
 
 /// A channel row.
-#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+#[derive(Clone, Debug, FromRow, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChannelRow {
     /// Id.
     pub id: i64,
@@ -117,7 +120,7 @@ pub struct ChannelRow {
 }
 
 /// A role row.
-#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+#[derive(Clone, Debug, FromRow, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RoleRow {
     /// Id (the guild's id for `@everyone`).
     pub id: i64,

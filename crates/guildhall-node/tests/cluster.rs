@@ -1,0 +1,162 @@
+//! Two nodes in one process over one in-process registry and bus, sharing
+//! one database: embedded mode is cluster mode over in-process transports.
+//! A guild's owner lives on the node the ring places it on; REST and
+//! gateway requests arriving at the other node reach it over the bus, and
+//! its events reach sessions on both nodes through their event streams.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Client, TestNode};
+use guildhall_cluster::{Bus, LocalBus, LocalRegistry, Registry};
+use guildhall_limits::Limits;
+use guildhall_proto::intents;
+use guildhall_ring::Ring;
+use guildhall_ring::hash::member_id_of;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Polls of the ring's size before giving up (a bound on the wait, not a
+/// timed assertion).
+const RING_POLLS_MAX: usize = 200;
+const GUILDS_TRIED_MAX: usize = 64;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guild_owned_by_another_node_serves_sessions_on_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(Limits::default().bus_payload_bytes_max));
+    let a = TestNode::member("node-a", 1, dir.path(), registry.clone(), bus.clone()).await;
+    let b = TestNode::member("node-b", 2, dir.path(), registry.clone(), bus.clone()).await;
+    let mut polls = 0;
+    while a.metric("guildhall_ring_members").await < 2
+        || b.metric("guildhall_ring_members").await < 2
+    {
+        polls += 1;
+        assert!(polls < RING_POLLS_MAX, "the nodes never saw each other");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // The same ring the nodes built: which guilds node B owns.
+    let ring = Ring::new(
+        0,
+        &[member_id_of("node-a"), member_id_of("node-b")],
+        Limits::default().ring_vnodes_per_member,
+    );
+    let owned_by_b = |guild_id: &str| {
+        ring.primary(guild_id.parse::<u64>().unwrap()) == Some(member_id_of("node-b"))
+    };
+
+    let (token, _) = a.register("alice").await;
+    let mut remote = None;
+    let mut on_a_count = 0;
+    for i in 0..GUILDS_TRIED_MAX {
+        // Created through node A; the snapshot in the answer came from the
+        // owner, wherever it runs.
+        let (guild_id, channel_id) = a.guild(&token, &format!("guild {i}")).await;
+        if owned_by_b(&guild_id) {
+            remote = Some((guild_id, channel_id));
+            break;
+        }
+        on_a_count += 1;
+    }
+    let (guild_id, channel_id) = remote.expect("some guild lands on node B");
+    // Each owner runs where the ring puts it, and only there.
+    assert_eq!(a.metric("guildhall_guild_owners").await, on_a_count);
+    assert_eq!(b.metric("guildhall_guild_owners").await, 1);
+
+    let wanted = intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT;
+    let mut on_a = Client::connect(&a.ws).await;
+    on_a.identify(&token, wanted).await;
+    let mut on_b = Client::connect(&b.ws).await;
+    on_b.identify(&token, wanted).await;
+    for client in [&mut on_a, &mut on_b] {
+        loop {
+            let created = client.dispatch("GUILD_CREATE").await;
+            if created["d"]["id"] == guild_id.as_str() {
+                break;
+            }
+        }
+    }
+
+    // Posted through node A, authorised by the owner on node B, delivered
+    // by each node's own event stream.
+    let (status, body) = a
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&token),
+            Some(json!({"content": "across nodes"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for client in [&mut on_a, &mut on_b] {
+        let created = client.dispatch("MESSAGE_CREATE").await;
+        assert_eq!(created["d"]["content"], "across nodes");
+        assert_eq!(created["d"]["guild_id"], guild_id.as_str());
+    }
+    // Node B's owner sent the stream messages; node B applied its own.
+    assert!(b.metric("guildhall_guild_stream_messages_total").await > 0);
+    assert!(a.metric("guildhall_stream_events_applied_total").await > 0);
+
+    // A REST read through node B of the same guild, and a change through
+    // node A whose event reaches both.
+    let (status, guild) = b
+        .call("GET", &format!("/guilds/{guild_id}"), Some(&token), None)
+        .await;
+    assert_eq!(
+        (status, guild["id"].as_str()),
+        (200, Some(guild_id.as_str()))
+    );
+    let (status, _) = a
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}"),
+            Some(&token),
+            Some(json!({"name": "renamed"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    for client in [&mut on_a, &mut on_b] {
+        let updated = client.dispatch("GUILD_UPDATE").await;
+        assert_eq!(updated["d"]["name"], "renamed");
+    }
+    assert_eq!(a.metric("guildhall_guild_owners").await, on_a_count);
+    assert_eq!(b.metric("guildhall_guild_owners").await, 1);
+
+    // Corrupt bus traffic is counted and dropped; both nodes keep serving.
+    for garbage in [
+        &b""[..],
+        b"{",
+        br#"{"v":99,"guild_id":1,"call":{"Roles":{"user_id":1}}}"#,
+    ] {
+        bus.publish("guilds.node-b.requests", None, garbage.to_vec().into())
+            .unwrap();
+        bus.publish("gw.node-a.events.0", None, garbage.to_vec().into())
+            .unwrap();
+    }
+    let mut polls = 0;
+    while b.metric("guildhall_guild_requests_malformed_total").await < 3
+        || a.metric("guildhall_bus_malformed_envelopes_total").await < 3
+    {
+        polls += 1;
+        assert!(polls < RING_POLLS_MAX, "corrupt messages were not counted");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (status, _) = a
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&token),
+            Some(json!({"content": "still here"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    for client in [&mut on_a, &mut on_b] {
+        let created = client.dispatch("MESSAGE_CREATE").await;
+        assert_eq!(created["d"]["content"], "still here");
+    }
+    a.stop().await;
+    b.stop().await;
+}
