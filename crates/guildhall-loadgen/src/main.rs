@@ -15,6 +15,12 @@
 //!    second through REST → gateway and deliveries per second.
 //!
 //! Bounded: every wait has a timeout and the run ends by itself.
+//!
+//! `guildhall-loadgen --serve-raw-baseline ADDR` runs the raw broadcast
+//! baseline instead (see `raw`); run the same load against it and against
+//! Guildhall, alternating, and report Guildhall's figures as ratios.
+
+mod raw;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -46,6 +52,10 @@ struct Args {
     /// The server's PID, to read its RSS from /proc.
     #[arg(long)]
     server_pid: Option<u32>,
+    /// Serve the raw broadcast baseline on this address instead of
+    /// generating load.
+    #[arg(long)]
+    serve_raw_baseline: Option<String>,
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -111,9 +121,18 @@ async fn open_session(
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(listen) = &args.serve_raw_baseline {
+        return raw::serve(listen);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(load(args))
+}
+
+async fn load(args: Args) -> Result<()> {
     let http = reqwest::Client::new();
     let rest = format!("http://{}/api/v10", args.base);
     let ws_url = format!("ws://{}/?v=10&encoding=json", args.base);
