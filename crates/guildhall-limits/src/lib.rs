@@ -289,6 +289,9 @@ pub const GUILD_REQUESTS_IN_FLIGHT_MAX: usize = 1_024;
 /// Messages a guild owner's mailbox holds. When hit: callers get `Overloaded` (503 for REST) at once; nobody queues behind a busy guild.
 pub const GUILD_MAILBOX_MESSAGES_MAX: usize = 1_024;
 
+/// User ids in one batch load from the users role (a guild owner loading its members asks in batches of this size). When hit: the caller splits the load into more batches.
+pub const USERS_BATCH_IDS_MAX: usize = 500;
+
 /// Longest a caller waits for a guild owner's answer; then `Overloaded`.
 pub const GUILD_REPLY_TIMEOUT_MS: u64 = 5_000;
 
@@ -450,6 +453,8 @@ pub struct Limits {
     pub message_write_queue_max: usize,
     /// See [`MESSAGE_WRITE_BATCH_MAX`].
     pub message_write_batch_max: usize,
+    /// See [`USERS_BATCH_IDS_MAX`].
+    pub users_batch_ids_max: usize,
     /// See [`USERS_LOOKUP_TIMEOUT_MS`].
     pub users_lookup_timeout_ms: u64,
     /// See [`USERS_CACHE_ENTRIES_MAX`].
@@ -528,6 +533,7 @@ impl Default for Limits {
             message_write_queue_max: MESSAGE_WRITE_QUEUE_MAX,
             message_write_batch_max: MESSAGE_WRITE_BATCH_MAX,
             users_lookup_timeout_ms: USERS_LOOKUP_TIMEOUT_MS,
+            users_batch_ids_max: USERS_BATCH_IDS_MAX,
             users_cache_entries_max: USERS_CACHE_ENTRIES_MAX,
             users_cache_ttl_ms: USERS_CACHE_TTL_MS,
             rest_rate_limit_per_window: REST_RATE_LIMIT_PER_WINDOW,
@@ -812,6 +818,11 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            (1..=10_000).contains(&self.users_batch_ids_max),
+            "users_batch_ids_max",
+            "must be 1 to 10000 (one SQL statement binds them all)",
+        );
+        check(
             self.stream_resync_interval_ms >= 1,
             "stream_resync_interval_ms",
             "must be at least 1",
@@ -951,6 +962,7 @@ mod tests {
             "guild_subscriptions_max",
             "guild_requests_in_flight_max",
             "stream_resync_interval_ms",
+            "users_batch_ids_max",
             "guild_reply_timeout_ms",
             "guild_owners_max",
             "ready_guilds_max",
@@ -1015,6 +1027,7 @@ mod tests {
             "guild_subscriptions_max" => l.guild_subscriptions_max = 0,
             "guild_requests_in_flight_max" => l.guild_requests_in_flight_max = 0,
             "stream_resync_interval_ms" => l.stream_resync_interval_ms = 0,
+            "users_batch_ids_max" => l.users_batch_ids_max = 0,
             "guild_reply_timeout_ms" => l.guild_reply_timeout_ms = 0,
             "guild_owners_max" => l.guild_owners_max = 0,
             "ready_guilds_max" => l.ready_guilds_max = 0,

@@ -1392,18 +1392,34 @@ impl GuildDirectory {
         }
     }
 
+    /// The members' users, from the users role over the bus in batches of
+    /// `users_batch_ids_max` (one store query each, wherever the role runs).
     async fn load_users(&self, state: &GuildState) -> Result<HashMap<i64, UserRow>, GuildError> {
-        let mut users = HashMap::new();
-        for member in &state.members {
-            if let Some(user) = self
-                .shared
-                .store
-                .user(member.user_id)
-                .await
-                .map_err(|_| GuildError::Store)?
-            {
-                users.insert(user.id, user);
-            }
+        use crate::users::{USERS_SUBJECT, UsersReply, UsersRequest};
+        let mut users = HashMap::with_capacity(state.members.len());
+        let timeout = Duration::from_millis(self.shared.limits.users_lookup_timeout_ms);
+        let ids: Vec<i64> = state.members.iter().map(|m| m.user_id).collect();
+        for batch in ids.chunks(self.shared.limits.users_batch_ids_max.max(1)) {
+            let request = UsersRequest {
+                v: guildhall_proto::bus::ENVELOPE_VERSION,
+                ids: batch.to_vec(),
+            };
+            let bytes = serde_json::to_vec(&request).map_err(|_| GuildError::Overloaded)?;
+            let message = guildhall_cluster::bus::request(
+                self.bus.as_ref(),
+                USERS_SUBJECT,
+                bytes.into(),
+                timeout,
+            )
+            .await
+            .map_err(|_| GuildError::Overloaded)?;
+            let reply: UsersReply =
+                serde_json::from_slice(&message.payload).map_err(|_| GuildError::Overloaded)?;
+            let rows = reply.result.map_err(|e| match e {
+                crate::users::UsersError::Overloaded => GuildError::Overloaded,
+                crate::users::UsersError::Store => GuildError::Store,
+            })?;
+            users.extend(rows.into_iter().map(|u| (u.id, u)));
         }
         Ok(users)
     }

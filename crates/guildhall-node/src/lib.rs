@@ -285,6 +285,16 @@ async fn metrics(
             &users.shed_total,
         ),
         (
+            "guildhall_users_batch_loads_total",
+            "Batch user loads served by the users role.",
+            &users.batch_loads_total,
+        ),
+        (
+            "guildhall_users_batch_refused_total",
+            "Batch user loads refused (pool full, malformed, oversized).",
+            &users.batch_refused_total,
+        ),
+        (
             "guildhall_bus_published_total",
             "Messages published on the bus by this node's roles.",
             &node.bus.stats().published_total,
@@ -566,6 +576,9 @@ pub async fn run(
     )
     .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let users = users::Users::new(shared.store.clone(), &config.limits);
+    let users_role = users
+        .serve(bus.clone(), &config.limits)
+        .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let gateway = Arc::new(gateway::Gateway {
         shared: shared.clone(),
         hub: hub.clone(),
@@ -666,5 +679,6 @@ pub async fn run(
         task.abort();
     }
     guilds_role.abort();
+    users_role.abort();
     served.map_err(NodeError::Serve)
 }

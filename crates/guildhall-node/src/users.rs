@@ -1,4 +1,14 @@
-//! The users role, embedded: who a token belongs to.
+//! The users role: who a token belongs to, and batch loads of users for
+//! the guild owners.
+//!
+//! Batch loads arrive over the bus on `users.requests` in the queue group
+//! `users` (any node running the role serves them; in embedded mode, this
+//! one). Each batch is at most `users_batch_ids_max` ids and costs one
+//! store query; it is admitted by the same adaptive permit pool as token
+//! lookups, one criticality below them (a READY herd's token lookups keep
+//! their share while owners load), and refused at once when the pool is
+//! full rather than queued. Sharding the role by user id is cluster work:
+//! the subject is already per role, not per node.
 //!
 //! Seed 000's users service fell over when a flood of cache misses met a
 //! router that handled one request at a time. Here every lookup goes
@@ -25,8 +35,34 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+/// Subject of the users role's batch loads (queue group [`USERS_QUEUE_GROUP`]).
+pub const USERS_SUBJECT: &str = "users.requests";
+
+/// Queue group of the users role: one member answers each request.
+pub const USERS_QUEUE_GROUP: &str = "users";
+
+/// A batch load on the bus.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct UsersRequest {
+    /// Envelope version.
+    pub v: u32,
+    /// The users (at most `users_batch_ids_max`).
+    pub ids: Vec<i64>,
+}
+
+/// The answer to a batch load.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct UsersReply {
+    /// Envelope version.
+    pub v: u32,
+    /// The users found (password hashes are never serialised).
+    pub result: Result<Vec<UserRow>, UsersError>,
+}
+
 /// Why a lookup failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize,
+)]
 pub enum UsersError {
     /// Shed: retry later.
     #[error("users overloaded")]
@@ -50,6 +86,10 @@ pub struct UsersCounters {
     pub coalesced_total: AtomicU64,
     /// Lookups shed.
     pub shed_total: AtomicU64,
+    /// Batch loads served.
+    pub batch_loads_total: AtomicU64,
+    /// Batch loads refused (pool full, malformed, over the batch bound).
+    pub batch_refused_total: AtomicU64,
 }
 
 struct Cache {
@@ -160,29 +200,119 @@ impl Users {
         }
     }
 
-    async fn fetch(self: Arc<Self>, digest: Digest, leader: u64) {
-        let admitted = {
-            let mut p = lock(&self.permits);
-            let limit = p.1.limit();
-            p.0.set_size(limit);
-            p.0.try_acquire(Criticality::Critical).is_ok()
+    /// Serves batch loads from the bus until the bus goes away.
+    pub fn serve(
+        self: &Arc<Self>,
+        bus: Arc<dyn guildhall_cluster::Bus>,
+        limits: &guildhall_limits::Limits,
+    ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
+        let mut requests = bus.subscribe(
+            USERS_SUBJECT,
+            Some(USERS_QUEUE_GROUP),
+            limits.bus_subscription_messages_max,
+        )?;
+        let users = self.clone();
+        let batch_max = limits.users_batch_ids_max;
+        Ok(tokio::spawn(async move {
+            while let Some(message) = requests.next().await {
+                let Some(reply) = message.reply else {
+                    continue;
+                };
+                let answer = |result: Result<Vec<UserRow>, UsersError>| {
+                    let reply_envelope = UsersReply {
+                        v: guildhall_proto::bus::ENVELOPE_VERSION,
+                        result,
+                    };
+                    if let Ok(bytes) = serde_json::to_vec(&reply_envelope) {
+                        let _ = bus.publish(&reply, None, bytes.into());
+                    }
+                };
+                let request = match serde_json::from_slice::<UsersRequest>(&message.payload) {
+                    Ok(r)
+                        if r.v == guildhall_proto::bus::ENVELOPE_VERSION
+                            && r.ids.len() <= batch_max =>
+                    {
+                        r
+                    }
+                    _ => {
+                        users
+                            .counters
+                            .batch_refused_total
+                            .fetch_add(1, Ordering::Relaxed);
+                        crate::throttled!(
+                            warn,
+                            "users.bad_request",
+                            "malformed or oversized users batch refused"
+                        );
+                        answer(Err(UsersError::Overloaded));
+                        continue;
+                    }
+                };
+                // Admitted here, before any task exists: a refused batch
+                // costs no task and no wait.
+                if !users.admit(Criticality::Send) {
+                    users
+                        .counters
+                        .batch_refused_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    answer(Err(UsersError::Overloaded));
+                    continue;
+                }
+                let (users, bus) = (users.clone(), bus.clone());
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let result = users.store.users_by_ids(&request.ids).await;
+                    users.finish(started, result.is_ok());
+                    users
+                        .counters
+                        .batch_loads_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    let result = result.map_err(|e| match e {
+                        guildhall_store::StoreError::Busy => UsersError::Overloaded,
+                        _ => UsersError::Store,
+                    });
+                    let reply_envelope = UsersReply {
+                        v: guildhall_proto::bus::ENVELOPE_VERSION,
+                        result,
+                    };
+                    if let Ok(bytes) = serde_json::to_vec(&reply_envelope) {
+                        let _ = bus.publish(&reply, None, bytes.into());
+                    }
+                });
+            }
+        }))
+    }
+
+    /// Takes a permit of the adaptive pool at `criticality`, or refuses.
+    fn admit(&self, criticality: Criticality) -> bool {
+        let mut p = lock(&self.permits);
+        let limit = p.1.limit();
+        p.0.set_size(limit);
+        p.0.try_acquire(criticality).is_ok()
+    }
+
+    /// Returns a permit and feeds the adaptive limit its sample.
+    fn finish(&self, started: Instant, ok: bool) {
+        let rtt_us = started.elapsed().as_micros() as u64;
+        let mut p = lock(&self.permits);
+        let inflight = p.0.in_use();
+        p.0.release();
+        let outcome = if ok {
+            Outcome::Success
+        } else {
+            Outcome::Dropped
         };
-        let answer = if admitted {
+        p.1.on_sample(rtt_us, inflight, outcome);
+    }
+
+    async fn fetch(self: Arc<Self>, digest: Digest, leader: u64) {
+        let answer = if self.admit(Criticality::Critical) {
             self.counters
                 .store_reads_total
                 .fetch_add(1, Ordering::Relaxed);
             let started = Instant::now();
             let result = self.store.user_by_token(&digest).await;
-            let rtt_us = started.elapsed().as_micros() as u64;
-            let mut p = lock(&self.permits);
-            let inflight = p.0.in_use();
-            p.0.release();
-            let outcome = if result.is_ok() {
-                Outcome::Success
-            } else {
-                Outcome::Dropped
-            };
-            p.1.on_sample(rtt_us, inflight, outcome);
+            self.finish(started, result.is_ok());
             match result {
                 Ok(user) => Ok(user),
                 Err(guildhall_store::StoreError::Busy) => Err(UsersError::Overloaded),

@@ -29,6 +29,11 @@ async fn a_guild_owned_by_another_node_serves_sessions_on_both() {
     let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(Limits::default().bus_payload_bytes_max));
     let a = TestNode::member("node-a", 1, dir.path(), registry.clone(), bus.clone()).await;
+    // Node A answers once its store is open and migrated; only then does
+    // node B open the same file (SQLite migrations take no cross-process
+    // lock; cluster mode's PostgreSQL store is where concurrent starts
+    // belong).
+    a.metric("guildhall_ring_members").await;
     let b = TestNode::member("node-b", 2, dir.path(), registry.clone(), bus.clone()).await;
     let mut polls = 0;
     while a.metric("guildhall_ring_members").await < 2
@@ -159,4 +164,65 @@ async fn a_guild_owned_by_another_node_serves_sessions_on_both() {
     }
     a.stop().await;
     b.stop().await;
+}
+
+/// A guild owner loading after a restart gets its members' users from the
+/// users role over the bus, in batches of `users_batch_ids_max`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_loads_its_members_in_batches_from_the_users_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        users_batch_ids_max: 2,
+        ..Limits::default()
+    };
+    let start = |limits: Limits| {
+        let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+        let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+        TestNode::member_with("solo", 1, dir.path(), registry, bus, limits)
+    };
+    let node = start(limits.clone()).await;
+    let (owner, _) = node.register("owner").await;
+    let (guild_id, channel_id) = node.guild(&owner, "batched").await;
+    let (status, invite) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/invites"),
+            Some(&owner),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{invite}");
+    let code = invite["code"].as_str().unwrap().to_owned();
+    for name in ["m1", "m2", "m3", "m4"] {
+        let (token, _) = node.register(name).await;
+        let (status, body) = node
+            .call("POST", &format!("/invites/{code}"), Some(&token), None)
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    node.stop().await;
+
+    // A fresh node on the same database loads the owner from scratch.
+    let node = start(limits).await;
+    let (status, members) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/members?limit=100"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{members}");
+    let mut names: Vec<&str> = members
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["user"]["username"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["m1", "m2", "m3", "m4", "owner"]);
+    // Five members in batches of two.
+    assert_eq!(node.metric("guildhall_users_batch_loads_total").await, 3);
+    node.stop().await;
 }

@@ -72,12 +72,24 @@ impl TestNode {
         registry: std::sync::Arc<dyn guildhall_cluster::Registry>,
         bus: std::sync::Arc<dyn guildhall_cluster::Bus>,
     ) -> Self {
+        let limits = Limits {
+            rest_rate_limit_per_window: 1_000_000,
+            ..Limits::default()
+        };
+        Self::member_with(name, worker_id, data_dir, registry, bus, limits).await
+    }
+
+    pub async fn member_with(
+        name: &str,
+        worker_id: u16,
+        data_dir: &std::path::Path,
+        registry: std::sync::Arc<dyn guildhall_cluster::Registry>,
+        bus: std::sync::Arc<dyn guildhall_cluster::Bus>,
+        limits: Limits,
+    ) -> Self {
         Self::from_config(guildhall_node::NodeConfig {
             data_dir: data_dir.to_owned(),
-            limits: Limits {
-                rest_rate_limit_per_window: 1_000_000,
-                ..Limits::default()
-            },
+            limits,
             worker_id,
             node_name: name.to_owned(),
             registry: Some(registry),

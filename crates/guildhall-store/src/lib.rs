@@ -367,6 +367,25 @@ impl Store {
             .await?)
     }
 
+    /// The users among `ids` (one query; callers bound the batch).
+    pub async fn users_by_ids(&self, ids: &[i64]) -> Result<Vec<UserRow>> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let placeholders: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT * FROM users WHERE id IN ({})",
+            placeholders.join(",")
+        );
+        // Safe: the statement holds only placeholders generated here; the
+        // ids are bound, never formatted in.
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql));
+        for id in ids {
+            query = query.bind(*id);
+        }
+        Ok(query.fetch_all(&self.pool).await?)
+    }
+
     /// A user by name.
     pub async fn user_by_name(&self, username: &str) -> Result<Option<UserRow>> {
         Ok(sqlx::query_as("SELECT * FROM users WHERE username = $1")
