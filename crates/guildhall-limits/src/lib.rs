@@ -292,6 +292,9 @@ pub const GUILD_MAILBOX_MESSAGES_MAX: usize = 1_024;
 /// User ids in one batch load from the users role (a guild owner loading its members asks in batches of this size). When hit: the caller splits the load into more batches.
 pub const USERS_BATCH_IDS_MAX: usize = 500;
 
+/// Sessions whose presence the presence role tracks. When hit: further sessions are not tracked (counted); their users show the status of their tracked sessions, or offline.
+pub const PRESENCE_SESSIONS_MAX: usize = 1_000_000;
+
 /// Longest a caller waits for a guild owner's answer; then `Overloaded`.
 pub const GUILD_REPLY_TIMEOUT_MS: u64 = 5_000;
 
@@ -453,6 +456,8 @@ pub struct Limits {
     pub message_write_queue_max: usize,
     /// See [`MESSAGE_WRITE_BATCH_MAX`].
     pub message_write_batch_max: usize,
+    /// See [`PRESENCE_SESSIONS_MAX`].
+    pub presence_sessions_max: usize,
     /// See [`USERS_BATCH_IDS_MAX`].
     pub users_batch_ids_max: usize,
     /// See [`USERS_LOOKUP_TIMEOUT_MS`].
@@ -534,6 +539,7 @@ impl Default for Limits {
             message_write_batch_max: MESSAGE_WRITE_BATCH_MAX,
             users_lookup_timeout_ms: USERS_LOOKUP_TIMEOUT_MS,
             users_batch_ids_max: USERS_BATCH_IDS_MAX,
+            presence_sessions_max: PRESENCE_SESSIONS_MAX,
             users_cache_entries_max: USERS_CACHE_ENTRIES_MAX,
             users_cache_ttl_ms: USERS_CACHE_TTL_MS,
             rest_rate_limit_per_window: REST_RATE_LIMIT_PER_WINDOW,
@@ -818,6 +824,11 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.presence_sessions_max >= 1,
+            "presence_sessions_max",
+            "must be at least 1",
+        );
+        check(
             (1..=10_000).contains(&self.users_batch_ids_max),
             "users_batch_ids_max",
             "must be 1 to 10000 (one SQL statement binds them all)",
@@ -963,6 +974,7 @@ mod tests {
             "guild_requests_in_flight_max",
             "stream_resync_interval_ms",
             "users_batch_ids_max",
+            "presence_sessions_max",
             "guild_reply_timeout_ms",
             "guild_owners_max",
             "ready_guilds_max",
@@ -1028,6 +1040,7 @@ mod tests {
             "guild_requests_in_flight_max" => l.guild_requests_in_flight_max = 0,
             "stream_resync_interval_ms" => l.stream_resync_interval_ms = 0,
             "users_batch_ids_max" => l.users_batch_ids_max = 0,
+            "presence_sessions_max" => l.presence_sessions_max = 0,
             "guild_reply_timeout_ms" => l.guild_reply_timeout_ms = 0,
             "guild_owners_max" => l.guild_owners_max = 0,
             "ready_guilds_max" => l.ready_guilds_max = 0,

@@ -131,6 +131,10 @@ pub struct Gateway {
     pub counters: GatewayCounters,
     /// Admission.
     pub admission: Admission,
+    /// The bus (presence messages).
+    pub bus: Arc<dyn guildhall_cluster::Bus>,
+    /// Presence counters.
+    pub presence: Arc<crate::presence::PresenceCounters>,
 }
 
 async fn authenticate(
@@ -250,6 +254,7 @@ impl Gateway {
         let event = EncodedDispatch::new("READY", &ready).map_err(|_| CloseCode::UnknownError)?;
         slot.dispatch(&event, &self.hub.counters);
         self.counters.ready_total.fetch_add(1, Ordering::Relaxed);
+        self.presence(&slot, Some("online"));
         for guild_id in guild_ids {
             // The owner queues GUILD_CREATE, then subscribes: no event of the
             // guild can overtake its GUILD_CREATE.
@@ -319,28 +324,22 @@ impl Gateway {
         }
     }
 
-    /// Op 3: fan the status out to the user's guilds. Presence is the lowest
-    /// criticality and never on a session's critical path: a busy guild
-    /// owner drops it (counted by the owner's mailbox refusals).
-    async fn presence(&self, user_id: i64, status: String) {
-        let guild_ids = self
-            .shared
-            .store
-            .guild_ids_of(user_id, self.shared.limits.ready_guilds_max as i64)
-            .await
-            .unwrap_or_default();
-        for guild_id in guild_ids {
-            let _ = self
-                .guilds
-                .cast(
-                    guild_id,
-                    GuildCall::Presence {
-                        user_id,
-                        status: status.clone(),
-                    },
-                )
-                .await;
-        }
+    /// Op 3 (and READY, and the session's end): one message to the
+    /// presence role, which fans the user's status out to their guilds.
+    /// Never awaited: presence is off the session's critical path.
+    fn presence(&self, slot: &Slot, status: Option<&str>) {
+        crate::presence::publish(
+            self.bus.as_ref(),
+            &self.presence,
+            slot.user_id,
+            &slot.id,
+            status,
+        );
+    }
+
+    /// A reaped session's presence ends.
+    pub fn presence_gone(&self, slot: &Slot) {
+        self.presence(slot, None);
     }
 
     /// Op 4: the guild owner records and publishes the voice state; the
@@ -489,7 +488,7 @@ impl Gateway {
                     }
                     Command::PresenceUpdate(presence) => {
                         if let Some(s) = &slot {
-                            self.presence(s.user_id, presence.status).await;
+                            self.presence(s, Some(&presence.status));
                         }
                     }
                     Command::VoiceStateUpdate(voice) => {

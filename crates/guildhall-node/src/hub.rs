@@ -393,8 +393,8 @@ impl Hub {
     }
 
     /// Forgets sessions detached for longer than `window_ms`; returns each
-    /// one's id with the guilds it followed (their owners are told).
-    pub fn reap(&self, now_ms: u64, window_ms: u64) -> Vec<(String, Vec<i64>)> {
+    /// one with the guilds it followed (their owners are told).
+    pub fn reap(&self, now_ms: u64, window_ms: u64) -> Vec<(Arc<Slot>, Vec<i64>)> {
         let expired: Vec<Arc<Slot>> = read(&self.sessions)
             .values()
             .filter(|s| s.detached_since().is_some_and(|t| now_ms >= t + window_ms))
@@ -418,7 +418,7 @@ impl Hub {
                     guilds.push(*guild_id);
                 }
             }
-            reaped.push((slot.id.clone(), guilds));
+            reaped.push((slot.clone(), guilds));
         }
         wanted.retain(|_, slots| !slots.is_empty());
         drop(wanted);

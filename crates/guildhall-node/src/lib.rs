@@ -7,6 +7,7 @@
 //! - [`guilds`]: one owner per guild, behind a bounded mailbox, fanning out
 //!   over the bus.
 //! - [`api`]: REST v10.
+//! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`auth`]: passwords and tokens.
 //!
@@ -24,6 +25,7 @@ pub mod guilds;
 pub mod histogram;
 pub mod hub;
 pub mod log;
+pub mod presence;
 pub mod ratelimit;
 pub mod state;
 pub mod users;
@@ -283,6 +285,26 @@ async fn metrics(
             "guildhall_users_shed_total",
             "Token lookups shed (overloaded).",
             &users.shed_total,
+        ),
+        (
+            "guildhall_presence_published_total",
+            "Presence messages published by this node's sessions.",
+            &node.gateway.presence.published_total,
+        ),
+        (
+            "guildhall_presence_dropped_total",
+            "Presence messages the bus refused (presence slow or absent).",
+            &node.gateway.presence.dropped_total,
+        ),
+        (
+            "guildhall_presence_changes_total",
+            "User status changes the presence role fanned out.",
+            &node.gateway.presence.changes_total,
+        ),
+        (
+            "guildhall_presence_refused_total",
+            "Sessions not tracked at presence_sessions_max.",
+            &node.gateway.presence.refused_total,
         ),
         (
             "guildhall_users_batch_loads_total",
@@ -576,6 +598,7 @@ pub async fn run(
     )
     .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let users = users::Users::new(shared.store.clone(), &config.limits);
+    let presence_counters = Arc::new(presence::PresenceCounters::default());
     let users_role = users
         .serve(bus.clone(), &config.limits)
         .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
@@ -586,7 +609,17 @@ pub async fn run(
         users: users.clone(),
         counters: gateway::GatewayCounters::default(),
         admission: gateway::Admission::new(&config.limits),
+        bus: bus.clone(),
+        presence: presence_counters.clone(),
     });
+    let presence_role = presence::serve(
+        bus.clone(),
+        shared.store.clone(),
+        guilds.clone(),
+        presence_counters,
+        &config.limits,
+    )
+    .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let node = Arc::new(Node {
         rate: ratelimit::RateLimiter::new(
             config.limits.rest_rate_limit_per_window,
@@ -649,9 +682,11 @@ pub async fn run(
                     .reap(state::now_ms(), node.shared.limits.resume_window_ms);
                 // Owners stop counting the sessions (one message each;
                 // best effort: a lost one only costs an idle stream entry).
-                for (session_id, guild_ids) in reaped {
+                for (slot, guild_ids) in reaped {
+                    // The session is gone for good: its presence too.
+                    node.gateway.presence_gone(&slot);
                     for guild_id in guild_ids {
-                        node.guilds.unsubscribe(guild_id, session_id.clone()).await;
+                        node.guilds.unsubscribe(guild_id, slot.id.clone()).await;
                     }
                 }
             }
@@ -680,5 +715,6 @@ pub async fn run(
     }
     guilds_role.abort();
     users_role.abort();
+    presence_role.abort();
     served.map_err(NodeError::Serve)
 }

@@ -206,3 +206,55 @@ async fn a_lossy_bus_loses_no_event_silently() {
     assert!(metric("guildhall_stream_resyncs_total") > 0, "seed {seed}");
     node.stop().await;
 }
+
+/// Seed 001: a presence outage degrades presence only. With every message
+/// to the presence role lost, sessions keep sending op 3 and receiving
+/// messages as usual; once presence is reachable again, statuses flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presence_outage_degrades_presence_only() {
+    let limits = Limits::default();
+    let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let outage = Arc::new(DroppingBus::new(local, "presence.", 1_000_000, 1));
+    let node = TestNode::with_bus(limits, None, Some(outage.clone())).await;
+    let (owner, _) = node.register("owner").await;
+    let (_guild, channel) = node.guild(&owner, "presence").await;
+    let wanted = intents::GUILDS
+        | intents::GUILD_MESSAGES
+        | intents::MESSAGE_CONTENT
+        | intents::GUILD_PRESENCES;
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher.identify(&owner, wanted).await;
+    watcher.dispatch("GUILD_CREATE").await;
+    let mut changer = Client::connect(&node.ws).await;
+    changer.identify(&owner, wanted).await;
+    for i in 0..5 {
+        let status = if i % 2 == 0 { "dnd" } else { "idle" };
+        changer
+            .send(json!({"op": 3, "d": {"since": null, "activities": [], "status": status, "afk": false}}))
+            .await;
+        let (status, _) = node
+            .call(
+                "POST",
+                &format!("/channels/{channel}/messages"),
+                Some(&owner),
+                Some(json!({"content": format!("during {i}")})),
+            )
+            .await;
+        assert_eq!(status, 200);
+        // Messages arrive and nothing about presence does.
+        let frame = watcher.next().await.unwrap();
+        assert_eq!(frame["t"], "MESSAGE_CREATE", "{frame}");
+        assert_eq!(frame["d"]["content"], format!("during {i}"));
+    }
+    assert!(outage.dropped_total.load(Ordering::Relaxed) >= 5);
+    // Presence is back: the next change reaches the guild.
+    outage.set_drop_per_million(0);
+    changer
+        .send(
+            json!({"op": 3, "d": {"since": null, "activities": [], "status": "dnd", "afk": false}}),
+        )
+        .await;
+    let presence = watcher.dispatch("PRESENCE_UPDATE").await;
+    assert_eq!(presence["d"]["status"], "dnd");
+    node.stop().await;
+}

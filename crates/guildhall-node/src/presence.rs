@@ -1,0 +1,171 @@
+//! The presence role: each user's status, fed by their sessions, fanned out
+//! to their guilds. Never on a session's critical path (seed 001: sessions
+//! stalled and buffered without bound behind a stalled presence service).
+//!
+//! A session publishes one bus message per change (op 3, READY, the session
+//! ending) and moves on: the publish never waits, and if the role is slow,
+//! stalled or absent the message is dropped and counted, so a presence
+//! outage degrades presence only. The role (`presence.updates`, queue group
+//! `presence`) keeps the status of every session of a user, bounded by
+//! `presence_sessions_max`, and when the user's status as others see it
+//! changes, tells each of the user's guilds (at most `ready_guilds_max`)
+//! through the guild owners, which publish PRESENCE_UPDATE to sessions
+//! holding GUILD_PRESENCES. Those casts are dropped when an owner is busy:
+//! presence is the lowest criticality but typing and member-list sync.
+
+use crate::guilds::{GuildCall, GuildDirectory};
+use guildhall_cluster::{Bus, BusError};
+use guildhall_store::Store;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Subject of the presence role.
+pub const PRESENCE_SUBJECT: &str = "presence.updates";
+
+/// Queue group of the presence role.
+pub const PRESENCE_QUEUE_GROUP: &str = "presence";
+
+/// A session's presence, as it travels on the bus.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PresenceMessage {
+    /// Envelope version.
+    pub v: u32,
+    /// The user.
+    pub user_id: i64,
+    /// The session.
+    pub session_id: String,
+    /// online, idle, dnd, invisible; `None`: the session ended.
+    pub status: Option<String>,
+}
+
+/// Counters of the presence role and its publishers.
+#[derive(Debug, Default)]
+pub struct PresenceCounters {
+    /// Presence messages published by this node's sessions.
+    pub published_total: AtomicU64,
+    /// Presence messages the bus refused (role slow or absent).
+    pub dropped_total: AtomicU64,
+    /// Status changes fanned out to guilds.
+    pub changes_total: AtomicU64,
+    /// Sessions refused at `presence_sessions_max`.
+    pub refused_total: AtomicU64,
+}
+
+/// Publishes a session's presence. Never waits; a refusal is counted.
+pub fn publish(
+    bus: &dyn Bus,
+    counters: &PresenceCounters,
+    user_id: i64,
+    session_id: &str,
+    status: Option<&str>,
+) {
+    let message = PresenceMessage {
+        v: guildhall_proto::bus::ENVELOPE_VERSION,
+        user_id,
+        session_id: session_id.to_owned(),
+        status: status.map(str::to_owned),
+    };
+    let Ok(bytes) = serde_json::to_vec(&message) else {
+        return;
+    };
+    let counter = match bus.publish(PRESENCE_SUBJECT, None, bytes.into()) {
+        Ok(()) => &counters.published_total,
+        Err(_) => &counters.dropped_total,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The status others see: that of the most recently updated session;
+/// invisible and no session at all read as offline.
+fn visible(sessions: &[(String, String)]) -> &str {
+    match sessions.last().map(|(_, s)| s.as_str()) {
+        None | Some("invisible") => "offline",
+        Some(status) => status,
+    }
+}
+
+/// Runs this node's presence role.
+pub fn serve(
+    bus: Arc<dyn Bus>,
+    store: Store,
+    guilds: Arc<GuildDirectory>,
+    counters: Arc<PresenceCounters>,
+    limits: &guildhall_limits::Limits,
+) -> Result<tokio::task::JoinHandle<()>, BusError> {
+    let mut updates = bus.subscribe(
+        PRESENCE_SUBJECT,
+        Some(PRESENCE_QUEUE_GROUP),
+        limits.bus_subscription_messages_max,
+    )?;
+    let sessions_max = limits.presence_sessions_max;
+    let guilds_max = limits.ready_guilds_max as i64;
+    Ok(tokio::spawn(async move {
+        // Sessions of each user in update order (a user has few sessions).
+        let mut users: HashMap<i64, Vec<(String, String)>> = HashMap::new();
+        let mut sessions = 0usize;
+        while let Some(message) = updates.next().await {
+            let Ok(update) = serde_json::from_slice::<PresenceMessage>(&message.payload) else {
+                crate::throttled!(
+                    warn,
+                    "presence.malformed",
+                    "malformed presence message dropped"
+                );
+                continue;
+            };
+            let entry = users.entry(update.user_id).or_default();
+            let before = visible(entry).to_owned();
+            let known = entry.iter().position(|(s, _)| *s == update.session_id);
+            if let Some(index) = known {
+                entry.remove(index);
+                sessions -= 1;
+            }
+            if let Some(status) = update.status {
+                if sessions >= sessions_max {
+                    counters.refused_total.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    entry.push((update.session_id, status));
+                    sessions += 1;
+                }
+            }
+            let after = visible(entry).to_owned();
+            if entry.is_empty() {
+                users.remove(&update.user_id);
+            }
+            if after == before {
+                continue;
+            }
+            counters.changes_total.fetch_add(1, Ordering::Relaxed);
+            let guild_ids = store
+                .guild_ids_of(update.user_id, guilds_max)
+                .await
+                .unwrap_or_default();
+            for guild_id in guild_ids {
+                let call = GuildCall::Presence {
+                    user_id: update.user_id,
+                    status: after.clone(),
+                };
+                let _ = guilds.cast(guild_id, call).await;
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::visible;
+
+    #[test]
+    fn the_latest_session_decides_and_invisible_reads_offline() {
+        let s = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        assert_eq!(visible(&[]), "offline");
+        assert_eq!(visible(&s(&[("a", "online")])), "online");
+        assert_eq!(visible(&s(&[("a", "online"), ("b", "idle")])), "idle");
+        assert_eq!(visible(&s(&[("a", "invisible")])), "offline");
+    }
+}
