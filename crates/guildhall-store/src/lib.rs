@@ -1,8 +1,10 @@
-//! Durable state behind one type, [`Store`].
+//! Durable state behind one trait, [`StoreBackend`], and the handle the
+//! roles hold, [`Store`].
 //!
-//! SQLite (through sqlx) in embedded mode. The schema and queries are
-//! portable SQL with `$N` parameters so the cluster mode's PostgreSQL store
-//! is the same code over another pool.
+//! [`SqliteStore`] (sqlx over SQLite) is the implementation embedded mode
+//! runs on. The schema and queries are portable SQL with `$N` parameters,
+//! and sqlx speaks PostgreSQL, so the cluster mode's store is the same
+//! queries over another pool behind the same trait.
 //!
 //! Durability: WAL with `synchronous = FULL`, so a write acknowledged to a
 //! client (a message answered with 200) is on disk before the answer and
@@ -212,7 +214,7 @@ struct MessageWrite {
     ack: tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
 }
 
-/// The store.
+/// The SQLite store (embedded mode).
 ///
 /// Message inserts go through one writer task that commits whatever is
 /// waiting (up to `message_write_batch_max`) in one transaction, so many
@@ -220,7 +222,7 @@ struct MessageWrite {
 /// the commit: durable before acknowledged, at the disk's batch rate rather
 /// than its fsync rate (docs/benchmarks.md has the measured figures).
 #[derive(Clone, Debug)]
-pub struct Store {
+pub struct SqliteStore {
     pool: SqlitePool,
     writes: tokio::sync::mpsc::Sender<MessageWrite>,
 }
@@ -297,7 +299,7 @@ async fn message_writer(
     }
 }
 
-impl Store {
+impl SqliteStore {
     /// Opens (creating and migrating if needed) the database at `path`,
     /// with the pool and write-queue bounds of `limits`.
     pub async fn open(path: &Path, limits: &Limits) -> Result<Self> {
@@ -1001,6 +1003,153 @@ impl Store {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+}
+
+// ----- the trait the roles depend on ---------------------------------------
+
+/// A boxed, sendable future: what the object-safe store trait returns.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Declares every store operation once and derives from that one list the
+/// object-safe trait, its implementation by [`SqliteStore`] (the inherent
+/// methods of the same names), and the [`Store`] handle's methods. Written
+/// by hand because async trait methods are not object-safe and one list
+/// keeps the three from drifting apart.
+macro_rules! store_api {
+    ($( $(#[$doc:meta])* fn $name:ident<'a>(&'a self $(, $arg:ident : $ty:ty)*) -> $ret:ty; )*) => {
+        /// Every operation of the store, as the roles use it.
+        pub trait StoreBackend: Send + Sync + std::fmt::Debug + 'static {
+            $( $(#[$doc])* fn $name<'a>(&'a self $(, $arg: $ty)*) -> BoxFuture<'a, Result<$ret>>; )*
+        }
+
+        // The one list names a lifetime for every signature, whether or not
+        // elision would have found it.
+        #[allow(clippy::needless_lifetimes)]
+        impl StoreBackend for SqliteStore {
+            $( fn $name<'a>(&'a self $(, $arg: $ty)*) -> BoxFuture<'a, Result<$ret>> {
+                Box::pin(SqliteStore::$name(self $(, $arg)*))
+            } )*
+        }
+
+        #[allow(clippy::needless_lifetimes)]
+        impl Store {
+            $( $(#[$doc])* pub async fn $name<'a>(&'a self $(, $arg: $ty)*) -> Result<$ret> {
+                self.backend.$name($($arg),*).await
+            } )*
+        }
+    };
+}
+
+store_api! {
+    /// Creates a user; a taken username is [`StoreError::Conflict`].
+    fn create_user<'a>(&'a self, user: &'a UserRow) -> ();
+    /// A user by id.
+    fn user<'a>(&'a self, id: i64) -> Option<UserRow>;
+    /// The users among `ids` (one query; callers bound the batch).
+    fn users_by_ids<'a>(&'a self, ids: &'a [i64]) -> Vec<UserRow>;
+    /// A user by name.
+    fn user_by_name<'a>(&'a self, username: &'a str) -> Option<UserRow>;
+    /// Stores a token digest for `user_id`.
+    fn add_token<'a>(&'a self, token_hash: &'a [u8], user_id: i64, created_ms: i64) -> ();
+    /// Revokes every token of `user_id` (bot token reset).
+    fn revoke_tokens<'a>(&'a self, user_id: i64) -> ();
+    /// The user a token digest belongs to.
+    fn user_by_token<'a>(&'a self, token_hash: &'a [u8]) -> Option<UserRow>;
+    /// Creates an application and its bot user in one transaction.
+    fn create_application<'a>(&'a self, app: &'a ApplicationRow, bot: &'a UserRow) -> ();
+    /// An application by id.
+    fn application<'a>(&'a self, id: i64) -> Option<ApplicationRow>;
+    /// The application whose bot is `bot_user_id`.
+    fn application_by_bot<'a>(&'a self, bot_user_id: i64) -> Option<ApplicationRow>;
+    /// Sets an application's flags.
+    fn set_application_flags<'a>(&'a self, id: i64, flags: i64) -> ();
+    /// Creates a guild with its `@everyone` role, its first channel and its
+    /// owner as the first member, in one transaction.
+    fn create_guild<'a>(&'a self, guild: &'a GuildRow, everyone: &'a RoleRow, first: &'a ChannelRow) -> ();
+    /// Ids of the guilds `user_id` is a member of, at most `limit`.
+    fn guild_ids_of<'a>(&'a self, user_id: i64, limit: i64) -> Vec<i64>;
+    /// Everything about one guild (its owner loads this once).
+    fn load_guild<'a>(&'a self, guild_id: i64) -> GuildState;
+    /// Adds a member; false if already a member.
+    fn add_member<'a>(&'a self, member: &'a MemberRow) -> bool;
+    /// Creates a channel.
+    fn create_channel<'a>(&'a self, channel: &'a ChannelRow) -> ();
+    /// A channel by id.
+    fn channel<'a>(&'a self, id: i64) -> Option<ChannelRow>;
+    /// Stores a message; returns once it is durable (group commit).
+    fn insert_message<'a>(&'a self, message: &'a MessageRow) -> ();
+    /// A message of a channel.
+    fn message<'a>(&'a self, channel_id: i64, id: i64) -> Option<MessageRow>;
+    /// Newest first, before `before` (exclusive) if given, at most `limit`.
+    fn messages<'a>(&'a self, channel_id: i64, before: Option<i64>, limit: i64) -> Vec<MessageRow>;
+    /// Edits a message's content; false if it does not exist.
+    fn edit_message<'a>(&'a self, channel_id: i64, id: i64, content: &'a str, edited_ms: i64) -> bool;
+    /// Deletes a message; false if it did not exist.
+    fn delete_message<'a>(&'a self, channel_id: i64, id: i64) -> bool;
+    /// Changes a channel's name, topic and position.
+    fn update_channel<'a>(&'a self, channel: &'a ChannelRow) -> ();
+    /// Deletes a channel with its messages, reactions and invites.
+    fn delete_channel<'a>(&'a self, id: i64) -> ();
+    /// Creates or replaces a role.
+    fn upsert_role<'a>(&'a self, role: &'a RoleRow) -> ();
+    /// Deletes a role and its assignments.
+    fn delete_role<'a>(&'a self, guild_id: i64, role_id: i64) -> ();
+    /// Replaces a member's nickname and roles.
+    fn update_member<'a>(&'a self, guild_id: i64, user_id: i64, nick: Option<&'a str>, roles: &'a [i64]) -> ();
+    /// Removes a member and their roles.
+    fn remove_member<'a>(&'a self, guild_id: i64, user_id: i64) -> ();
+    /// Deletes several messages of a channel; returns how many existed.
+    fn delete_messages<'a>(&'a self, channel_id: i64, ids: &'a [i64]) -> u64;
+    /// Renames a guild.
+    fn rename_guild<'a>(&'a self, id: i64, name: &'a str) -> ();
+    /// Deletes a guild and everything in it, in one transaction.
+    fn delete_guild<'a>(&'a self, id: i64) -> ();
+    /// Changes a user's display name (and username, if given and free).
+    fn update_user<'a>(&'a self, id: i64, username: Option<&'a str>, global_name: Option<Option<&'a str>>) -> ();
+    /// Adds a reaction; false if it was there already.
+    fn add_reaction<'a>(&'a self, message_id: i64, emoji: &'a str, user_id: i64) -> bool;
+    /// Removes a reaction; false if it was not there.
+    fn remove_reaction<'a>(&'a self, message_id: i64, emoji: &'a str, user_id: i64) -> bool;
+    /// (emoji, count) of a message's reactions.
+    fn reactions<'a>(&'a self, message_id: i64) -> Vec<(String, i64)>;
+    /// The DM channel between two users, creating it (with `new_id`) if
+    /// needed.
+    fn dm_channel<'a>(&'a self, a: i64, b: i64, new_id: i64) -> ChannelRow;
+    /// Who is in a DM channel.
+    fn dm_members<'a>(&'a self, channel_id: i64) -> Vec<i64>;
+    /// Creates an invite.
+    fn create_invite<'a>(&'a self, invite: &'a InviteRow) -> ();
+    /// An invite by code.
+    fn invite<'a>(&'a self, code: &'a str) -> Option<InviteRow>;
+    /// Counts one use, if the invite has uses left; false otherwise.
+    fn use_invite<'a>(&'a self, code: &'a str) -> bool;
+}
+
+/// The store as the roles hold it: a cheap handle to a [`StoreBackend`].
+#[derive(Clone, Debug)]
+pub struct Store {
+    backend: std::sync::Arc<dyn StoreBackend>,
+}
+
+impl Store {
+    /// Wraps an implementation.
+    pub fn new(backend: std::sync::Arc<dyn StoreBackend>) -> Self {
+        Self { backend }
+    }
+
+    /// Opens the SQLite store at `path` (embedded mode).
+    pub async fn open(path: &Path, limits: &Limits) -> Result<Self> {
+        Ok(Self::new(std::sync::Arc::new(
+            SqliteStore::open(path, limits).await?,
+        )))
+    }
+
+    /// A private in-memory SQLite store (tests).
+    pub async fn open_in_memory() -> Result<Self> {
+        Ok(Self::new(std::sync::Arc::new(
+            SqliteStore::open_in_memory().await?,
+        )))
     }
 }
 
