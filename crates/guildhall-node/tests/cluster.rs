@@ -184,23 +184,8 @@ async fn an_owner_loads_its_members_in_batches_from_the_users_role() {
     let node = start(limits.clone()).await;
     let (owner, _) = node.register("owner").await;
     let (guild_id, channel_id) = node.guild(&owner, "batched").await;
-    let (status, invite) = node
-        .call(
-            "POST",
-            &format!("/channels/{channel_id}/invites"),
-            Some(&owner),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!(status, 200, "{invite}");
-    let code = invite["code"].as_str().unwrap().to_owned();
-    for name in ["m1", "m2", "m3", "m4"] {
-        let (token, _) = node.register(name).await;
-        let (status, body) = node
-            .call("POST", &format!("/invites/{code}"), Some(&token), None)
-            .await;
-        assert_eq!(status, 200, "{body}");
-    }
+    let code = node.invite(&owner, &channel_id).await;
+    node.join_all(&code, &["m1", "m2", "m3", "m4"]).await;
     node.stop().await;
 
     // A fresh node on the same database loads the owner from scratch.

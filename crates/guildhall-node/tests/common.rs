@@ -121,18 +121,23 @@ impl TestNode {
         }
     }
 
-    /// The value of an unlabelled metric.
-    pub async fn metric(&self, name: &str) -> u64 {
-        let text = self
-            .http
+    /// The whole `/metrics` page.
+    pub async fn metrics_text(&self) -> String {
+        self.http
             .get(self.base.replace("/api/v10", "/metrics"))
             .send()
             .await
             .unwrap()
             .text()
             .await
-            .unwrap();
-        text.lines()
+            .unwrap()
+    }
+
+    /// The value of an unlabelled metric.
+    pub async fn metric(&self, name: &str) -> u64 {
+        self.metrics_text()
+            .await
+            .lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")))
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("metric {name} missing"))
@@ -195,6 +200,31 @@ impl TestNode {
             body["id"].as_str().unwrap().to_owned(),
             body["channels"][0]["id"].as_str().unwrap().to_owned(),
         )
+    }
+
+    /// An invite code to `channel_id`, created by `token`.
+    pub async fn invite(&self, token: &str, channel_id: &str) -> String {
+        let (status, invite) = self
+            .call(
+                "POST",
+                &format!("/channels/{channel_id}/invites"),
+                Some(token),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(status, 200, "{invite}");
+        invite["code"].as_str().unwrap().to_owned()
+    }
+
+    /// Registers `names` and has each join through invite `code`.
+    pub async fn join_all(&self, code: &str, names: &[&str]) {
+        for name in names {
+            let (token, _) = self.register(name).await;
+            let (status, body) = self
+                .call("POST", &format!("/invites/{code}"), Some(&token), None)
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
     }
 
     /// A bot of `owner_token` added to `guild_id`: (app id, bot token).

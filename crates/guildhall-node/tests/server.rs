@@ -396,15 +396,7 @@ async fn shutdown_drains_sessions_with_reconnect_and_metrics_count() {
         Some(json!({"content": "hi"})),
     )
     .await;
-    let metrics = node
-        .http
-        .get(node.base.replace("/api/v10", "/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics_text().await;
     for line in [
         "guildhall_sessions 3",
         "guildhall_ready_total 3",
