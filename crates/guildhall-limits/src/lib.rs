@@ -295,6 +295,15 @@ pub const USERS_BATCH_IDS_MAX: usize = 500;
 /// Sessions whose presence the presence role tracks. When hit: further sessions are not tracked (counted); their users show the status of their tracked sessions, or offline.
 pub const PRESENCE_SESSIONS_MAX: usize = 1_000_000;
 
+/// Shards of the users role on a node: each owns the users whose id falls in its slice (id mod shards), with its own cache and mailbox.
+pub const USERS_SHARDS: usize = 4;
+
+/// Loads a users shard's mailbox holds. When hit: the batch that needed it is refused with `Overloaded` at once.
+pub const USERS_SHARD_MAILBOX_MAX: usize = 256;
+
+/// User rows one users shard caches (oldest evicted first; entries also expire after `users_cache_ttl_ms`).
+pub const USERS_SHARD_CACHE_ENTRIES_MAX: usize = 50_000;
+
 /// Longest a caller waits for a guild owner's answer; then `Overloaded`.
 pub const GUILD_REPLY_TIMEOUT_MS: u64 = 5_000;
 
@@ -458,6 +467,12 @@ pub struct Limits {
     pub message_write_batch_max: usize,
     /// See [`PRESENCE_SESSIONS_MAX`].
     pub presence_sessions_max: usize,
+    /// See [`USERS_SHARDS`].
+    pub users_shards: usize,
+    /// See [`USERS_SHARD_MAILBOX_MAX`].
+    pub users_shard_mailbox_max: usize,
+    /// See [`USERS_SHARD_CACHE_ENTRIES_MAX`].
+    pub users_shard_cache_entries_max: usize,
     /// See [`USERS_BATCH_IDS_MAX`].
     pub users_batch_ids_max: usize,
     /// See [`USERS_LOOKUP_TIMEOUT_MS`].
@@ -539,6 +554,9 @@ impl Default for Limits {
             message_write_batch_max: MESSAGE_WRITE_BATCH_MAX,
             users_lookup_timeout_ms: USERS_LOOKUP_TIMEOUT_MS,
             users_batch_ids_max: USERS_BATCH_IDS_MAX,
+            users_shards: USERS_SHARDS,
+            users_shard_mailbox_max: USERS_SHARD_MAILBOX_MAX,
+            users_shard_cache_entries_max: USERS_SHARD_CACHE_ENTRIES_MAX,
             presence_sessions_max: PRESENCE_SESSIONS_MAX,
             users_cache_entries_max: USERS_CACHE_ENTRIES_MAX,
             users_cache_ttl_ms: USERS_CACHE_TTL_MS,
@@ -824,6 +842,21 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            (1..=256).contains(&self.users_shards),
+            "users_shards",
+            "must be 1 to 256",
+        );
+        check(
+            self.users_shard_mailbox_max >= 1,
+            "users_shard_mailbox_max",
+            "must be at least 1",
+        );
+        check(
+            self.users_shard_cache_entries_max >= 1,
+            "users_shard_cache_entries_max",
+            "must be at least 1",
+        );
+        check(
             self.presence_sessions_max >= 1,
             "presence_sessions_max",
             "must be at least 1",
@@ -975,6 +1008,9 @@ mod tests {
             "stream_resync_interval_ms",
             "users_batch_ids_max",
             "presence_sessions_max",
+            "users_shards",
+            "users_shard_mailbox_max",
+            "users_shard_cache_entries_max",
             "guild_reply_timeout_ms",
             "guild_owners_max",
             "ready_guilds_max",
@@ -1041,6 +1077,9 @@ mod tests {
             "stream_resync_interval_ms" => l.stream_resync_interval_ms = 0,
             "users_batch_ids_max" => l.users_batch_ids_max = 0,
             "presence_sessions_max" => l.presence_sessions_max = 0,
+            "users_shards" => l.users_shards = 0,
+            "users_shard_mailbox_max" => l.users_shard_mailbox_max = 0,
+            "users_shard_cache_entries_max" => l.users_shard_cache_entries_max = 0,
             "guild_reply_timeout_ms" => l.guild_reply_timeout_ms = 0,
             "guild_owners_max" => l.guild_owners_max = 0,
             "ready_guilds_max" => l.ready_guilds_max = 0,

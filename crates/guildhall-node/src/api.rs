@@ -1376,6 +1376,8 @@ async fn patch_me(
             global_name.as_ref().map(|g| g.as_deref()),
         )
         .await?;
+    // Cached rows (token lookups, member loads) show the old name otherwise.
+    node.users.invalidate_user(caller.id);
     let user = node
         .shared
         .store

@@ -3,12 +3,16 @@
 //!
 //! Batch loads arrive over the bus on `users.requests` in the queue group
 //! `users` (any node running the role serves them; in embedded mode, this
-//! one). Each batch is at most `users_batch_ids_max` ids and costs one
-//! store query; it is admitted by the same adaptive permit pool as token
-//! lookups, one criticality below them (a READY herd's token lookups keep
-//! their share while owners load), and refused at once when the pool is
-//! full rather than queued. Sharding the role by user id is cluster work:
-//! the subject is already per role, not per node.
+//! one). The role is a router in front of `users_shards` shards: a batch
+//! (at most `users_batch_ids_max` ids) is admitted by the same adaptive
+//! permit pool as token lookups, one criticality below them (a READY herd's
+//! token lookups keep their share while owners load), then split by shard
+//! (id mod shards). Each shard is a task with a bounded mailbox that owns
+//! its slice of users: a bounded, expiring cache of their rows in front of
+//! one store query for the misses. A full pool or a full shard mailbox
+//! refuses the batch at once; nothing queues without bound (seed 000's
+//! router handled one request at a time and let a flood of misses queue
+//! behind it).
 //!
 //! Seed 000's users service fell over when a flood of cache misses met a
 //! router that handled one request at a time. Here every lookup goes
@@ -105,8 +109,90 @@ struct Flights {
     next_waiter: u64,
 }
 
+/// A request to a users shard.
+enum ShardMessage {
+    /// Rows of these users (all in the shard's slice), and how many came
+    /// from the cache.
+    Load {
+        ids: Vec<i64>,
+        reply: oneshot::Sender<Result<(Vec<UserRow>, usize), UsersError>>,
+    },
+    /// A user changed: drop the cached row.
+    Forget { user_id: i64 },
+}
+
+/// One shard: its slice of users' rows, cached, and its store reads.
+struct Shard {
+    store: Store,
+    rows: HashMap<i64, (UserRow, u64)>,
+    order: VecDeque<i64>,
+    entries_max: usize,
+    ttl_ms: u64,
+}
+
+impl Shard {
+    fn remember(&mut self, row: UserRow, now: u64) {
+        let id = row.id;
+        if self.rows.insert(id, (row, now + self.ttl_ms)).is_none() {
+            self.order.push_back(id);
+        }
+        while self.rows.len() > self.entries_max {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.rows.remove(&oldest);
+        }
+        // Forgotten ids linger in `order` until popped; keep it bounded.
+        if self.order.len() > self.entries_max.saturating_mul(2) {
+            let rows = &self.rows;
+            self.order.retain(|id| rows.contains_key(id));
+        }
+    }
+
+    async fn run(mut self, mut mailbox: tokio::sync::mpsc::Receiver<ShardMessage>) {
+        while let Some(message) = mailbox.recv().await {
+            match message {
+                ShardMessage::Forget { user_id } => {
+                    self.rows.remove(&user_id);
+                }
+                ShardMessage::Load { ids, reply } => {
+                    let now = now_ms();
+                    let mut found = Vec::with_capacity(ids.len());
+                    let mut missing = Vec::new();
+                    for id in ids {
+                        match self.rows.get(&id) {
+                            Some((row, expires)) if *expires > now => found.push(row.clone()),
+                            _ => missing.push(id),
+                        }
+                    }
+                    let hits = found.len();
+                    if !missing.is_empty() {
+                        match self.store.users_by_ids(&missing).await {
+                            Ok(loaded) => {
+                                for row in loaded {
+                                    self.remember(row.clone(), now);
+                                    found.push(row);
+                                }
+                            }
+                            Err(error) => {
+                                let _ = reply.send(Err(match error {
+                                    guildhall_store::StoreError::Busy => UsersError::Overloaded,
+                                    _ => UsersError::Store,
+                                }));
+                                continue;
+                            }
+                        }
+                    }
+                    let _ = reply.send(Ok((found, hits)));
+                }
+            }
+        }
+    }
+}
+
 /// Token resolution.
 pub struct Users {
+    shards: Vec<tokio::sync::mpsc::Sender<ShardMessage>>,
     store: Store,
     cache: Mutex<Cache>,
     flights: Mutex<Flights>,
@@ -128,7 +214,22 @@ impl Users {
             start: limits.adaptive_limit_start,
             ceiling: limits.adaptive_limit_ceiling,
         };
+        let shards = (0..limits.users_shards.max(1))
+            .map(|_| {
+                let (sender, mailbox) = tokio::sync::mpsc::channel(limits.users_shard_mailbox_max);
+                let shard = Shard {
+                    store: store.clone(),
+                    rows: HashMap::new(),
+                    order: VecDeque::new(),
+                    entries_max: limits.users_shard_cache_entries_max,
+                    ttl_ms: limits.users_cache_ttl_ms,
+                };
+                tokio::spawn(shard.run(mailbox));
+                sender
+            })
+            .collect();
         Arc::new(Self {
+            shards,
             store,
             cache: Mutex::new(Cache {
                 entries: HashMap::new(),
@@ -261,16 +362,12 @@ impl Users {
                 let (users, bus) = (users.clone(), bus.clone());
                 tokio::spawn(async move {
                     let started = Instant::now();
-                    let result = users.store.users_by_ids(&request.ids).await;
+                    let result = users.load_sharded(request.ids).await;
                     users.finish(started, result.is_ok());
                     users
                         .counters
                         .batch_loads_total
                         .fetch_add(1, Ordering::Relaxed);
-                    let result = result.map_err(|e| match e {
-                        guildhall_store::StoreError::Busy => UsersError::Overloaded,
-                        _ => UsersError::Store,
-                    });
                     let reply_envelope = UsersReply {
                         v: guildhall_proto::bus::ENVELOPE_VERSION,
                         result,
@@ -281,6 +378,40 @@ impl Users {
                 });
             }
         }))
+    }
+
+    /// Splits a batch by shard, asks each shard its part (refused at once
+    /// when a shard's mailbox is full) and merges the answers.
+    async fn load_sharded(&self, ids: Vec<i64>) -> Result<Vec<UserRow>, UsersError> {
+        let shards = self.shards.len() as i64;
+        let mut parts: Vec<Vec<i64>> = vec![Vec::new(); self.shards.len()];
+        for id in ids {
+            parts[id.rem_euclid(shards) as usize].push(id);
+        }
+        let mut answers = Vec::new();
+        for (shard, part) in self.shards.iter().zip(parts) {
+            if part.is_empty() {
+                continue;
+            }
+            let (reply, answer) = oneshot::channel();
+            shard
+                .try_send(ShardMessage::Load { ids: part, reply })
+                .map_err(|_| UsersError::Overloaded)?;
+            answers.push(answer);
+        }
+        let timeout = Duration::from_millis(self.lookup_timeout_ms);
+        let mut rows = Vec::new();
+        for answer in answers {
+            let (part, hits) = match tokio::time::timeout(timeout, answer).await {
+                Ok(Ok(result)) => result?,
+                _ => return Err(UsersError::Overloaded),
+            };
+            self.counters
+                .cache_hits_total
+                .fetch_add(hits as u64, Ordering::Relaxed);
+            rows.extend(part);
+        }
+        Ok(rows)
     }
 
     /// Takes a permit of the adaptive pool at `criticality`, or refuses.
@@ -349,6 +480,10 @@ impl Users {
 
     /// Forgets every cached token of `user_id` (its tokens were revoked).
     pub fn invalidate_user(&self, user_id: i64) {
+        // Best effort: a full shard mailbox leaves the row to expire after
+        // `users_cache_ttl_ms`.
+        let shard = user_id.rem_euclid(self.shards.len() as i64) as usize;
+        let _ = self.shards[shard].try_send(ShardMessage::Forget { user_id });
         let mut cache = lock(&self.cache);
         cache.entries.retain(|_, (user, _)| user.id != user_id);
         let Cache { entries, order, .. } = &mut *cache;
@@ -359,6 +494,44 @@ impl Users {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn shards_cache_their_slice_and_forget_changed_users() {
+        let store = Store::open_in_memory().await.unwrap();
+        for id in 1..=10 {
+            let user = UserRow {
+                id,
+                username: format!("u{id}"),
+                password_hash: None,
+                bot: false,
+                global_name: None,
+                created_ms: 0,
+            };
+            store.create_user(&user).await.unwrap();
+        }
+        let users = Users::new(store, &guildhall_limits::Limits::default());
+        let hits = || users.counters.cache_hits_total.load(Ordering::Relaxed);
+        let ids: Vec<i64> = (1..=12).collect();
+        let mut first: Vec<i64> = users
+            .load_sharded(ids.clone())
+            .await
+            .unwrap()
+            .iter()
+            .map(|u| u.id)
+            .collect();
+        first.sort_unstable();
+        assert_eq!(
+            first,
+            (1..=10).collect::<Vec<_>>(),
+            "unknown ids are absent"
+        );
+        assert_eq!(hits(), 0);
+        assert_eq!(users.load_sharded(ids.clone()).await.unwrap().len(), 10);
+        assert_eq!(hits(), 10, "the second load is served by the shards");
+        users.invalidate_user(3);
+        users.load_sharded(ids).await.unwrap();
+        assert_eq!(hits(), 19, "a changed user is read again");
+    }
 
     #[tokio::test]
     async fn concurrent_lookups_of_one_token_cost_one_read() {
