@@ -667,10 +667,15 @@ pub async fn create_guild_for(
         .store
         .create_guild(&guild, &everyone, &general)
         .await?;
-    // The owner's open sessions learn about the new guild.
-    for slot in node.hub.sessions_of(owner.id) {
-        let _ = node.guilds.subscribe(id, &slot).await;
-    }
+    // The owner's open sessions, on whatever gateway node, learn about the
+    // new guild (each subscribes with the guild's owner).
+    node.to_gateways(
+        id,
+        guildhall_proto::bus::NodeEventBody::Joined {
+            guild_id: id,
+            user_id: owner.id,
+        },
+    );
     Ok(id)
 }
 

@@ -1086,23 +1086,19 @@ impl GuildOwner {
     /// Tells every gateway node that `user_id` joined, so its sessions there
     /// subscribe (the owner does not know where a user's sessions are).
     fn announce_join(&self, user_id: i64) {
-        let body = NodeEvent::new(NodeEventBody::Joined {
-            guild_id: self.guild.id,
-            user_id,
-        });
-        let Ok(bytes) = body.encode() else {
-            return;
-        };
-        let bytes = bytes::Bytes::from(bytes);
-        let partition = partition_of(self.guild.id, self.shared.limits.gateway_event_partitions);
-        for node in self.cluster.gateways().iter() {
-            let subject = gateway_events_subject(node, partition);
-            if self.bus.publish(&subject, None, bytes.clone()).is_err() {
-                self.counters
-                    .stream_publish_failed_total
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        let refused = crate::events::to_gateways(
+            self.bus.as_ref(),
+            &self.cluster.gateways(),
+            self.shared.limits.gateway_event_partitions,
+            self.guild.id,
+            NodeEventBody::Joined {
+                guild_id: self.guild.id,
+                user_id,
+            },
+        );
+        self.counters
+            .stream_publish_failed_total
+            .fetch_add(refused, Ordering::Relaxed);
     }
 
     /// Carries out `call`; `None` for calls nobody waits on.
@@ -1395,30 +1391,19 @@ impl GuildDirectory {
     /// The members' users, from the users role over the bus in batches of
     /// `users_batch_ids_max` (one store query each, wherever the role runs).
     async fn load_users(&self, state: &GuildState) -> Result<HashMap<i64, UserRow>, GuildError> {
-        use crate::users::{USERS_SUBJECT, UsersReply, UsersRequest};
         let mut users = HashMap::with_capacity(state.members.len());
         let timeout = Duration::from_millis(self.shared.limits.users_lookup_timeout_ms);
         let ids: Vec<i64> = state.members.iter().map(|m| m.user_id).collect();
         for batch in ids.chunks(self.shared.limits.users_batch_ids_max.max(1)) {
-            let request = UsersRequest {
-                v: guildhall_proto::bus::ENVELOPE_VERSION,
+            let call = crate::users::UsersCall::Load {
                 ids: batch.to_vec(),
             };
-            let bytes = serde_json::to_vec(&request).map_err(|_| GuildError::Overloaded)?;
-            let message = guildhall_cluster::bus::request(
-                self.bus.as_ref(),
-                USERS_SUBJECT,
-                bytes.into(),
-                timeout,
-            )
-            .await
-            .map_err(|_| GuildError::Overloaded)?;
-            let reply: UsersReply =
-                serde_json::from_slice(&message.payload).map_err(|_| GuildError::Overloaded)?;
-            let rows = reply.result.map_err(|e| match e {
-                crate::users::UsersError::Overloaded => GuildError::Overloaded,
-                crate::users::UsersError::Store => GuildError::Store,
-            })?;
+            let rows = crate::users::ask(self.bus.as_ref(), call, timeout)
+                .await
+                .map_err(|e| match e {
+                    crate::users::UsersError::Overloaded => GuildError::Overloaded,
+                    crate::users::UsersError::Store => GuildError::Store,
+                })?;
             users.extend(rows.into_iter().map(|u| (u.id, u)));
         }
         Ok(users)

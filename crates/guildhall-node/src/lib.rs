@@ -124,30 +124,29 @@ impl Node {
         name: &str,
         data: &impl serde::Serialize,
     ) {
-        use guildhall_proto::bus::{
-            NodeEvent, NodeEventBody, gateway_events_subject, partition_of,
-        };
         let Ok(data) = serde_json::value::to_raw_value(data) else {
             return;
         };
-        let partition = partition_of(
-            user_ids.first().copied().unwrap_or(0),
-            self.shared.limits.gateway_event_partitions,
-        );
-        let event = NodeEvent::new(NodeEventBody::Users {
+        let key = user_ids.first().copied().unwrap_or(0);
+        let body = guildhall_proto::bus::NodeEventBody::Users {
             user_ids,
             required_intent,
             name: name.to_owned(),
             data,
-        });
-        let Ok(bytes) = event.encode() else {
-            return;
         };
-        let bytes = bytes::Bytes::from(bytes);
-        for gateway in self.cluster.gateways().iter() {
-            let subject = gateway_events_subject(gateway, partition);
-            let _ = self.bus.publish(&subject, None, bytes.clone());
-        }
+        self.to_gateways(key, body);
+    }
+
+    /// Publishes `body` to every gateway node (refusals are counted by the
+    /// bus).
+    pub fn to_gateways(&self, key: i64, body: guildhall_proto::bus::NodeEventBody) {
+        events::to_gateways(
+            self.bus.as_ref(),
+            &self.cluster.gateways(),
+            self.shared.limits.gateway_event_partitions,
+            key,
+            body,
+        );
     }
 }
 
@@ -597,10 +596,10 @@ pub async fn run(
         event_counters.clone(),
     )
     .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
-    let users = users::Users::new(shared.store.clone(), &config.limits);
+    let users = users::Users::new(shared.store.clone(), &config.limits, bus.clone());
     let presence_counters = Arc::new(presence::PresenceCounters::default());
     let users_role = users
-        .serve(bus.clone(), &config.limits)
+        .serve(&config.limits)
         .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let gateway = Arc::new(gateway::Gateway {
         shared: shared.clone(),

@@ -45,16 +45,68 @@ pub const USERS_SUBJECT: &str = "users.requests";
 /// Queue group of the users role: one member answers each request.
 pub const USERS_QUEUE_GROUP: &str = "users";
 
-/// A batch load on the bus.
+/// What the users role is asked.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub enum UsersCall {
+    /// The users among `ids` (at most `users_batch_ids_max`).
+    Load {
+        /// The users.
+        ids: Vec<i64>,
+    },
+    /// The user a token digest (SHA-256, 32 bytes) belongs to: none or one.
+    Token {
+        /// The digest; the token itself never travels.
+        digest: Vec<u8>,
+    },
+}
+
+/// A request to the users role on the bus.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct UsersRequest {
     /// Envelope version.
     pub v: u32,
-    /// The users (at most `users_batch_ids_max`).
-    pub ids: Vec<i64>,
+    /// What is asked.
+    pub call: UsersCall,
 }
 
-/// The answer to a batch load.
+impl UsersRequest {
+    /// The call at the current envelope version.
+    pub fn new(call: UsersCall) -> Self {
+        Self {
+            v: guildhall_proto::bus::ENVELOPE_VERSION,
+            call,
+        }
+    }
+}
+
+/// Answers `reply` (best effort: a caller that gave up has no inbox left).
+fn answer(bus: &dyn guildhall_cluster::Bus, reply: &str, result: Result<Vec<UserRow>, UsersError>) {
+    let envelope = UsersReply {
+        v: guildhall_proto::bus::ENVELOPE_VERSION,
+        result,
+    };
+    if let Ok(bytes) = serde_json::to_vec(&envelope) {
+        let _ = bus.publish(reply, None, bytes.into());
+    }
+}
+
+/// Asks the users role, wherever it runs, and waits at most `timeout`.
+pub async fn ask(
+    bus: &dyn guildhall_cluster::Bus,
+    call: UsersCall,
+    timeout: Duration,
+) -> Result<Vec<UserRow>, UsersError> {
+    let bytes = serde_json::to_vec(&UsersRequest::new(call)).map_err(|_| UsersError::Overloaded)?;
+    let message = guildhall_cluster::bus::request(bus, USERS_SUBJECT, bytes.into(), timeout)
+        .await
+        .map_err(|_| UsersError::Overloaded)?;
+    match serde_json::from_slice::<UsersReply>(&message.payload) {
+        Ok(reply) if reply.v == guildhall_proto::bus::ENVELOPE_VERSION => reply.result,
+        _ => Err(UsersError::Overloaded),
+    }
+}
+
+/// The answer of the users role.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct UsersReply {
     /// Envelope version.
@@ -190,8 +242,10 @@ impl Shard {
     }
 }
 
-/// Token resolution.
+/// The users role, and the token-lookup front (L1 cache, single-flight)
+/// every caller of this node goes through.
 pub struct Users {
+    bus: Arc<dyn guildhall_cluster::Bus>,
     shards: Vec<tokio::sync::mpsc::Sender<ShardMessage>>,
     store: Store,
     cache: Mutex<Cache>,
@@ -208,7 +262,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Users {
     /// The users role over `store`.
-    pub fn new(store: Store, limits: &guildhall_limits::Limits) -> Arc<Self> {
+    pub fn new(
+        store: Store,
+        limits: &guildhall_limits::Limits,
+        bus: Arc<dyn guildhall_cluster::Bus>,
+    ) -> Arc<Self> {
         let bounds = LimitBounds {
             floor: limits.adaptive_limit_floor,
             start: limits.adaptive_limit_start,
@@ -229,6 +287,7 @@ impl Users {
             })
             .collect();
         Arc::new(Self {
+            bus,
             shards,
             store,
             cache: Mutex::new(Cache {
@@ -301,12 +360,14 @@ impl Users {
         }
     }
 
-    /// Serves batch loads from the bus until the bus goes away.
+    /// Serves the role's requests from the bus until the bus goes away:
+    /// token lookups (the callers' L1 cache and single-flight sit in front)
+    /// and batch loads.
     pub fn serve(
         self: &Arc<Self>,
-        bus: Arc<dyn guildhall_cluster::Bus>,
         limits: &guildhall_limits::Limits,
     ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
+        let bus = self.bus.clone();
         let mut requests = bus.subscribe(
             USERS_SUBJECT,
             Some(USERS_QUEUE_GROUP),
@@ -319,65 +380,73 @@ impl Users {
                 let Some(reply) = message.reply else {
                     continue;
                 };
-                let answer = |result: Result<Vec<UserRow>, UsersError>| {
-                    let reply_envelope = UsersReply {
-                        v: guildhall_proto::bus::ENVELOPE_VERSION,
-                        result,
-                    };
-                    if let Ok(bytes) = serde_json::to_vec(&reply_envelope) {
-                        let _ = bus.publish(&reply, None, bytes.into());
-                    }
-                };
-                let request = match serde_json::from_slice::<UsersRequest>(&message.payload) {
-                    Ok(r)
-                        if r.v == guildhall_proto::bus::ENVELOPE_VERSION
-                            && r.ids.len() <= batch_max =>
-                    {
-                        r
-                    }
+                let call = match serde_json::from_slice::<UsersRequest>(&message.payload) {
+                    Ok(r) if r.v == guildhall_proto::bus::ENVELOPE_VERSION => r.call,
                     _ => {
-                        users
-                            .counters
-                            .batch_refused_total
-                            .fetch_add(1, Ordering::Relaxed);
-                        crate::throttled!(
-                            warn,
-                            "users.bad_request",
-                            "malformed or oversized users batch refused"
-                        );
-                        answer(Err(UsersError::Overloaded));
+                        users.refuse(bus.as_ref(), &reply);
                         continue;
                     }
                 };
-                // Admitted here, before any task exists: a refused batch
-                // costs no task and no wait.
-                if !users.admit(Criticality::Send) {
-                    users
-                        .counters
-                        .batch_refused_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    answer(Err(UsersError::Overloaded));
+                // Admitted here, before any task exists: a refused request
+                // costs no task and no wait. Token lookups (IDENTIFY, every
+                // REST call) outrank member loads.
+                let criticality = match &call {
+                    UsersCall::Token { digest } if digest.len() == 32 => Criticality::Critical,
+                    UsersCall::Load { ids } if ids.len() <= batch_max => Criticality::Send,
+                    _ => {
+                        users.refuse(bus.as_ref(), &reply);
+                        continue;
+                    }
+                };
+                if !users.admit(criticality) {
+                    users.counters.shed_total.fetch_add(1, Ordering::Relaxed);
+                    answer(bus.as_ref(), &reply, Err(UsersError::Overloaded));
                     continue;
                 }
                 let (users, bus) = (users.clone(), bus.clone());
                 tokio::spawn(async move {
                     let started = Instant::now();
-                    let result = users.load_sharded(request.ids).await;
-                    users.finish(started, result.is_ok());
-                    users
-                        .counters
-                        .batch_loads_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    let reply_envelope = UsersReply {
-                        v: guildhall_proto::bus::ENVELOPE_VERSION,
-                        result,
+                    let result = match call {
+                        UsersCall::Token { digest } => {
+                            users
+                                .counters
+                                .store_reads_total
+                                .fetch_add(1, Ordering::Relaxed);
+                            users
+                                .store
+                                .user_by_token(&digest)
+                                .await
+                                .map(|user| user.into_iter().collect())
+                                .map_err(|e| match e {
+                                    guildhall_store::StoreError::Busy => UsersError::Overloaded,
+                                    _ => UsersError::Store,
+                                })
+                        }
+                        UsersCall::Load { ids } => {
+                            users
+                                .counters
+                                .batch_loads_total
+                                .fetch_add(1, Ordering::Relaxed);
+                            users.load_sharded(ids).await
+                        }
                     };
-                    if let Ok(bytes) = serde_json::to_vec(&reply_envelope) {
-                        let _ = bus.publish(&reply, None, bytes.into());
-                    }
+                    users.finish(started, result.is_ok());
+                    answer(bus.as_ref(), &reply, result);
                 });
             }
         }))
+    }
+
+    fn refuse(&self, bus: &dyn guildhall_cluster::Bus, reply: &str) {
+        self.counters
+            .batch_refused_total
+            .fetch_add(1, Ordering::Relaxed);
+        crate::throttled!(
+            warn,
+            "users.bad_request",
+            "malformed or oversized users request refused"
+        );
+        answer(bus, reply, Err(UsersError::Overloaded));
     }
 
     /// Splits a batch by shard, asks each shard its part (refused at once
@@ -437,22 +506,13 @@ impl Users {
     }
 
     async fn fetch(self: Arc<Self>, digest: Digest, leader: u64) {
-        let answer = if self.admit(Criticality::Critical) {
-            self.counters
-                .store_reads_total
-                .fetch_add(1, Ordering::Relaxed);
-            let started = Instant::now();
-            let result = self.store.user_by_token(&digest).await;
-            self.finish(started, result.is_ok());
-            match result {
-                Ok(user) => Ok(user),
-                Err(guildhall_store::StoreError::Busy) => Err(UsersError::Overloaded),
-                Err(_) => Err(UsersError::Store),
-            }
-        } else {
-            self.counters.shed_total.fetch_add(1, Ordering::Relaxed);
-            Err(UsersError::Overloaded)
+        let timeout = Duration::from_millis(self.lookup_timeout_ms);
+        let call = UsersCall::Token {
+            digest: digest.to_vec(),
         };
+        let answer = ask(self.bus.as_ref(), call, timeout)
+            .await
+            .map(|users| users.into_iter().next());
         if let Ok(Some(user)) = &answer {
             let mut cache = lock(&self.cache);
             let expires = now_ms() + cache.ttl_ms;
@@ -509,7 +569,12 @@ mod tests {
             };
             store.create_user(&user).await.unwrap();
         }
-        let users = Users::new(store, &guildhall_limits::Limits::default());
+        let limits = guildhall_limits::Limits::default();
+        let bus = Arc::new(guildhall_cluster::LocalBus::new(
+            limits.bus_payload_bytes_max,
+        ));
+        let users = Users::new(store, &limits, bus);
+        let _role = users.serve(&limits).unwrap();
         let hits = || users.counters.cache_hits_total.load(Ordering::Relaxed);
         let ids: Vec<i64> = (1..=12).collect();
         let mut first: Vec<i64> = users
@@ -546,7 +611,12 @@ mod tests {
         };
         store.create_user(&user).await.unwrap();
         store.add_token(&[1; 32], 7, 0).await.unwrap();
-        let users = Users::new(store, &guildhall_limits::Limits::default());
+        let limits = guildhall_limits::Limits::default();
+        let bus = Arc::new(guildhall_cluster::LocalBus::new(
+            limits.bus_payload_bytes_max,
+        ));
+        let users = Users::new(store, &limits, bus);
+        let _role = users.serve(&limits).unwrap();
         let lookups: Vec<_> = (0..200)
             .map(|_| {
                 let users = users.clone();
