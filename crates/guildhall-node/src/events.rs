@@ -193,7 +193,7 @@ impl Partition {
                 );
                 // Nobody here hears more of this guild until it is
                 // re-subscribed.
-                self.hub.resync(guild_id);
+                self.hub.stop(guild_id);
                 let now = Instant::now();
                 let interval = self.resync_interval;
                 match stream.resync_at {

@@ -339,10 +339,15 @@ impl Hub {
         }
     }
 
-    /// A gap in the guild's stream: stop delivering its events and return
-    /// the sessions that must subscribe again.
-    pub fn resync(&self, guild_id: i64) -> Vec<Arc<Slot>> {
+    /// A gap in the guild's stream: stop delivering its events here.
+    pub fn stop(&self, guild_id: i64) {
         write(&self.by_guild).remove(&guild_id);
+    }
+
+    /// Stops the guild (see [`Hub::stop`]) and returns the sessions that
+    /// must subscribe again.
+    pub fn resync(&self, guild_id: i64) -> Vec<Arc<Slot>> {
+        self.stop(guild_id);
         read(&self.wanted)
             .get(&guild_id)
             .map(|s| s.values().cloned().collect())
@@ -400,30 +405,45 @@ impl Hub {
             .filter(|s| s.detached_since().is_some_and(|t| now_ms >= t + window_ms))
             .cloned()
             .collect();
-        for slot in &expired {
-            write(&self.sessions).remove(&slot.id);
-            if let Some(ids) = write(&self.by_user).get_mut(&slot.user_id) {
-                ids.remove(&slot.id);
-            }
-            for ids in write(&self.by_guild).values_mut() {
-                ids.remove(&slot.id);
-            }
+        if expired.is_empty() {
+            return Vec::new();
         }
-        let mut reaped = Vec::with_capacity(expired.len());
-        let mut wanted = write(&self.wanted);
-        for slot in &expired {
-            let mut guilds = Vec::new();
-            for (guild_id, slots) in wanted.iter_mut() {
-                if slots.remove(&slot.id).is_some() {
-                    guilds.push(*guild_id);
+        // One pass over each index, whatever the number of expired
+        // sessions (a herd's worth can expire at once).
+        let index: HashMap<&str, usize> = expired
+            .iter()
+            .enumerate()
+            .map(|(i, slot)| (slot.id.as_str(), i))
+            .collect();
+        {
+            let mut sessions = write(&self.sessions);
+            let mut by_user = write(&self.by_user);
+            for slot in &expired {
+                sessions.remove(&slot.id);
+                if let Some(ids) = by_user.get_mut(&slot.user_id) {
+                    ids.remove(&slot.id);
+                    if ids.is_empty() {
+                        by_user.remove(&slot.user_id);
+                    }
                 }
             }
-            reaped.push((slot.clone(), guilds));
         }
-        wanted.retain(|_, slots| !slots.is_empty());
-        drop(wanted);
-        write(&self.by_guild).retain(|_, slots| !slots.is_empty());
-        reaped
+        write(&self.by_guild).retain(|_, slots| {
+            slots.retain(|id, _| !index.contains_key(id.as_str()));
+            !slots.is_empty()
+        });
+        let mut guilds: Vec<Vec<i64>> = vec![Vec::new(); expired.len()];
+        write(&self.wanted).retain(|guild_id, slots| {
+            slots.retain(|id, _| match index.get(id.as_str()) {
+                Some(&i) => {
+                    guilds[i].push(*guild_id);
+                    false
+                }
+                None => true,
+            });
+            !slots.is_empty()
+        });
+        expired.into_iter().zip(guilds).collect()
     }
 
     /// Sessions held (attached or detached).
@@ -443,5 +463,39 @@ impl Hub {
             .filter(|s| s.detached_since().is_none())
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn reaping_clears_every_index_and_reports_the_guilds_followed() {
+        let hub = Hub::new(&guildhall_limits::Limits::default());
+        let session = |id: &str, user: i64| {
+            let (out, _) = mpsc::channel(4);
+            let (control, _) = mpsc::channel(4);
+            hub.register(id.to_owned(), user, intents::GUILDS, out, control)
+        };
+        let (gone, kept) = (session("gone", 1), session("kept", 2));
+        for guild in [10, 20] {
+            hub.want(guild, &gone);
+            assert!(hub.subscribed(guild, "gone", None));
+        }
+        hub.want(20, &kept);
+        assert!(hub.subscribed(20, "kept", None));
+        gone.detach(1_000);
+        assert!(hub.reap(1_500, 1_000).is_empty(), "still in its window");
+        let reaped = hub.reap(2_000, 1_000);
+        assert_eq!(reaped.len(), 1);
+        let (slot, mut guilds) = (&reaped[0].0, reaped[0].1.clone());
+        guilds.sort_unstable();
+        assert_eq!((slot.id.as_str(), guilds), ("gone", vec![10, 20]));
+        assert!(hub.get("gone").is_none() && hub.sessions_of(1).is_empty());
+        assert!(read(&hub.by_user).get(&1).is_none());
+        assert!(!hub.follows(10) && hub.follows(20));
+        assert_eq!(hub.resync(20).len(), 1, "the other session is untouched");
     }
 }
