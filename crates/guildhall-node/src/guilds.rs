@@ -992,9 +992,9 @@ impl GuildOwner {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
-        self.streams.entry(node.clone()).or_default();
         if !self.members.contains_key(&user_id) {
             // Not (or no longer) a member: the node stops asking.
+            self.streams.entry(node.clone()).or_default();
             self.send(
                 &node,
                 StreamBody::Remove {
@@ -1003,22 +1003,15 @@ impl GuildOwner {
             );
             return;
         }
-        let known = self
-            .streams
-            .get(&node)
-            .is_some_and(|s| s.sessions.contains_key(&session_id));
-        if !known {
+        let stream = self.streams.entry(node.clone()).or_default();
+        if !stream.sessions.contains_key(&session_id) {
             if self.subscriptions >= self.shared.limits.guild_subscriptions_max {
                 self.counters
                     .subscriptions_refused_total
                     .fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            self.streams
-                .entry(node.clone())
-                .or_default()
-                .sessions
-                .insert(session_id.clone(), user_id);
+            stream.sessions.insert(session_id.clone(), user_id);
             self.subscriptions += 1;
         }
         let mut guild_create = if intents & intents::GUILDS != 0 {
