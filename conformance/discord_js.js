@@ -1,6 +1,6 @@
 // discord.js, unmodified, with only its REST base changed (the gateway URL
 // comes from GET /gateway/bot).
-const { Client, GatewayIntentBits } = require('discord.js');
+const { Client, GatewayIntentBits, REST, Routes, SlashCommandBuilder } = require('discord.js');
 const [base, token, channelId, ownerToken] = process.argv.slice(2);
 const client = new Client({
   intents: [GatewayIntentBits.Guilds, GatewayIntentBits.GuildMessages, GatewayIntentBits.MessageContent],
@@ -11,6 +11,19 @@ const timer = setTimeout(() => { console.log(JSON.stringify(seen)); process.exit
 client.once('clientReady', async () => {
   const guild = client.guilds.cache.first();
   Object.assign(seen, { user: client.user.tag, guild: guild && guild.name, channels: guild && guild.channels.cache.map((c) => c.name) });
+  // Registration as bots do it: a bulk overwrite of the global commands,
+  // then read back.
+  const rest = new REST({ api: `http://${base}/api` }).setToken(token);
+  const commands = [
+    new SlashCommandBuilder().setName('echo').setDescription('Replies with pong')
+      .addStringOption((o) => o.setName('text').setDescription('What to echo').setRequired(true))
+      .addIntegerOption((o) => o.setName('times').setDescription('How often').setMinValue(1).setMaxValue(5)),
+    { type: 2, name: 'Profile' },
+  ].map((c) => (c.toJSON ? c.toJSON() : c));
+  const put = await rest.put(Routes.applicationCommands(client.user.id), { body: commands });
+  const fetched = await client.application.commands.fetch();
+  seen.synced = put.map((c) => c.name).sort();
+  seen.fetched = [...fetched.values()].map((c) => c.name).sort();
   const channel = await client.channels.fetch(channelId);
   seen.sent = (await channel.send('hello from discord.js')).id;
   await fetch(`http://${base}/api/v10/channels/${channelId}/messages`, {

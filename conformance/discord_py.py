@@ -5,6 +5,7 @@ import sys
 import urllib.request
 
 import discord
+from discord import app_commands
 
 base, token, channel_id, owner_token = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 discord.http.Route.BASE = f"http://{base}/api/v10"
@@ -14,7 +15,19 @@ intents = discord.Intents.default()
 intents.message_content = True
 intents.members = True
 client = discord.Client(intents=intents)
+tree = app_commands.CommandTree(client)
 seen = {}
+
+
+@tree.command(description="Replies with pong")
+@app_commands.describe(text="What to echo", times="How often")
+async def echo(interaction: discord.Interaction, text: str, times: app_commands.Range[int, 1, 5] = 1):
+    await interaction.response.send_message(text * times)
+
+
+@tree.context_menu(name="Quote")
+async def quote(interaction: discord.Interaction, message: discord.Message):
+    await interaction.response.send_message(message.content)
 
 
 def owner_post(content):
@@ -30,6 +43,15 @@ async def on_ready():
     guild = client.guilds[0]
     seen.update(user=str(client.user), guild=guild.name, members=len(guild.members),
                 channels=[c.name for c in guild.channels])
+    # Registration as bots do it on start: the global tree, then a copy of
+    # it for the guild, then read back.
+    synced = await tree.sync()
+    tree.copy_global_to(guild=guild)
+    synced_guild = await tree.sync(guild=guild)
+    fetched = await tree.fetch_commands(guild=guild)
+    seen.update(synced=sorted(c.name for c in synced), synced_guild=sorted(c.name for c in synced_guild),
+                fetched_guild=sorted(c.name for c in fetched),
+                echo_options=[o.name for o in next(c for c in synced if c.name == "echo").options])
     sent = await client.get_channel(channel_id).send("hello from discord.py")
     seen["sent"] = str(sent.id)
     await asyncio.get_running_loop().run_in_executor(None, owner_post, "!ping")

@@ -44,6 +44,12 @@ for library, command in [
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     seen = json.loads(lines[-1]) if lines else {}
     ok = result.returncode == 0 and seen.get("got_ping") and seen.get("got_pong") and seen.get("guild") == f"{library} guild"
+    # Both register application commands on start and read them back.
+    if library == "discord.py":
+        ok = ok and seen.get("synced") == ["Quote", "echo"] and seen.get("fetched_guild") == ["Quote", "echo"] \
+            and seen.get("synced_guild") == ["Quote", "echo"] and seen.get("echo_options") == ["text", "times"]
+    else:
+        ok = ok and seen.get("synced") == ["Profile", "echo"] and seen.get("fetched") == ["Profile", "echo"]
     print(f"{library}: {'ok' if ok else 'FAILED'} {json.dumps(seen)}")
     if not ok:
         failures.append(library)

@@ -243,6 +243,21 @@ pub const MESSAGES_PER_PAGE_MAX: usize = 100;
 /// Most members one GET or one GUILD_MEMBERS_CHUNK carries.
 pub const MEMBERS_PER_PAGE_MAX: usize = 1_000;
 
+/// Slash commands an application may have in one scope (global, or one
+/// guild): Discord's 100. When hit: a create answers 400 with code 30032
+/// (maximum number of application commands), a bulk overwrite 50035.
+pub const APPLICATION_COMMANDS_CHAT_INPUT_MAX: usize = 100;
+
+/// User commands, and separately message commands, an application may
+/// have in one scope: Discord's 15 each. When hit: as above.
+pub const APPLICATION_COMMANDS_CONTEXT_MENU_MAX: usize = 15;
+
+/// Largest body of an application-command route. Larger than
+/// [`REST_BODY_BYTES_MAX`] because a bulk overwrite carries every command
+/// of a scope (up to 131 of up to 8,000 characters each); only an
+/// authenticated application's own routes read it. When hit: 413.
+pub const APPLICATION_COMMANDS_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
+
 /// Requests per caller, route and major id (channel or guild) per window.
 /// When hit: 429 with Discord's body, `Retry-After` and `Via`.
 pub const REST_RATE_LIMIT_PER_WINDOW: u32 = 50;
@@ -439,6 +454,12 @@ pub struct Limits {
     pub messages_per_page_max: usize,
     /// See [`MEMBERS_PER_PAGE_MAX`].
     pub members_per_page_max: usize,
+    /// See [`APPLICATION_COMMANDS_CHAT_INPUT_MAX`].
+    pub application_commands_chat_input_max: usize,
+    /// See [`APPLICATION_COMMANDS_CONTEXT_MENU_MAX`].
+    pub application_commands_context_menu_max: usize,
+    /// See [`APPLICATION_COMMANDS_BODY_BYTES_MAX`].
+    pub application_commands_body_bytes_max: usize,
     /// See [`GUILD_MAILBOX_MESSAGES_MAX`].
     pub guild_mailbox_messages_max: usize,
     /// See [`BUS_PAYLOAD_BYTES_MAX`].
@@ -539,6 +560,9 @@ impl Default for Limits {
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
+            application_commands_chat_input_max: APPLICATION_COMMANDS_CHAT_INPUT_MAX,
+            application_commands_context_menu_max: APPLICATION_COMMANDS_CONTEXT_MENU_MAX,
+            application_commands_body_bytes_max: APPLICATION_COMMANDS_BODY_BYTES_MAX,
             guild_mailbox_messages_max: GUILD_MAILBOX_MESSAGES_MAX,
             bus_payload_bytes_max: BUS_PAYLOAD_BYTES_MAX,
             bus_subscription_messages_max: BUS_SUBSCRIPTION_MESSAGES_MAX,
@@ -802,6 +826,21 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.application_commands_chat_input_max >= 1,
+            "application_commands_chat_input_max",
+            "must be at least 1",
+        );
+        check(
+            self.application_commands_context_menu_max >= 1,
+            "application_commands_context_menu_max",
+            "must be at least 1",
+        );
+        check(
+            self.application_commands_body_bytes_max >= self.rest_body_bytes_max,
+            "application_commands_body_bytes_max",
+            "must be at least rest_body_bytes_max",
+        );
+        check(
             self.rest_rate_limit_per_window >= 1,
             "rest_rate_limit_per_window",
             "must be at least 1",
@@ -994,6 +1033,9 @@ mod tests {
             "message_content_chars_max",
             "messages_per_page_max",
             "members_per_page_max",
+            "application_commands_chat_input_max",
+            "application_commands_context_menu_max",
+            "application_commands_body_bytes_max",
             "rest_rate_limit_per_window",
             "rest_rate_window_ms",
             "rest_rate_buckets_max",
@@ -1063,6 +1105,9 @@ mod tests {
             "message_content_chars_max" => l.message_content_chars_max = 0,
             "messages_per_page_max" => l.messages_per_page_max = 0,
             "members_per_page_max" => l.members_per_page_max = 0,
+            "application_commands_chat_input_max" => l.application_commands_chat_input_max = 0,
+            "application_commands_context_menu_max" => l.application_commands_context_menu_max = 0,
+            "application_commands_body_bytes_max" => l.application_commands_body_bytes_max = 0,
             "rest_rate_limit_per_window" => l.rest_rate_limit_per_window = 0,
             "rest_rate_window_ms" => l.rest_rate_window_ms = 0,
             "rest_rate_buckets_max" => l.rest_rate_buckets_max = 0,

@@ -43,6 +43,8 @@ pub enum ApiError {
     Code(ErrorCode),
     /// 50035 for one field.
     Field(&'static str, &'static str, String),
+    /// 400 with a whole body (50035 with nested errors).
+    Invalid(ErrorBody),
     /// 401.
     Unauthorized,
     /// 429.
@@ -113,6 +115,7 @@ impl IntoResponse for ApiError {
                 StatusCode::BAD_REQUEST,
                 &ErrorBody::invalid_field(field, code, &message),
             ),
+            ApiError::Invalid(body) => json_response(StatusCode::BAD_REQUEST, &body),
             ApiError::Unauthorized => json_response(
                 StatusCode::UNAUTHORIZED,
                 &json!({"message": "401: Unauthorized", "code": 0}),
@@ -149,9 +152,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn ok(body: &impl serde::Serialize) -> ApiResult {
+pub(crate) fn ok(body: &impl serde::Serialize) -> ApiResult {
     Ok(json_response(StatusCode::OK, body))
 }
 
@@ -162,35 +165,45 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let limit = state.shared.limits.rest_body_bytes_max;
-        let bytes = axum::body::to_bytes(req.into_body(), limit)
+        read_json(req, state, state.shared.limits.rest_body_bytes_max)
             .await
-            .map_err(|_| {
-                state
-                    .counters
-                    .bad_requests_total
-                    .fetch_add(1, Ordering::Relaxed);
-                ApiError::Code(ErrorCode::EntityTooLarge)
-            })?;
-        let bytes = if bytes.is_empty() {
-            Bytes::from_static(b"{}")
-        } else {
-            bytes
-        };
-        serde_json::from_slice(&bytes)
             .map(JsonBody)
-            .map_err(|error| {
-                state
-                    .counters
-                    .bad_requests_total
-                    .fetch_add(1, Ordering::Relaxed);
-                if error.is_syntax() || error.is_eof() {
-                    ApiError::Code(ErrorCode::InvalidJson)
-                } else {
-                    ApiError::Field("body", "BASE_TYPE_BAD", error.to_string())
-                }
-            })
     }
+}
+
+/// Reads a JSON body of at most `limit_bytes`: 413 beyond it, 50109 for
+/// JSON that does not parse, 50035 for JSON of the wrong shape. An empty
+/// body is `{}`.
+pub async fn read_json<T: DeserializeOwned>(
+    req: Request,
+    state: &AppState,
+    limit_bytes: usize,
+) -> Result<T, ApiError> {
+    let bytes = axum::body::to_bytes(req.into_body(), limit_bytes)
+        .await
+        .map_err(|_| {
+            state
+                .counters
+                .bad_requests_total
+                .fetch_add(1, Ordering::Relaxed);
+            ApiError::Code(ErrorCode::EntityTooLarge)
+        })?;
+    let bytes = if bytes.is_empty() {
+        Bytes::from_static(b"{}")
+    } else {
+        bytes
+    };
+    serde_json::from_slice(&bytes).map_err(|error| {
+        state
+            .counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        if error.is_syntax() || error.is_eof() {
+            ApiError::Code(ErrorCode::InvalidJson)
+        } else {
+            ApiError::Field("body", "BASE_TYPE_BAD", error.to_string())
+        }
+    })
 }
 
 /// The authenticated caller.
@@ -250,7 +263,7 @@ pub struct ApiCounters {
     pub request_seconds: crate::histogram::Histogram,
 }
 
-fn parse_id(raw: &str) -> Result<i64, ApiError> {
+pub(crate) fn parse_id(raw: &str) -> Result<i64, ApiError> {
     raw.parse::<u64>()
         .ok()
         .filter(|v| *v > 0 && *v <= i64::MAX as u64)
@@ -1987,6 +2000,7 @@ pub fn routes() -> Router<AppState> {
         .route("/channels/{id}/invites", post(create_invite))
         .route("/invites/{code}", get(get_invite).post(accept_invite))
         .route("/admin/bots", post(admin_create_bot))
+        .merge(crate::commands::routes())
         .fallback(not_found)
 }
 

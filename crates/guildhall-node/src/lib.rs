@@ -7,6 +7,7 @@
 //! - [`guilds`]: one owner per guild, behind a bounded mailbox, fanning out
 //!   over the bus.
 //! - [`api`]: REST v10.
+//! - [`commands`]: application commands (REST).
 //! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`auth`]: passwords and tokens.
@@ -19,6 +20,7 @@
 pub mod api;
 pub mod auth;
 pub mod cluster;
+pub mod commands;
 pub mod events;
 pub mod gateway;
 pub mod guilds;

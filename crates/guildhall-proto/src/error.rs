@@ -41,6 +41,15 @@ pub enum ErrorCode {
     EntityTooLarge,
     /// 130000 API resource overloaded.
     Overloaded,
+    /// 10063 Unknown application command.
+    UnknownApplicationCommand,
+    /// 10066 Unknown application command permissions.
+    UnknownApplicationCommandPermissions,
+    /// 20012 You are not authorized to perform this action on this
+    /// application.
+    NotApplicationOwner,
+    /// 30032 Maximum number of application commands reached.
+    MaxApplicationCommands,
 }
 
 impl ErrorCode {
@@ -64,6 +73,10 @@ impl ErrorCode {
             ErrorCode::InvalidFormBody => 50035,
             ErrorCode::InvalidJson => 50109,
             ErrorCode::Overloaded => 130000,
+            ErrorCode::UnknownApplicationCommand => 10063,
+            ErrorCode::UnknownApplicationCommandPermissions => 10066,
+            ErrorCode::NotApplicationOwner => 20012,
+            ErrorCode::MaxApplicationCommands => 30032,
         }
     }
 
@@ -89,6 +102,14 @@ impl ErrorCode {
             ErrorCode::Overloaded => {
                 "API resource is currently overloaded. Try again a little later."
             }
+            ErrorCode::UnknownApplicationCommand => "Unknown application command",
+            ErrorCode::UnknownApplicationCommandPermissions => {
+                "Unknown application command permissions"
+            }
+            ErrorCode::NotApplicationOwner => {
+                "You are not authorized to perform this action on this application"
+            }
+            ErrorCode::MaxApplicationCommands => "Maximum number of application commands reached",
         }
     }
 
@@ -96,7 +117,9 @@ impl ErrorCode {
     pub fn status(self) -> u16 {
         match self {
             ErrorCode::Unauthorized => 401,
-            ErrorCode::MissingAccess | ErrorCode::MissingPermissions => 403,
+            ErrorCode::MissingAccess
+            | ErrorCode::MissingPermissions
+            | ErrorCode::NotApplicationOwner => 403,
             ErrorCode::General
             | ErrorCode::UnknownApplication
             | ErrorCode::UnknownChannel
@@ -105,9 +128,14 @@ impl ErrorCode {
             | ErrorCode::UnknownMember
             | ErrorCode::UnknownMessage
             | ErrorCode::UnknownRole
-            | ErrorCode::UnknownUser => 404,
+            | ErrorCode::UnknownUser
+            | ErrorCode::UnknownApplicationCommand
+            | ErrorCode::UnknownApplicationCommandPermissions => 404,
             ErrorCode::EntityTooLarge => 413,
-            ErrorCode::EmptyMessage | ErrorCode::InvalidFormBody | ErrorCode::InvalidJson => 400,
+            ErrorCode::EmptyMessage
+            | ErrorCode::InvalidFormBody
+            | ErrorCode::InvalidJson
+            | ErrorCode::MaxApplicationCommands => 400,
             ErrorCode::Overloaded => 503,
         }
     }

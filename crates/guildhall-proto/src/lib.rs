@@ -9,6 +9,7 @@
 //! - [`gateway`]: opcodes, close codes, bounded parsing of client payloads,
 //!   server frames, and dispatches encoded once for many sessions.
 //! - [`model`]: users, guilds, roles, channels, members, messages, READY.
+//! - [`commands`]: application commands: validation and wire objects.
 //! - [`error`]: REST error bodies with Discord's JSON error codes.
 //! - [`cluster`]: what a node announces in the registry, and its validation.
 //! - [`bus`]: envelopes and subjects of the bus, and the stream-gap rule.
@@ -19,6 +20,7 @@
 
 pub mod bus;
 pub mod cluster;
+pub mod commands;
 pub mod error;
 pub mod gateway;
 pub mod intents;

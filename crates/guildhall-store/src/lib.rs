@@ -193,6 +193,36 @@ pub struct InviteRow {
     pub created_ms: i64,
 }
 
+/// An application command row (`guild_id` 0: a global command).
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct CommandRow {
+    /// Id.
+    pub id: i64,
+    /// Application.
+    pub application_id: i64,
+    /// Guild, or 0 for a global command.
+    pub guild_id: i64,
+    /// Command type.
+    pub kind: i64,
+    /// Name (unique per application, scope and type).
+    pub name: String,
+    /// The validated command as JSON.
+    pub spec: String,
+    /// Version: a fresh snowflake on every change.
+    pub version: i64,
+}
+
+/// What creating a command did (Discord's POST is an upsert by name).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommandUpsert {
+    /// A new command (201).
+    Created(CommandRow),
+    /// The command of that name and type was replaced, id kept (200).
+    Updated(CommandRow),
+    /// The scope holds its maximum of commands of that type.
+    Full,
+}
+
 /// Everything a guild owner loads to serve a guild.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GuildState {
@@ -848,6 +878,7 @@ impl SqliteStore {
             "DELETE FROM members WHERE guild_id = $1",
             "DELETE FROM roles WHERE guild_id = $1",
             "DELETE FROM channels WHERE guild_id = $1",
+            "DELETE FROM application_commands WHERE guild_id = $1",
             "DELETE FROM guilds WHERE id = $1",
         ] {
             sqlx::query(statement).bind(id).execute(&mut *tx).await?;
@@ -996,6 +1027,133 @@ impl SqliteStore {
             .await?)
     }
 
+    // ----- application commands ---------------------------------------------
+
+    /// The commands of an application in one scope (guild 0: global), in
+    /// creation order.
+    pub async fn commands(&self, application_id: i64, guild_id: i64) -> Result<Vec<CommandRow>> {
+        Ok(sqlx::query_as("SELECT * FROM application_commands WHERE application_id = $1 AND guild_id = $2 ORDER BY id")
+            .bind(application_id)
+            .bind(guild_id)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// One command of an application in one scope.
+    pub async fn command(
+        &self,
+        application_id: i64,
+        guild_id: i64,
+        id: i64,
+    ) -> Result<Option<CommandRow>> {
+        Ok(sqlx::query_as("SELECT * FROM application_commands WHERE application_id = $1 AND guild_id = $2 AND id = $3")
+            .bind(application_id)
+            .bind(guild_id)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// Creates `row`, or replaces the command of the same name and type in
+    /// its scope (keeping that one's id); refuses a new command once the
+    /// scope holds `kind_max` of its type. One transaction, so two
+    /// concurrent creates cannot both pass the count.
+    pub async fn upsert_command(&self, row: &CommandRow, kind_max: i64) -> Result<CommandUpsert> {
+        let mut tx = self.pool.begin().await?;
+        let existing: Option<(i64,)> = sqlx::query_as("SELECT id FROM application_commands WHERE application_id = $1 AND guild_id = $2 AND kind = $3 AND name = $4")
+            .bind(row.application_id)
+            .bind(row.guild_id)
+            .bind(row.kind)
+            .bind(&row.name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some((id,)) = existing {
+            sqlx::query("UPDATE application_commands SET spec = $1, version = $2 WHERE id = $3")
+                .bind(&row.spec)
+                .bind(row.version)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(CommandUpsert::Updated(CommandRow { id, ..row.clone() }));
+        }
+        let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM application_commands WHERE application_id = $1 AND guild_id = $2 AND kind = $3")
+            .bind(row.application_id)
+            .bind(row.guild_id)
+            .bind(row.kind)
+            .fetch_one(&mut *tx)
+            .await?;
+        if count >= kind_max {
+            return Ok(CommandUpsert::Full);
+        }
+        insert_command(&mut tx, row).await?;
+        tx.commit().await?;
+        Ok(CommandUpsert::Created(row.clone()))
+    }
+
+    /// Replaces a command's name and spec; false if it does not exist. A
+    /// name taken by another command of the type is [`StoreError::Conflict`].
+    pub async fn update_command(&self, row: &CommandRow) -> Result<bool> {
+        let done = sqlx::query("UPDATE application_commands SET name = $1, spec = $2, version = $3 WHERE id = $4 AND application_id = $5 AND guild_id = $6")
+            .bind(&row.name)
+            .bind(&row.spec)
+            .bind(row.version)
+            .bind(row.id)
+            .bind(row.application_id)
+            .bind(row.guild_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Deletes a command; false if it did not exist.
+    pub async fn delete_command(
+        &self,
+        application_id: i64,
+        guild_id: i64,
+        id: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM application_commands WHERE application_id = $1 AND guild_id = $2 AND id = $3")
+            .bind(application_id)
+            .bind(guild_id)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Replaces every command of an application in one scope with `rows`,
+    /// in one transaction (a bulk overwrite is all or nothing).
+    pub async fn replace_commands(
+        &self,
+        application_id: i64,
+        guild_id: i64,
+        rows: &[CommandRow],
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM application_commands WHERE application_id = $1 AND guild_id = $2")
+            .bind(application_id)
+            .bind(guild_id)
+            .execute(&mut *tx)
+            .await?;
+        for row in rows {
+            insert_command(&mut tx, row).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Whether `user_id` is a member of `guild_id`.
+    pub async fn is_member(&self, guild_id: i64, user_id: i64) -> Result<bool> {
+        let found: Option<(i64,)> =
+            sqlx::query_as("SELECT 1 FROM members WHERE guild_id = $1 AND user_id = $2")
+                .bind(guild_id)
+                .bind(user_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.is_some())
+    }
+
     /// Counts one use, if the invite has uses left; false otherwise.
     pub async fn use_invite(&self, code: &str) -> Result<bool> {
         let done = sqlx::query("UPDATE invites SET uses = uses + 1 WHERE code = $1 AND (max_uses = 0 OR uses < max_uses)")
@@ -1004,6 +1162,23 @@ impl SqliteStore {
             .await?;
         Ok(done.rows_affected() == 1)
     }
+}
+
+async fn insert_command(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    row: &CommandRow,
+) -> Result<()> {
+    sqlx::query("INSERT INTO application_commands (id, application_id, guild_id, kind, name, spec, version) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        .bind(row.id)
+        .bind(row.application_id)
+        .bind(row.guild_id)
+        .bind(row.kind)
+        .bind(&row.name)
+        .bind(&row.spec)
+        .bind(row.version)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 // ----- the trait the roles depend on ---------------------------------------
@@ -1124,6 +1299,20 @@ store_api! {
     fn invite<'a>(&'a self, code: &'a str) -> Option<InviteRow>;
     /// Counts one use, if the invite has uses left; false otherwise.
     fn use_invite<'a>(&'a self, code: &'a str) -> bool;
+    /// The commands of an application in one scope (guild 0: global).
+    fn commands<'a>(&'a self, application_id: i64, guild_id: i64) -> Vec<CommandRow>;
+    /// One command of an application in one scope.
+    fn command<'a>(&'a self, application_id: i64, guild_id: i64, id: i64) -> Option<CommandRow>;
+    /// Creates a command, or replaces the one of the same name and type.
+    fn upsert_command<'a>(&'a self, row: &'a CommandRow, kind_max: i64) -> CommandUpsert;
+    /// Replaces a command's name and spec; false if it does not exist.
+    fn update_command<'a>(&'a self, row: &'a CommandRow) -> bool;
+    /// Deletes a command; false if it did not exist.
+    fn delete_command<'a>(&'a self, application_id: i64, guild_id: i64, id: i64) -> bool;
+    /// Replaces every command of an application in one scope, atomically.
+    fn replace_commands<'a>(&'a self, application_id: i64, guild_id: i64, rows: &'a [CommandRow]) -> ();
+    /// Whether a user is a member of a guild.
+    fn is_member<'a>(&'a self, guild_id: i64, user_id: i64) -> bool;
 }
 
 /// The store as the roles hold it: a cheap handle to a [`StoreBackend`].

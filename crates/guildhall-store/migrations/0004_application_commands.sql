@@ -1,0 +1,15 @@
+-- Application commands: one row per command, global (guild_id 0) or of one
+-- guild. Names are unique per application, scope and type, as Discord's
+-- are; `spec` is the validated command (guildhall_proto::commands) as JSON,
+-- so what a bot registered is echoed exactly.
+CREATE TABLE application_commands (
+    id INTEGER PRIMARY KEY,
+    application_id INTEGER NOT NULL REFERENCES applications(id),
+    guild_id INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX application_commands_by_name
+    ON application_commands(application_id, guild_id, kind, name);
