@@ -1940,6 +1940,43 @@ async fn not_found() -> Response {
     )
 }
 
+/// Gives Discord's error body to the answers axum makes itself: a path
+/// segment that does not parse (400), a method the route lacks (405), a
+/// body of the wrong media type (415). They come as plain text, and client
+/// libraries parse every error body as JSON (discord.js throws on a body
+/// it cannot parse, losing the status). Headers (`Allow`, `Retry-After`)
+/// are kept.
+pub async fn discord_error_bodies(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    let body = if matches!(status.as_u16(), 400 | 415 | 422) {
+        ErrorBody::new(ErrorCode::InvalidFormBody)
+    } else {
+        ErrorBody {
+            code: ErrorCode::General.code(),
+            message: format!(
+                "{}: {}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("Error")
+            ),
+            errors: None,
+        }
+    };
+    let fresh = json_response(status, &body);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    for (name, value) in fresh.headers() {
+        parts.headers.insert(name, value.clone());
+    }
+    Response::from_parts(parts, fresh.into_body())
+}
+
 /// The REST routes, relative to `/api/v10` (and `/api/v9`).
 pub fn routes() -> Router<AppState> {
     Router::new()

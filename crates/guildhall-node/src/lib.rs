@@ -661,10 +661,12 @@ pub async fn run(
         &config.limits,
         node.cluster.clone(),
     );
-    let rest = api::routes().route_layer(axum::middleware::from_fn_with_state(
-        node.clone(),
-        ratelimit::layer,
-    ));
+    let rest = api::routes()
+        .route_layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            ratelimit::layer,
+        ))
+        .layer(axum::middleware::map_response(api::discord_error_bodies));
     let app = axum::Router::new()
         .nest("/api/v10", rest.clone())
         .nest("/api/v9", rest)
