@@ -782,7 +782,7 @@ async fn guild_members(
     let limit = query
         .limit
         .unwrap_or(1)
-        .clamp(1, guildhall_limits::MEMBERS_PER_PAGE_MAX);
+        .clamp(1, node.shared.limits.members_per_page_max);
     let members = node
         .guilds
         .members(guild_id, user_id, String::new(), vec![], after, limit)
@@ -1078,7 +1078,7 @@ async fn list_messages(
     let limit = query
         .limit
         .unwrap_or(50)
-        .clamp(1, guildhall_limits::MESSAGES_PER_PAGE_MAX as i64);
+        .clamp(1, node.shared.limits.messages_per_page_max as i64);
     let before = query.before.as_deref().map(parse_id).transpose()?;
     let rows = node
         .shared

@@ -874,7 +874,7 @@ impl GuildOwner {
         let members: Vec<Member> = self
             .members
             .values()
-            .take(guildhall_limits::MEMBERS_PER_PAGE_MAX)
+            .take(self.shared.limits.members_per_page_max)
             .map(|m| wire_member(m, true))
             .collect();
         model::Guild {

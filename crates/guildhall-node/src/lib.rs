@@ -400,6 +400,11 @@ async fn metrics(
             "Bus envelopes that did not decode.",
             &node.events.malformed_total,
         ),
+        (
+            "guildhall_log_lines_suppressed_total",
+            "Log lines held back by the log throttle (process-wide).",
+            &log::SUPPRESSED_TOTAL,
+        ),
     ] {
         let _ = writeln!(
             out,
@@ -550,6 +555,7 @@ pub async fn run(
                 .join("; "),
         )
     })?;
+    log::configure(&config.limits);
     std::fs::create_dir_all(&config.data_dir).map_err(|source| NodeError::DataDir {
         path: config.data_dir.clone(),
         source,
