@@ -371,6 +371,16 @@ async fn metrics(
             &node.guilds.counters.mailbox_refusals_total,
         ),
         (
+            "guildhall_guild_loads_total",
+            "Guild loads started (one per guild however many requests wait).",
+            &node.guilds.loads.started_total,
+        ),
+        (
+            "guildhall_guild_load_refused_total",
+            "Guild requests refused at the load or waiter bound.",
+            &node.guilds.loads.refused_total,
+        ),
+        (
             "guildhall_stream_events_applied_total",
             "Guild stream events applied by this gateway node.",
             &node.events.applied_total,
@@ -448,6 +458,24 @@ async fn metrics(
             "gauge",
             "Guild owners running on this node.",
             node.guilds.owners_loaded() as u64,
+        ),
+        (
+            "guildhall_guild_loads_in_flight",
+            "gauge",
+            "Guild loads running now.",
+            node.guilds.loads.in_flight.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_guild_loads_in_flight_peak",
+            "gauge",
+            "Most guild loads that ran at once since the node started.",
+            node.guilds.loads.in_flight_peak.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_guild_load_waiters",
+            "gauge",
+            "Guild requests waiting behind their guild's load.",
+            node.guilds.loads.waiters.load(Ordering::Relaxed) as u64,
         ),
         (
             "guildhall_membership_frozen",
