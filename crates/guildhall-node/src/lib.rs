@@ -411,6 +411,16 @@ async fn metrics(
             &node.events.malformed_total,
         ),
         (
+            "guildhall_stream_resyncs_deferred_total",
+            "Resyncs moved to the next interval at event_resync_tasks_max.",
+            &node.events.resyncs_deferred_total,
+        ),
+        (
+            "guildhall_joined_subscriptions_total",
+            "Sessions subscribed to a guild their user joined.",
+            &node.events.joined_subscriptions_total,
+        ),
+        (
             "guildhall_log_lines_suppressed_total",
             "Log lines held back by the log throttle (process-wide).",
             &log::SUPPRESSED_TOTAL,
@@ -476,6 +486,18 @@ async fn metrics(
             "gauge",
             "Guild requests waiting behind their guild's load.",
             node.guilds.loads.waiters.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_stream_resync_tasks",
+            "gauge",
+            "Stream resync tasks running now.",
+            node.events.resync_tasks.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_stream_resync_tasks_peak",
+            "gauge",
+            "Most stream resync tasks that ran at once since the node started.",
+            node.events.resync_tasks_peak.load(Ordering::Relaxed) as u64,
         ),
         (
             "guildhall_membership_frozen",
