@@ -16,6 +16,7 @@ use crate::cluster::ClusterState;
 use crate::hub::{Hub, Slot};
 use crate::state::{Shared, sf};
 use guildhall_cluster::Bus;
+use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
 use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_proto::bus::{
     NodeEvent, NodeEventBody, StreamBody, StreamEvent, gateway_events_subject, partition_of,
@@ -1360,6 +1361,20 @@ pub struct LoadCounters {
     pub refused_total: AtomicU64,
 }
 
+/// Counters of READY subscriptions retried, read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct SubscribeCounters {
+    /// Subscriptions asked for again (GUILD_CREATE had not arrived).
+    pub retries_total: AtomicU64,
+    /// Retries the retry budget refused.
+    pub retries_refused_total: AtomicU64,
+    /// Subscriptions still without GUILD_CREATE after
+    /// `guild_subscribe_attempts_max` attempts.
+    pub gave_up_total: AtomicU64,
+    /// Sessions not watched for retries at `guild_subscribe_retry_tasks_max`.
+    pub tasks_refused_total: AtomicU64,
+}
+
 /// Guilds being loaded: one load per guild (single-flight), the requests
 /// that arrived meanwhile numbered in arrival order.
 struct Loads {
@@ -1382,6 +1397,13 @@ pub struct GuildDirectory {
     pub counters: Arc<FanoutCounters>,
     /// Load counters.
     pub loads: LoadCounters,
+    /// READY subscription retry counters.
+    pub subscribes: SubscribeCounters,
+    // Retries of READY subscriptions may add only a share of first attempts
+    // (a guild node that is down must not be hit by every session again).
+    subscribe_budget: std::sync::Mutex<RetryBudget>,
+    // Sessions being watched for retries (`guild_subscribe_retry_tasks_max`).
+    subscribe_tasks: Arc<tokio::sync::Semaphore>,
     // Loaded owners, read without awaiting: requests to a loaded guild never
     // wait behind the load of another one.
     owners: std::sync::RwLock<HashMap<i64, mpsc::Sender<Envelope>>>,
@@ -1407,6 +1429,16 @@ impl GuildDirectory {
             node_name,
             counters: Arc::new(FanoutCounters::default()),
             loads: LoadCounters::default(),
+            subscribes: SubscribeCounters::default(),
+            subscribe_budget: std::sync::Mutex::new(RetryBudget::new(
+                shared.limits.retry_budget_ratio_permille,
+                shared.limits.retry_budget_floor_per_s,
+                shared.limits.retry_budget_window_ms,
+                guildhall_limits::RETRY_BUDGET_BUCKETS,
+            )),
+            subscribe_tasks: Arc::new(tokio::sync::Semaphore::new(
+                shared.limits.guild_subscribe_retry_tasks_max,
+            )),
             owners: std::sync::RwLock::new(HashMap::new()),
             loading: std::sync::Mutex::new(Loads {
                 flights: SingleFlight::new(
@@ -1617,6 +1649,92 @@ impl GuildDirectory {
             },
         )
         .await
+    }
+
+    fn lock_budget(&self) -> std::sync::MutexGuard<'_, RetryBudget> {
+        self.subscribe_budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Subscribes `slot` to the guilds its READY listed as unavailable.
+    /// Discord's model: each becomes available with its GUILD_CREATE. A
+    /// subscription is a cast, so a lost or refused one (owner's node busy
+    /// or unreachable, load failed) shows only as a GUILD_CREATE that never
+    /// comes; a task watches for that and asks again, with full-jitter
+    /// backoff, at most `guild_subscribe_attempts_max` attempts in all and
+    /// within the node's retry budget. Returns without waiting for any of it.
+    pub async fn subscribe_ready(self: &Arc<Self>, slot: &Arc<Slot>, guild_ids: Vec<i64>) {
+        {
+            let mut budget = self.lock_budget();
+            let now = crate::state::now_ms();
+            for _ in &guild_ids {
+                budget.on_first_attempt(now);
+            }
+        }
+        for guild_id in &guild_ids {
+            if let Err(error) = self.subscribe(*guild_id, slot).await {
+                crate::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
+            }
+        }
+        if guild_ids.is_empty() || self.shared.limits.guild_subscribe_attempts_max <= 1 {
+            return;
+        }
+        let Ok(permit) = self.subscribe_tasks.clone().try_acquire_owned() else {
+            self.subscribes
+                .tasks_refused_total
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let (directory, slot) = (self.clone(), slot.clone());
+        tokio::spawn(async move {
+            directory.retry_subscriptions(&slot, guild_ids).await;
+            drop(permit);
+        });
+    }
+
+    /// Waits for the GUILD_CREATEs of `pending`, asking again for those
+    /// that do not come. Each wait is `guild_reply_timeout_ms` (how long any
+    /// guild request may take) plus a full-jitter backoff, so sessions that
+    /// failed together do not retry together.
+    async fn retry_subscriptions(&self, slot: &Arc<Slot>, mut pending: Vec<i64>) {
+        let limits = &self.shared.limits;
+        let mut attempts = 1;
+        loop {
+            let jitter_ms = backoff_full_jitter_ms(
+                attempts - 1,
+                limits.backoff_base_ms,
+                limits.backoff_cap_ms,
+                crate::auth::random_unit(),
+            );
+            tokio::time::sleep(Duration::from_millis(
+                limits.guild_reply_timeout_ms.saturating_add(jitter_ms),
+            ))
+            .await;
+            pending.retain(|guild_id| self.hub.awaiting(*guild_id, &slot.id));
+            if pending.is_empty() || self.hub.get(&slot.id).is_none() {
+                return;
+            }
+            if attempts >= limits.guild_subscribe_attempts_max {
+                self.subscribes
+                    .gave_up_total
+                    .fetch_add(pending.len() as u64, Ordering::Relaxed);
+                return;
+            }
+            attempts += 1;
+            for guild_id in &pending {
+                if !self.lock_budget().try_retry(crate::state::now_ms()) {
+                    self.subscribes
+                        .retries_refused_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                self.subscribes
+                    .retries_total
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = self.subscribe(*guild_id, slot).await;
+            }
+        }
     }
 
     /// Tells the owner of `guild_id` that a session of this node is gone.

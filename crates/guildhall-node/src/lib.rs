@@ -421,6 +421,26 @@ async fn metrics(
             &node.events.joined_subscriptions_total,
         ),
         (
+            "guildhall_guild_subscribe_retries_total",
+            "READY subscriptions asked for again (no GUILD_CREATE yet).",
+            &node.guilds.subscribes.retries_total,
+        ),
+        (
+            "guildhall_guild_subscribe_retries_refused_total",
+            "READY subscription retries refused by the retry budget.",
+            &node.guilds.subscribes.retries_refused_total,
+        ),
+        (
+            "guildhall_guild_subscribe_gave_up_total",
+            "READY subscriptions without GUILD_CREATE after every attempt.",
+            &node.guilds.subscribes.gave_up_total,
+        ),
+        (
+            "guildhall_guild_subscribe_tasks_refused_total",
+            "Sessions not watched for retries at guild_subscribe_retry_tasks_max.",
+            &node.guilds.subscribes.tasks_refused_total,
+        ),
+        (
             "guildhall_log_lines_suppressed_total",
             "Log lines held back by the log throttle (process-wide).",
             &log::SUPPRESSED_TOTAL,
