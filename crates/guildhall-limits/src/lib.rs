@@ -298,7 +298,7 @@ pub const GUILD_SUBSCRIPTIONS_MAX: usize = 1_000_000;
 /// Shortest time between two re-subscriptions of one guild's sessions on one gateway node after gaps in its stream. When hit: delivery of the guild stops at the gap and the sessions re-subscribe when the interval ends, so a stream that keeps overflowing cannot become a storm of GUILD_CREATEs.
 pub const STREAM_RESYNC_INTERVAL_MS: u64 = 500;
 
-/// Guild requests a node handles at once while their owner loads. When hit: the request is answered `Overloaded` (503 for REST) at once.
+/// Guilds a node loads at once (each load is one store read and a few user batches; one load per guild however many requests wait for it). When hit: a request for another guild that is not loaded is answered `Overloaded` (503 for REST) at once.
 pub const GUILD_REQUESTS_IN_FLIGHT_MAX: usize = 1_024;
 
 /// Messages a guild owner's mailbox holds. When hit: callers get `Overloaded` (503 for REST) at once; nobody queues behind a busy guild.
@@ -340,6 +340,37 @@ pub const MESSAGE_WRITE_BATCH_MAX: usize = 256;
 /// Longest a token lookup waits for its flight; then `Overloaded`.
 pub const USERS_LOOKUP_TIMEOUT_MS: u64 = 5_000;
 
+// ---------------------------------------------------------------------------
+// Guild loading, event-stream tasks and READY subscriptions
+// ---------------------------------------------------------------------------
+
+/// Requests that wait behind one guild's load (they are handed to the new
+/// owner in arrival order). Below the owner's mailbox so a load's queue
+/// always fits in it. When hit: further requests for that guild are answered
+/// `Overloaded` (503 for REST) at once until the load ends.
+pub const GUILD_LOAD_WAITERS_MAX: usize = 1_000;
+
+/// Stream resyncs (re-subscriptions of one guild's sessions after a gap)
+/// running at once on a gateway node. Each is a burst of non-waiting
+/// publishes, so a few hundred keep every core busy after a bus hiccup that
+/// hit many guilds at once. When hit: that guild's resync runs at the next
+/// `stream_resync_interval_ms` tick instead (its delivery stays stopped, so
+/// nothing is lost, only later); counted.
+pub const EVENT_RESYNC_TASKS_MAX: usize = 256;
+
+/// Attempts to subscribe a session to a guild listed `unavailable` in its
+/// READY (the first included). Each retry waits `guild_reply_timeout_ms`
+/// plus a full-jitter backoff (`backoff_base_ms` .. `backoff_cap_ms`) and is
+/// allowed by the node's retry budget. When hit: the guild stays unavailable
+/// for that session until it reconnects; counted.
+pub const GUILD_SUBSCRIBE_ATTEMPTS_MAX: u32 = 5;
+
+/// Sessions whose READY subscriptions are being watched for retries at
+/// once: one small sleeping task each, and a herd's worth of READYs is a
+/// node's whole session cap. When hit: that session's subscriptions are sent
+/// once and not retried; counted.
+pub const GUILD_SUBSCRIBE_RETRY_TASKS_MAX: usize = SESSIONS_PER_NODE_MAX;
+
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
@@ -351,6 +382,7 @@ const _: () = assert!(RETRY_BUDGET_WINDOW_MS.is_multiple_of(RETRY_BUDGET_BUCKETS
 const _: () = assert!(RING_HISTORY_GENERATIONS_MAX >= 2);
 const _: () = assert!(HEARTBEAT_TIMEOUT_MS > HEARTBEAT_INTERVAL_MS);
 const _: () = assert!(REPLAY_BUFFER_EVENTS_MAX >= 1 && SESSION_QUEUE_MESSAGES_MAX >= 1);
+const _: () = assert!(GUILD_LOAD_WAITERS_MAX < GUILD_MAILBOX_MESSAGES_MAX);
 
 /// The effective value of every bound. `Limits::default()` holds the constants
 /// above; a deployment overrides fields (the `[limits]` table of the config
@@ -508,6 +540,14 @@ pub struct Limits {
     pub rest_rate_window_ms: u64,
     /// See [`REST_RATE_BUCKETS_MAX`].
     pub rest_rate_buckets_max: usize,
+    /// See [`GUILD_LOAD_WAITERS_MAX`].
+    pub guild_load_waiters_max: usize,
+    /// See [`EVENT_RESYNC_TASKS_MAX`].
+    pub event_resync_tasks_max: usize,
+    /// See [`GUILD_SUBSCRIBE_ATTEMPTS_MAX`].
+    pub guild_subscribe_attempts_max: u32,
+    /// See [`GUILD_SUBSCRIBE_RETRY_TASKS_MAX`].
+    pub guild_subscribe_retry_tasks_max: usize,
 }
 
 impl Default for Limits {
@@ -587,6 +627,10 @@ impl Default for Limits {
             rest_rate_limit_per_window: REST_RATE_LIMIT_PER_WINDOW,
             rest_rate_window_ms: REST_RATE_WINDOW_MS,
             rest_rate_buckets_max: REST_RATE_BUCKETS_MAX,
+            guild_load_waiters_max: GUILD_LOAD_WAITERS_MAX,
+            event_resync_tasks_max: EVENT_RESYNC_TASKS_MAX,
+            guild_subscribe_attempts_max: GUILD_SUBSCRIBE_ATTEMPTS_MAX,
+            guild_subscribe_retry_tasks_max: GUILD_SUBSCRIBE_RETRY_TASKS_MAX,
         }
     }
 }
@@ -975,6 +1019,31 @@ impl Limits {
             "session_queue_bytes_max",
             "must hold at least one payload",
         );
+        check(
+            self.guild_load_waiters_max >= 1,
+            "guild_load_waiters_max",
+            "must be at least 1",
+        );
+        check(
+            self.guild_load_waiters_max < self.guild_mailbox_messages_max,
+            "guild_load_waiters_max",
+            "must be below guild_mailbox_messages_max (a load's queue must fit the new owner's mailbox)",
+        );
+        check(
+            self.event_resync_tasks_max >= 1,
+            "event_resync_tasks_max",
+            "must be at least 1",
+        );
+        check(
+            self.guild_subscribe_attempts_max >= 1,
+            "guild_subscribe_attempts_max",
+            "must be at least 1 (the first attempt)",
+        );
+        check(
+            self.guild_subscribe_retry_tasks_max >= 1,
+            "guild_subscribe_retry_tasks_max",
+            "must be at least 1",
+        );
         if errors.is_empty() {
             Ok(())
         } else {
@@ -1060,6 +1129,10 @@ mod tests {
             "message_write_queue_max",
             "message_write_batch_max",
             "users_lookup_timeout_ms",
+            "guild_load_waiters_max",
+            "event_resync_tasks_max",
+            "guild_subscribe_attempts_max",
+            "guild_subscribe_retry_tasks_max",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -1132,6 +1205,10 @@ mod tests {
             "message_write_queue_max" => l.message_write_queue_max = 0,
             "message_write_batch_max" => l.message_write_batch_max = 0,
             "users_lookup_timeout_ms" => l.users_lookup_timeout_ms = 0,
+            "guild_load_waiters_max" => l.guild_load_waiters_max = 0,
+            "event_resync_tasks_max" => l.event_resync_tasks_max = 0,
+            "guild_subscribe_attempts_max" => l.guild_subscribe_attempts_max = 0,
+            "guild_subscribe_retry_tasks_max" => l.guild_subscribe_retry_tasks_max = 0,
             other => panic!("unknown field {other}"),
         }
         l

@@ -795,7 +795,7 @@ async fn guild_members(
     let limit = query
         .limit
         .unwrap_or(1)
-        .clamp(1, guildhall_limits::MEMBERS_PER_PAGE_MAX);
+        .clamp(1, node.shared.limits.members_per_page_max);
     let members = node
         .guilds
         .members(guild_id, user_id, String::new(), vec![], after, limit)
@@ -1091,7 +1091,7 @@ async fn list_messages(
     let limit = query
         .limit
         .unwrap_or(50)
-        .clamp(1, guildhall_limits::MESSAGES_PER_PAGE_MAX as i64);
+        .clamp(1, node.shared.limits.messages_per_page_max as i64);
     let before = query.before.as_deref().map(parse_id).transpose()?;
     let rows = node
         .shared
@@ -1638,7 +1638,23 @@ fn percent_decode(raw: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::{admin_token_matches, percent_decode};
+
+    #[test]
+    fn admin_token_comparison() {
+        let token = "MQ.AAAA.secret";
+        assert!(admin_token_matches(Some(token), token));
+        for wrong in [
+            "",
+            "M",
+            "MQ.AAAA.secreT",
+            "MQ.AAAA.secret ",
+            "xQ.AAAA.secret",
+        ] {
+            assert!(!admin_token_matches(Some(wrong), token), "{wrong:?}");
+        }
+        assert!(!admin_token_matches(None, token));
+    }
 
     #[test]
     fn percent_decoding() {
@@ -1909,6 +1925,24 @@ struct AdminBot {
     owner: Value,
 }
 
+/// Whether `presented` is the admin token, in time independent of where
+/// (or whether) they differ: a byte-by-byte `==` stops at the first
+/// difference, so response times would let a caller find the token one byte
+/// at a time. Both sides are hashed first so the comparison also runs over a
+/// fixed length (the token's length leaks nothing), and the digests are
+/// compared with `subtle`'s constant-time equality (`subtle` is already in
+/// the dependency tree through the password hasher, so it costs no new
+/// crate).
+fn admin_token_matches(presented: Option<&str>, admin_token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(presented) = presented else {
+        return false;
+    };
+    let presented = auth::token_digest(presented);
+    let expected = auth::token_digest(admin_token);
+    bool::from(presented.ct_eq(&expected))
+}
+
 /// `guildhall bot create` talks to this with the admin token from the data
 /// directory, so it works while the server runs.
 async fn admin_create_bot(
@@ -1916,7 +1950,7 @@ async fn admin_create_bot(
     headers: HeaderMap,
     JsonBody(body): JsonBody<AdminBot>,
 ) -> ApiResult {
-    if bearer(&headers) != Some(node.admin_token.as_str()) {
+    if !admin_token_matches(bearer(&headers), &node.admin_token) {
         return Err(ApiError::Unauthorized);
     }
     let owner_id = id_from_value(&body.owner)?;

@@ -55,6 +55,14 @@ pub fn random_hex() -> Result<String, getrandom::Error> {
     Ok(random::<16>()?.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// A random number in `[0, 1)` from the OS (backoff jitter); the middle of
+/// the range if the OS has none to give, which only loses the spread.
+pub fn random_unit() -> f64 {
+    random::<8>().map_or(0.5, |b| {
+        (u64::from_be_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
 /// A short random code (invites).
 pub fn new_code() -> Result<String, getrandom::Error> {
     let bytes: [u8; 6] = random()?;

@@ -15,6 +15,14 @@
 //! and re-subscribes at the interval's end, so a stream that keeps
 //! overflowing cannot turn into a storm of GUILD_CREATEs that overflows it
 //! further.
+//!
+//! Nothing here spawns without a bound. The partition task keeps its due
+//! resyncs itself (one per guild) and wakes for the earliest; each runs in
+//! a task holding one of `event_resync_tasks_max` node-wide permits, and a
+//! resync that finds none is moved to the next interval (delivery of the
+//! guild stays stopped meanwhile: later, never lossy). A `Joined` is
+//! handled inline: subscribing is one non-waiting publish per session of
+//! the user here, so it needs no task at all.
 
 use crate::guilds::GuildDirectory;
 use crate::hub::{GuildEvent, Hub};
@@ -24,10 +32,11 @@ use guildhall_proto::bus::{
     gateway_events_subject,
 };
 use guildhall_proto::gateway::EncodedDispatch;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 /// Publishes `body` to every gateway node in the view, on the partition of
@@ -74,6 +83,15 @@ pub struct EventCounters {
     pub stale_total: AtomicU64,
     /// Envelopes that did not decode.
     pub malformed_total: AtomicU64,
+    /// Resyncs moved to the next interval because `event_resync_tasks_max`
+    /// were running.
+    pub resyncs_deferred_total: AtomicU64,
+    /// Resync tasks running now.
+    pub resync_tasks: AtomicUsize,
+    /// Most resync tasks that ran at once.
+    pub resync_tasks_peak: AtomicUsize,
+    /// Sessions subscribed because their user joined a guild.
+    pub joined_subscriptions_total: AtomicU64,
 }
 
 struct Stream {
@@ -89,6 +107,13 @@ struct Partition {
     streams: HashMap<i64, Stream>,
     streams_max: usize,
     resync_interval: Duration,
+    /// Resyncs still to run, by when (at most one per guild: `due_at`).
+    due: BTreeSet<(Instant, i64)>,
+    due_at: HashMap<i64, Instant>,
+    /// Permits of the node's resync tasks (`event_resync_tasks_max`, shared
+    /// by every partition).
+    resync_tasks: Arc<Semaphore>,
+    resync_tasks_max: usize,
 }
 
 /// Subscribes this node's partitions and starts their tasks.
@@ -101,6 +126,7 @@ pub fn start(
     counters: Arc<EventCounters>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, BusError> {
     let mut tasks = Vec::new();
+    let resync_tasks = Arc::new(Semaphore::new(limits.event_resync_tasks_max));
     for partition in 0..limits.gateway_event_partitions {
         let subscription = bus.subscribe(
             &gateway_events_subject(node_name, partition),
@@ -114,6 +140,10 @@ pub fn start(
             streams: HashMap::new(),
             streams_max: limits.guild_owners_max,
             resync_interval: Duration::from_millis(limits.stream_resync_interval_ms),
+            due: BTreeSet::new(),
+            due_at: HashMap::new(),
+            resync_tasks: resync_tasks.clone(),
+            resync_tasks_max: limits.event_resync_tasks_max,
         };
         tasks.push(tokio::spawn(partition.run(subscription)));
     }
@@ -122,20 +152,29 @@ pub fn start(
 
 impl Partition {
     async fn run(mut self, mut subscription: Subscription) {
-        while let Some(message) = subscription.next().await {
-            match NodeEvent::decode(&message.payload) {
-                Ok(event) => self.apply(event.body),
-                Err(error) => {
-                    self.counters
-                        .malformed_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    crate::throttled!(warn, "events.malformed", %error, "malformed bus envelope dropped");
+        loop {
+            let next_due = self.due.first().map(|(at, _)| *at);
+            tokio::select! {
+                message = subscription.next() => {
+                    let Some(message) = message else { break };
+                    match NodeEvent::decode(&message.payload) {
+                        Ok(event) => self.apply(event.body).await,
+                        Err(error) => {
+                            self.counters
+                                .malformed_total
+                                .fetch_add(1, Ordering::Relaxed);
+                            crate::throttled!(warn, "events.malformed", %error, "malformed bus envelope dropped");
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {
+                    self.run_due(Instant::now());
                 }
             }
         }
     }
 
-    fn apply(&mut self, body: NodeEventBody) {
+    async fn apply(&mut self, body: NodeEventBody) {
         match body {
             NodeEventBody::Stream(event) => self.stream(event),
             NodeEventBody::Users {
@@ -149,14 +188,12 @@ impl Partition {
                     .dispatch_to_users(&user_ids, required_intent, &event);
             }
             NodeEventBody::Joined { guild_id, user_id } => {
-                let slots = self.hub.sessions_of(user_id);
-                if !slots.is_empty() {
-                    let guilds = self.guilds.clone();
-                    tokio::spawn(async move {
-                        for slot in slots {
-                            let _ = guilds.subscribe(guild_id, &slot).await;
-                        }
-                    });
+                // Inline: one non-waiting publish per session of the user.
+                for slot in self.hub.sessions_of(user_id) {
+                    let _ = self.guilds.subscribe(guild_id, &slot).await;
+                    self.counters
+                        .joined_subscriptions_total
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -196,17 +233,15 @@ impl Partition {
                 self.hub.stop(guild_id);
                 let now = Instant::now();
                 let interval = self.resync_interval;
-                match stream.resync_at {
+                let when = match stream.resync_at {
                     // One is still to come: it re-subscribes everyone.
-                    Some(at) if now < at => {}
-                    Some(at) if now < at + interval => {
-                        stream.resync_at = Some(at + interval);
-                        self.resync_at(guild_id, at + interval);
-                    }
-                    _ => {
-                        stream.resync_at = Some(now);
-                        self.resync_at(guild_id, now);
-                    }
+                    Some(at) if now < at => None,
+                    Some(at) if now < at + interval => Some(at + interval),
+                    _ => Some(now),
+                };
+                if let Some(when) = when {
+                    stream.resync_at = Some(when);
+                    self.resync_at(guild_id, when);
                 }
             }
         }
@@ -241,20 +276,119 @@ impl Partition {
         }
     }
 
-    /// At `when`, has every session here that wants the guild subscribe
-    /// again (each gets a fresh GUILD_CREATE through the stream).
-    fn resync_at(&self, guild_id: i64, when: Instant) {
-        let (hub, guilds, counters) =
-            (self.hub.clone(), self.guilds.clone(), self.counters.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep_until(when).await;
-            // Whatever re-subscribed meanwhile is dropped too: everyone
-            // starts again from one GUILD_CREATE.
-            let slots = hub.resync(guild_id);
-            counters.resyncs_total.fetch_add(1, Ordering::Relaxed);
-            for slot in slots {
-                let _ = guilds.subscribe(guild_id, &slot).await;
+    /// Schedules the guild's resync for `when` (replacing one scheduled
+    /// earlier: one per guild).
+    fn resync_at(&mut self, guild_id: i64, when: Instant) {
+        if let Some(previous) = self.due_at.insert(guild_id, when) {
+            self.due.remove(&(previous, guild_id));
+        }
+        self.due.insert((when, guild_id));
+    }
+
+    /// Starts the resyncs due at `now`, each in a task holding a permit; one
+    /// that finds no permit moves to the next interval.
+    fn run_due(&mut self, now: Instant) {
+        while let Some(&(at, guild_id)) = self.due.first() {
+            if at > now {
+                break;
             }
-        });
+            self.due.remove(&(at, guild_id));
+            self.due_at.remove(&guild_id);
+            let Ok(permit) = self.resync_tasks.clone().try_acquire_owned() else {
+                self.counters
+                    .resyncs_deferred_total
+                    .fetch_add(1, Ordering::Relaxed);
+                let later = now + self.resync_interval;
+                if let Some(stream) = self.streams.get_mut(&guild_id) {
+                    stream.resync_at = Some(later);
+                }
+                self.resync_at(guild_id, later);
+                continue;
+            };
+            let running = self
+                .resync_tasks_max
+                .saturating_sub(self.resync_tasks.available_permits());
+            self.counters.resync_tasks.store(running, Ordering::Relaxed);
+            self.counters
+                .resync_tasks_peak
+                .fetch_max(running, Ordering::Relaxed);
+            let (hub, guilds, counters) =
+                (self.hub.clone(), self.guilds.clone(), self.counters.clone());
+            tokio::spawn(async move {
+                // Whatever re-subscribed meanwhile is dropped too: everyone
+                // starts again from one GUILD_CREATE.
+                let slots = hub.resync(guild_id);
+                counters.resyncs_total.fetch_add(1, Ordering::Relaxed);
+                for slot in slots {
+                    let _ = guilds.subscribe(guild_id, &slot).await;
+                }
+                counters.resync_tasks.fetch_sub(1, Ordering::Relaxed);
+                drop(permit);
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    async fn partition(permits: usize) -> Partition {
+        let limits = guildhall_limits::Limits::default();
+        let store = guildhall_store::Store::open_in_memory().await.unwrap();
+        let shared = Arc::new(crate::state::Shared::new(
+            store,
+            limits.clone(),
+            String::new(),
+            1,
+        ));
+        let hub = Arc::new(Hub::new(&limits));
+        let bus: Arc<dyn Bus> = Arc::new(guildhall_cluster::LocalBus::new(1 << 20));
+        let cluster = Arc::new(crate::cluster::ClusterState::default());
+        let guilds = Arc::new(GuildDirectory::new(
+            shared,
+            hub.clone(),
+            bus,
+            cluster,
+            "n".into(),
+        ));
+        Partition {
+            hub,
+            guilds,
+            counters: Arc::new(EventCounters::default()),
+            streams: HashMap::new(),
+            streams_max: 16,
+            resync_interval: Duration::from_millis(500),
+            due: BTreeSet::new(),
+            due_at: HashMap::new(),
+            resync_tasks: Arc::new(Semaphore::new(permits)),
+            resync_tasks_max: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_resync_without_a_permit_moves_to_the_next_interval() {
+        let mut partition = partition(0).await;
+        let t0 = Instant::now();
+        partition.resync_at(7, t0);
+        partition.resync_at(7, t0); // one per guild
+        assert_eq!(partition.due.len(), 1);
+        partition.run_due(t0);
+        let counters = partition.counters.clone();
+        assert_eq!(counters.resyncs_deferred_total.load(Ordering::Relaxed), 1);
+        let later = t0 + partition.resync_interval;
+        assert_eq!(partition.due.first(), Some(&(later, 7)));
+        partition.run_due(t0);
+        assert_eq!(partition.due.len(), 1, "not due before the next interval");
+
+        partition.resync_tasks.add_permits(1);
+        partition.run_due(later);
+        assert!(partition.due.is_empty());
+        assert_eq!(counters.resync_tasks_peak.load(Ordering::Relaxed), 1);
+        while counters.resyncs_total.load(Ordering::Relaxed) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(counters.resyncs_deferred_total.load(Ordering::Relaxed), 1);
     }
 }

@@ -255,13 +255,10 @@ impl Gateway {
         slot.dispatch(&event, &self.hub.counters);
         self.counters.ready_total.fetch_add(1, Ordering::Relaxed);
         self.presence(&slot, Some("online"));
-        for guild_id in guild_ids {
-            // The owner queues GUILD_CREATE, then subscribes: no event of the
-            // guild can overtake its GUILD_CREATE.
-            if let Err(error) = self.guilds.subscribe(guild_id, &slot).await {
-                crate::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
-            }
-        }
+        // Each guild's owner queues its GUILD_CREATE, then subscribes: no
+        // event of the guild can overtake it. One that does not arrive is
+        // asked for again off this path (the session is never held up).
+        self.guilds.subscribe_ready(&slot, guild_ids).await;
         Ok(slot)
     }
 

@@ -16,6 +16,8 @@ use crate::cluster::ClusterState;
 use crate::hub::{Hub, Slot};
 use crate::state::{Shared, sf};
 use guildhall_cluster::Bus;
+use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
+use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_proto::bus::{
     NodeEvent, NodeEventBody, StreamBody, StreamEvent, gateway_events_subject, partition_of,
 };
@@ -27,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -874,7 +876,7 @@ impl GuildOwner {
         let members: Vec<Member> = self
             .members
             .values()
-            .take(guildhall_limits::MEMBERS_PER_PAGE_MAX)
+            .take(self.shared.limits.members_per_page_max)
             .map(|m| wire_member(m, true))
             .collect();
         model::Guild {
@@ -1343,6 +1345,47 @@ fn answer(bus: &dyn Bus, reply: &str, result: Result<GuildAnswer, GuildError>) {
     }
 }
 
+/// Counters of the directory's loads, read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct LoadCounters {
+    /// Loads started.
+    pub started_total: AtomicU64,
+    /// Loads running now.
+    pub in_flight: AtomicUsize,
+    /// Most loads that ran at once.
+    pub in_flight_peak: AtomicUsize,
+    /// Requests waiting now behind their guild's load.
+    pub waiters: AtomicUsize,
+    /// Requests refused at `guild_requests_in_flight_max` loads or
+    /// `guild_load_waiters_max` waiters.
+    pub refused_total: AtomicU64,
+}
+
+/// Counters of READY subscriptions retried, read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct SubscribeCounters {
+    /// Subscriptions asked for again (GUILD_CREATE had not arrived).
+    pub retries_total: AtomicU64,
+    /// Retries the retry budget refused.
+    pub retries_refused_total: AtomicU64,
+    /// Subscriptions still without GUILD_CREATE after
+    /// `guild_subscribe_attempts_max` attempts.
+    pub gave_up_total: AtomicU64,
+    /// Sessions not watched for retries at `guild_subscribe_retry_tasks_max`.
+    pub tasks_refused_total: AtomicU64,
+}
+
+/// Guilds being loaded: one load per guild (single-flight), the requests
+/// that arrived meanwhile numbered in arrival order.
+struct Loads {
+    /// Guild → the arrival numbers of its waiting requests, in order.
+    flights: SingleFlight<i64, u64>,
+    /// The waiting requests by arrival number (bounded by the flights'
+    /// bounds: loads × waiters per load).
+    queued: HashMap<u64, Envelope>,
+    next_arrival: u64,
+}
+
 /// Finds guild owners, starting them on first use.
 pub struct GuildDirectory {
     shared: Arc<Shared>,
@@ -1352,12 +1395,22 @@ pub struct GuildDirectory {
     node_name: String,
     /// Fanout counters of this node's owners.
     pub counters: Arc<FanoutCounters>,
+    /// Load counters.
+    pub loads: LoadCounters,
+    /// READY subscription retry counters.
+    pub subscribes: SubscribeCounters,
+    // Retries of READY subscriptions may add only a share of first attempts
+    // (a guild node that is down must not be hit by every session again).
+    subscribe_budget: std::sync::Mutex<RetryBudget>,
+    // Sessions being watched for retries (`guild_subscribe_retry_tasks_max`).
+    subscribe_tasks: Arc<tokio::sync::Semaphore>,
     // Loaded owners, read without awaiting: requests to a loaded guild never
     // wait behind the load of another one.
     owners: std::sync::RwLock<HashMap<i64, mpsc::Sender<Envelope>>>,
-    // Serialises loads (they await the store), so concurrent first requests
-    // for one guild cannot start two owners.
-    loading: tokio::sync::Mutex<()>,
+    // Loads in flight and the requests waiting behind each. Held only for
+    // non-waiting steps (a lookup, a queue push, handing the queue to a
+    // loaded owner), never across an await; distinct guilds load at once.
+    loading: std::sync::Mutex<Loads>,
 }
 
 impl GuildDirectory {
@@ -1370,14 +1423,32 @@ impl GuildDirectory {
         node_name: String,
     ) -> Self {
         Self {
-            shared,
             hub,
             bus,
             cluster,
             node_name,
             counters: Arc::new(FanoutCounters::default()),
+            loads: LoadCounters::default(),
+            subscribes: SubscribeCounters::default(),
+            subscribe_budget: std::sync::Mutex::new(RetryBudget::new(
+                shared.limits.retry_budget_ratio_permille,
+                shared.limits.retry_budget_floor_per_s,
+                shared.limits.retry_budget_window_ms,
+                guildhall_limits::RETRY_BUDGET_BUCKETS,
+            )),
+            subscribe_tasks: Arc::new(tokio::sync::Semaphore::new(
+                shared.limits.guild_subscribe_retry_tasks_max,
+            )),
             owners: std::sync::RwLock::new(HashMap::new()),
-            loading: tokio::sync::Mutex::new(()),
+            loading: std::sync::Mutex::new(Loads {
+                flights: SingleFlight::new(
+                    shared.limits.guild_requests_in_flight_max,
+                    shared.limits.guild_load_waiters_max,
+                ),
+                queued: HashMap::new(),
+                next_arrival: 0,
+            }),
+            shared,
         }
     }
 
@@ -1410,16 +1481,9 @@ impl GuildDirectory {
         owners.get(&guild_id).filter(|s| !s.is_closed()).cloned()
     }
 
-    /// The mailbox of the owner of `guild_id`.
-    async fn owner(&self, guild_id: i64) -> Result<mpsc::Sender<Envelope>, GuildError> {
-        if let Some(sender) = self.loaded(guild_id) {
-            return Ok(sender);
-        }
-        let _loading = self.loading.lock().await;
-        // Another request may have loaded it while this one waited.
-        if let Some(sender) = self.loaded(guild_id) {
-            return Ok(sender);
-        }
+    /// Loads `guild_id` and starts its owner; the caller makes it
+    /// reachable (see [`GuildDirectory::loaded_or_queue`]).
+    async fn load(&self, guild_id: i64) -> Result<mpsc::Sender<Envelope>, GuildError> {
         {
             let mut owners = self
                 .owners
@@ -1477,11 +1541,97 @@ impl GuildDirectory {
         };
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
         tokio::spawn(owner.run(mailbox));
-        self.owners
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(guild_id, sender.clone());
         Ok(sender)
+    }
+
+    fn lock_loads(&self) -> std::sync::MutexGuard<'_, Loads> {
+        self.loading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hands `envelope` to the owner of its guild if it is loaded, else
+    /// queues it behind the guild's load; returns it when this request must
+    /// start that load.
+    fn loaded_or_queue(&self, guild_id: i64, envelope: Envelope) -> Option<Envelope> {
+        if let Some(owner) = self.loaded(guild_id) {
+            self.deliver(&owner, envelope);
+            return None;
+        }
+        let mut loads = self.lock_loads();
+        // A load that finished since the look above has handed its queue
+        // over already: this request goes after it.
+        if let Some(owner) = self.loaded(guild_id) {
+            drop(loads);
+            self.deliver(&owner, envelope);
+            return None;
+        }
+        let arrival = loads.next_arrival;
+        loads.next_arrival += 1;
+        match loads.flights.join(guild_id, arrival) {
+            Join::Lead => {
+                let in_flight = loads.flights.len();
+                drop(loads);
+                self.loads.started_total.fetch_add(1, Ordering::Relaxed);
+                self.loads.in_flight.store(in_flight, Ordering::Relaxed);
+                self.loads
+                    .in_flight_peak
+                    .fetch_max(in_flight, Ordering::Relaxed);
+                Some(envelope)
+            }
+            Join::Follow => {
+                loads.queued.insert(arrival, envelope);
+                self.loads
+                    .waiters
+                    .store(loads.queued.len(), Ordering::Relaxed);
+                None
+            }
+            Join::Rejected(_) => {
+                drop(loads);
+                self.loads.refused_total.fetch_add(1, Ordering::Relaxed);
+                self.refuse(envelope, GuildError::Overloaded);
+                None
+            }
+        }
+    }
+
+    /// The load of `guild_id` ended: the request that started it, then
+    /// those that waited, in arrival order, go to the new owner (or are
+    /// refused with the load's error). The owner becomes reachable only
+    /// after its queue is handed over, so nothing overtakes a waiter.
+    fn loaded_now(
+        &self,
+        guild_id: i64,
+        first: Envelope,
+        result: Result<mpsc::Sender<Envelope>, GuildError>,
+    ) {
+        let mut loads = self.lock_loads();
+        let waiting = loads.flights.complete(&guild_id);
+        let envelopes: Vec<Envelope> = std::iter::once(first)
+            .chain(waiting.iter().filter_map(|a| loads.queued.remove(a)))
+            .collect();
+        self.loads
+            .in_flight
+            .store(loads.flights.len(), Ordering::Relaxed);
+        self.loads
+            .waiters
+            .store(loads.queued.len(), Ordering::Relaxed);
+        match result {
+            Ok(owner) => {
+                for envelope in envelopes {
+                    self.deliver(&owner, envelope);
+                }
+                self.owners
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(guild_id, owner);
+            }
+            Err(error) => {
+                for envelope in envelopes {
+                    self.refuse(envelope, error);
+                }
+            }
+        }
     }
 
     /// Has this node's `slot` follow `guild_id`: recorded here first (so a
@@ -1499,6 +1649,92 @@ impl GuildDirectory {
             },
         )
         .await
+    }
+
+    fn lock_budget(&self) -> std::sync::MutexGuard<'_, RetryBudget> {
+        self.subscribe_budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Subscribes `slot` to the guilds its READY listed as unavailable.
+    /// Discord's model: each becomes available with its GUILD_CREATE. A
+    /// subscription is a cast, so a lost or refused one (owner's node busy
+    /// or unreachable, load failed) shows only as a GUILD_CREATE that never
+    /// comes; a task watches for that and asks again, with full-jitter
+    /// backoff, at most `guild_subscribe_attempts_max` attempts in all and
+    /// within the node's retry budget. Returns without waiting for any of it.
+    pub async fn subscribe_ready(self: &Arc<Self>, slot: &Arc<Slot>, guild_ids: Vec<i64>) {
+        {
+            let mut budget = self.lock_budget();
+            let now = crate::state::now_ms();
+            for _ in &guild_ids {
+                budget.on_first_attempt(now);
+            }
+        }
+        for guild_id in &guild_ids {
+            if let Err(error) = self.subscribe(*guild_id, slot).await {
+                crate::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
+            }
+        }
+        if guild_ids.is_empty() || self.shared.limits.guild_subscribe_attempts_max <= 1 {
+            return;
+        }
+        let Ok(permit) = self.subscribe_tasks.clone().try_acquire_owned() else {
+            self.subscribes
+                .tasks_refused_total
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let (directory, slot) = (self.clone(), slot.clone());
+        tokio::spawn(async move {
+            directory.retry_subscriptions(&slot, guild_ids).await;
+            drop(permit);
+        });
+    }
+
+    /// Waits for the GUILD_CREATEs of `pending`, asking again for those
+    /// that do not come. Each wait is `guild_reply_timeout_ms` (how long any
+    /// guild request may take) plus a full-jitter backoff, so sessions that
+    /// failed together do not retry together.
+    async fn retry_subscriptions(&self, slot: &Arc<Slot>, mut pending: Vec<i64>) {
+        let limits = &self.shared.limits;
+        let mut attempts = 1;
+        loop {
+            let jitter_ms = backoff_full_jitter_ms(
+                attempts - 1,
+                limits.backoff_base_ms,
+                limits.backoff_cap_ms,
+                crate::auth::random_unit(),
+            );
+            tokio::time::sleep(Duration::from_millis(
+                limits.guild_reply_timeout_ms.saturating_add(jitter_ms),
+            ))
+            .await;
+            pending.retain(|guild_id| self.hub.awaiting(*guild_id, &slot.id));
+            if pending.is_empty() || self.hub.get(&slot.id).is_none() {
+                return;
+            }
+            if attempts >= limits.guild_subscribe_attempts_max {
+                self.subscribes
+                    .gave_up_total
+                    .fetch_add(pending.len() as u64, Ordering::Relaxed);
+                return;
+            }
+            attempts += 1;
+            for guild_id in &pending {
+                if !self.lock_budget().try_retry(crate::state::now_ms()) {
+                    self.subscribes
+                        .retries_refused_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                self.subscribes
+                    .retries_total
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = self.subscribe(*guild_id, slot).await;
+            }
+        }
     }
 
     /// Tells the owner of `guild_id` that a session of this node is gone.
@@ -1572,9 +1808,11 @@ impl GuildDirectory {
     }
 
     /// Serves this node's guilds role: requests from the bus go to the
-    /// owners' mailboxes. A loaded owner is reached without awaiting; a
-    /// load runs in a task of its own, at most `guild_requests_in_flight_max`
-    /// at once (beyond that: `Overloaded` at once).
+    /// owners' mailboxes in the order they arrive. A loaded owner is reached
+    /// without awaiting. A guild that is not loaded is loaded once, in a
+    /// task of its own (at most `guild_requests_in_flight_max` guilds load at
+    /// once); its requests wait behind the load in arrival order (at most
+    /// `guild_load_waiters_max`). Beyond either bound: `Overloaded` at once.
     pub fn serve(
         self: &Arc<Self>,
     ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
@@ -1584,9 +1822,6 @@ impl GuildDirectory {
             self.shared.limits.bus_subscription_messages_max,
         )?;
         let directory = self.clone();
-        let loads = Arc::new(tokio::sync::Semaphore::new(
-            self.shared.limits.guild_requests_in_flight_max,
-        ));
         Ok(tokio::spawn(async move {
             while let Some(message) = requests.next().await {
                 let request: GuildRequest =
@@ -1609,21 +1844,16 @@ impl GuildDirectory {
                     call: request.call,
                     reply: message.reply,
                 };
-                if let Some(owner) = directory.loaded(request.guild_id) {
-                    directory.deliver(&owner, envelope);
-                    continue;
-                }
-                let Ok(permit) = loads.clone().try_acquire_owned() else {
-                    directory.refuse(envelope, GuildError::Overloaded);
+                let guild_id = request.guild_id;
+                let Some(first) = directory.loaded_or_queue(guild_id, envelope) else {
                     continue;
                 };
+                // Bounded: one task per guild in flight, at most
+                // `guild_requests_in_flight_max` of them.
                 let directory = directory.clone();
                 tokio::spawn(async move {
-                    match directory.owner(request.guild_id).await {
-                        Ok(owner) => directory.deliver(&owner, envelope),
-                        Err(error) => directory.refuse(envelope, error),
-                    }
-                    drop(permit);
+                    let result = directory.load(guild_id).await;
+                    directory.loaded_now(guild_id, first, result);
                 });
             }
         }))

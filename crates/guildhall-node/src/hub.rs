@@ -354,6 +354,17 @@ impl Hub {
             .unwrap_or_default()
     }
 
+    /// Whether the session asked to follow `guild_id` and its GUILD_CREATE
+    /// has not arrived yet (a subscription to retry).
+    pub fn awaiting(&self, guild_id: i64, session_id: &str) -> bool {
+        read(&self.wanted)
+            .get(&guild_id)
+            .is_some_and(|s| s.contains_key(session_id))
+            && !read(&self.by_guild)
+                .get(&guild_id)
+                .is_some_and(|s| s.contains_key(session_id))
+    }
+
     /// Whether any session here follows or wants `guild_id`.
     pub fn follows(&self, guild_id: i64) -> bool {
         read(&self.wanted).contains_key(&guild_id)

@@ -373,6 +373,16 @@ async fn metrics(
             &node.guilds.counters.mailbox_refusals_total,
         ),
         (
+            "guildhall_guild_loads_total",
+            "Guild loads started (one per guild however many requests wait).",
+            &node.guilds.loads.started_total,
+        ),
+        (
+            "guildhall_guild_load_refused_total",
+            "Guild requests refused at the load or waiter bound.",
+            &node.guilds.loads.refused_total,
+        ),
+        (
             "guildhall_stream_events_applied_total",
             "Guild stream events applied by this gateway node.",
             &node.events.applied_total,
@@ -401,6 +411,41 @@ async fn metrics(
             "guildhall_bus_malformed_envelopes_total",
             "Bus envelopes that did not decode.",
             &node.events.malformed_total,
+        ),
+        (
+            "guildhall_stream_resyncs_deferred_total",
+            "Resyncs moved to the next interval at event_resync_tasks_max.",
+            &node.events.resyncs_deferred_total,
+        ),
+        (
+            "guildhall_joined_subscriptions_total",
+            "Sessions subscribed to a guild their user joined.",
+            &node.events.joined_subscriptions_total,
+        ),
+        (
+            "guildhall_guild_subscribe_retries_total",
+            "READY subscriptions asked for again (no GUILD_CREATE yet).",
+            &node.guilds.subscribes.retries_total,
+        ),
+        (
+            "guildhall_guild_subscribe_retries_refused_total",
+            "READY subscription retries refused by the retry budget.",
+            &node.guilds.subscribes.retries_refused_total,
+        ),
+        (
+            "guildhall_guild_subscribe_gave_up_total",
+            "READY subscriptions without GUILD_CREATE after every attempt.",
+            &node.guilds.subscribes.gave_up_total,
+        ),
+        (
+            "guildhall_guild_subscribe_tasks_refused_total",
+            "Sessions not watched for retries at guild_subscribe_retry_tasks_max.",
+            &node.guilds.subscribes.tasks_refused_total,
+        ),
+        (
+            "guildhall_log_lines_suppressed_total",
+            "Log lines held back by the log throttle (process-wide).",
+            &log::SUPPRESSED_TOTAL,
         ),
     ] {
         let _ = writeln!(
@@ -445,6 +490,36 @@ async fn metrics(
             "gauge",
             "Guild owners running on this node.",
             node.guilds.owners_loaded() as u64,
+        ),
+        (
+            "guildhall_guild_loads_in_flight",
+            "gauge",
+            "Guild loads running now.",
+            node.guilds.loads.in_flight.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_guild_loads_in_flight_peak",
+            "gauge",
+            "Most guild loads that ran at once since the node started.",
+            node.guilds.loads.in_flight_peak.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_guild_load_waiters",
+            "gauge",
+            "Guild requests waiting behind their guild's load.",
+            node.guilds.loads.waiters.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_stream_resync_tasks",
+            "gauge",
+            "Stream resync tasks running now.",
+            node.events.resync_tasks.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "guildhall_stream_resync_tasks_peak",
+            "gauge",
+            "Most stream resync tasks that ran at once since the node started.",
+            node.events.resync_tasks_peak.load(Ordering::Relaxed) as u64,
         ),
         (
             "guildhall_membership_frozen",
@@ -552,6 +627,7 @@ pub async fn run(
                 .join("; "),
         )
     })?;
+    log::configure(&config.limits);
     std::fs::create_dir_all(&config.data_dir).map_err(|source| NodeError::DataDir {
         path: config.data_dir.clone(),
         source,

@@ -4,9 +4,17 @@
 //! the router needed. Every such line goes through [`throttled!`]: at most
 //! one line per key per interval (the control crate's `LogThrottle`), with
 //! the number of lines it stood in for. Counters carry the totals.
+//!
+//! The throttle is process-wide (a log is): [`configure`] sets it from a
+//! node's `Limits` when the node starts; lines written before that use the
+//! defaults.
 
 use guildhall_control::log_throttle::{LogThrottle, Verdict};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+
+/// Lines the throttle held back, all keys together (for `/metrics`).
+pub static SUPPRESSED_TOTAL: AtomicU64 = AtomicU64::new(0);
 
 fn throttle() -> &'static Mutex<LogThrottle<&'static str>> {
     static THROTTLE: OnceLock<Mutex<LogThrottle<&'static str>>> = OnceLock::new();
@@ -18,6 +26,17 @@ fn throttle() -> &'static Mutex<LogThrottle<&'static str>> {
     })
 }
 
+/// Applies `log_throttle_interval_ms` and `log_throttle_keys_max` (a fresh
+/// throttle: what the old one had suppressed is already counted).
+pub fn configure(limits: &guildhall_limits::Limits) {
+    *throttle()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = LogThrottle::new(
+        limits.log_throttle_interval_ms,
+        limits.log_throttle_keys_max,
+    );
+}
+
 /// Whether a line of `key` may be written now, and how many were
 /// suppressed since the last one.
 pub fn admit(key: &'static str) -> Option<u64> {
@@ -27,7 +46,10 @@ pub fn admit(key: &'static str) -> Option<u64> {
         .check(key, crate::state::now_ms());
     match verdict {
         Verdict::Emit { suppressed } => Some(suppressed),
-        Verdict::Suppress => None,
+        Verdict::Suppress => {
+            SUPPRESSED_TOTAL.fetch_add(1, Ordering::Relaxed);
+            None
+        }
     }
 }
 
