@@ -383,6 +383,8 @@ impl Gateway {
             heartbeat_timeout_ms: limits.heartbeat_timeout_ms,
             payload_bytes_max: limits.gateway_payload_bytes_max,
             inbound_per_minute_max: limits.gateway_inbound_per_minute_max,
+            identify_timeout_ms: limits.gateway_identify_timeout_ms,
+            shards_max: limits.gateway_shards_max,
         };
         let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(limits.session_queue_messages_max);
         let (control_tx, mut control_rx) = mpsc::channel::<Control>(CONTROL_CHANNEL_CAPACITY);
@@ -394,9 +396,12 @@ impl Gateway {
         let mut scratch = Vec::new();
         let mut user: Option<UserRow> = None;
         let mut identify_started: Option<std::time::Instant> = None;
-        let mut tick = tokio::time::interval(Duration::from_millis(
-            (limits.heartbeat_interval_ms / 4).max(250),
-        ));
+        // A quarter of the shorter deadline, so either is noticed within a
+        // quarter of its length.
+        let deadline_ms = limits
+            .heartbeat_interval_ms
+            .min(limits.gateway_identify_timeout_ms);
+        let mut tick = tokio::time::interval(Duration::from_millis((deadline_ms / 4).max(250)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         'socket: loop {
             while let Some(command) = pending.pop_front() {
@@ -418,7 +423,7 @@ impl Gateway {
                             user = Some(row);
                             identity
                         });
-                        session.identified(result, &mut scratch);
+                        session.identified(now_ms(), result, &mut scratch);
                         pending.extend(scratch.drain(..));
                     }
                     Command::SendReady {
@@ -478,7 +483,7 @@ impl Gateway {
                             }
                             _ => Err(ResumeFailure::Invalid),
                         };
-                        session.resumed(result, &mut scratch);
+                        session.resumed(now_ms(), result, &mut scratch);
                         pending.extend(scratch.drain(..));
                     }
                     Command::RequestGuildMembers(request) => {
