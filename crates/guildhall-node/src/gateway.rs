@@ -88,6 +88,9 @@ pub struct GatewayCounters {
     pub write_stalls_total: AtomicU64,
     /// Op 8 requests answered with RATE_LIMITED.
     pub member_requests_refused_total: AtomicU64,
+    /// Sockets closed with 1002, 1007 or 1009 for a frame the WebSocket
+    /// layer refused.
+    pub protocol_error_closes_total: AtomicU64,
     /// READY sent.
     pub ready_total: AtomicU64,
     /// RESUMED sent.
@@ -235,6 +238,24 @@ impl Drop for Unattached {
 struct Finish {
     last: Option<&'static str>,
     close: CloseFrame,
+}
+
+/// The WebSocket close (RFC 6455 section 7.4.1) for a frame the WebSocket
+/// layer refused, or `None` when the peer is simply gone. Discord's 4000
+/// range is for payloads; these are about the frames carrying them.
+fn protocol_close(error: axum::Error) -> Option<CloseFrame> {
+    use tungstenite::error::{Error, ProtocolError};
+    let (code, reason) = match *error.into_inner().downcast::<Error>().ok()? {
+        Error::Utf8(_) => (1007, "Invalid UTF-8 in a text frame."),
+        Error::Capacity(_) => (1009, "Message too big."),
+        Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => return None,
+        Error::Protocol(_) => (1002, "Protocol error."),
+        _ => return None,
+    };
+    Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    })
 }
 
 /// Why a socket's writer stopped.
@@ -728,7 +749,13 @@ impl Gateway {
                         pending.extend(scratch.drain(..));
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => break 'socket None,
+                    Some(Ok(Message::Close(_))) | None => break 'socket None,
+                    // The frame is refused, but the socket still writes:
+                    // say why before dropping it.
+                    Some(Err(error)) => break 'socket protocol_close(error).map(|close| {
+                        self.counters.protocol_error_closes_total.fetch_add(1, Ordering::Relaxed);
+                        Finish { last: None, close }
+                    }),
                 },
                 _ = tick.tick() => {
                     session.on_tick(now_ms(), &mut scratch);

@@ -204,6 +204,12 @@ async fn metrics(
         gw.write_stalls_total.load(Ordering::Relaxed),
     );
     line(
+        "guildhall_protocol_error_closes_total",
+        "counter",
+        "Sockets closed with 1002, 1007 or 1009 for a frame the WebSocket layer refused.",
+        gw.protocol_error_closes_total.load(Ordering::Relaxed),
+    );
+    line(
         "guildhall_member_requests_refused_total",
         "counter",
         "Op 8 requests answered with RATE_LIMITED (one already running).",

@@ -325,3 +325,45 @@ async fn op8_larger_than_the_queue_delivers_every_chunk_and_keeps_the_session() 
     assert_eq!(node.metric("guildhall_slow_consumer_closes_total").await, 0);
     node.stop().await;
 }
+
+/// A masked client frame: `first` is FIN, RSV and opcode.
+fn masked_frame(first: u8, payload: &[u8]) -> Vec<u8> {
+    let mask = [0x12, 0x34, 0x56, 0x78];
+    let mut frame = vec![first, 0x80 | u8::try_from(payload.len()).unwrap()];
+    frame.extend(mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    frame
+}
+
+/// Frames the WebSocket layer refuses get a close frame with RFC 6455's
+/// code before the socket goes: 1007 for invalid UTF-8 in a text frame,
+/// 1002 for a reserved bit or an undefined opcode.
+#[tokio::test]
+async fn websocket_protocol_errors_get_a_close_frame_with_the_right_code() {
+    use tokio::io::AsyncWriteExt;
+    let node = TestNode::start().await;
+    let cases = [
+        (
+            "invalid UTF-8",
+            masked_frame(0x81, &[0xff, 0xfe, 0xfd]),
+            1007,
+        ),
+        ("reserved bit", masked_frame(0xc1, b"{}"), 1002),
+        ("undefined data opcode", masked_frame(0x83, b""), 1002),
+        ("undefined control opcode", masked_frame(0x8b, b""), 1002),
+    ];
+    for (name, frame, code) in &cases {
+        let mut client = Client::connect(&node.ws).await;
+        assert_eq!(client.next().await.unwrap()["op"], 10);
+        match client.ws.get_mut() {
+            tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp.write_all(frame).await.unwrap(),
+            _ => unreachable!("plain TCP"),
+        }
+        assert_eq!(client.close_code().await, Some(*code), "{name}");
+    }
+    assert_eq!(
+        node.metric("guildhall_protocol_error_closes_total").await,
+        cases.len() as u64
+    );
+    node.stop().await;
+}
