@@ -68,8 +68,8 @@ pub const WRITE_BATCH_FRAMES_MAX: usize = 64;
 
 /// `retry_after` of the RATE_LIMITED answer to an op 8 over
 /// `session_member_requests_max`: a hint, not a bound (the running request
-/// may finish sooner or later); one second is what a chunk of a large guild
-/// takes to page at most.
+/// may finish sooner or later). One second keeps a client that retries as
+/// told from spinning without holding its member cache back for long.
 const MEMBER_REQUEST_RETRY_AFTER_S: f64 = 1.0;
 
 /// Counters of the gateway role.

@@ -665,4 +665,58 @@ mod tests {
         assert!(!hub.follows(10) && hub.follows(20));
         assert_eq!(hub.resync(20).len(), 1, "the other session is untouched");
     }
+
+    #[test]
+    fn a_socket_that_lost_its_session_to_a_resume_does_not_detach_it() {
+        let hub = Hub::new(&guildhall_limits::Limits::default());
+        let (old, _old_inlet) = socket_queue(4, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, old.clone(), control);
+        let (new, mut new_inlet) = socket_queue(4, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        assert!(slot.resume(Some(0), new.clone(), control).is_ok());
+        slot.detach(1_000, &old);
+        assert!(slot.detached_since().is_none(), "the new socket keeps it");
+        slot.dispatch(&EncodedDispatch::from_json("X", "{}"), &hub.counters);
+        assert!(new_inlet.try_recv().is_some());
+        slot.detach(2_000, &new);
+        assert_eq!(slot.detached_since(), Some(2_000));
+    }
+
+    #[tokio::test]
+    async fn paced_dispatches_wait_for_room_instead_of_overflowing() {
+        let hub = Hub::new(&guildhall_limits::Limits::default());
+        let (out, mut inlet) = socket_queue(4, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, out, control);
+        let event = EncodedDispatch::from_json("X", "{}");
+        // Half of four: two paced frames fit, the third waits.
+        for _ in 0..2 {
+            assert!(slot.dispatch_paced(&event, &hub.counters).await);
+        }
+        let third = {
+            let slot = slot.clone();
+            tokio::spawn(async move {
+                let counters = HubCounters::default();
+                slot.dispatch_paced(&EncodedDispatch::from_json("X", "{}"), &counters)
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(!third.is_finished(), "waits for room");
+        let written: usize = [inlet.try_recv(), inlet.try_recv()]
+            .into_iter()
+            .flatten()
+            .map(|o| o.len_bytes())
+            .sum();
+        inlet.written(written);
+        assert!(third.await.unwrap(), "queued once the writer made room");
+        assert_eq!(
+            hub.counters
+                .slow_consumer_closes_total
+                .load(Ordering::Relaxed),
+            0
+        );
+        assert_eq!(slot.last_seq(), 3);
+    }
 }

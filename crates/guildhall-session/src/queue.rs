@@ -1,6 +1,7 @@
 //! What waits in a session's outbound queue.
 //!
-//! The queue itself is the socket task's bounded channel; the slow-consumer
+//! The queue itself is the socket's bounded queue (in messages and bytes),
+//! drained by the socket's writer; the slow-consumer
 //! policy (full in messages or bytes → close with a reconnectable code, the
 //! client resumes from the bounded replay buffer; seed 001) is applied where
 //! frames are queued, in the node's hub.
