@@ -370,6 +370,39 @@ pub const GUILD_SUBSCRIBE_ATTEMPTS_MAX: u32 = 5;
 /// node's whole session cap. When hit: that session's subscriptions are sent
 /// once and not retried; counted.
 pub const GUILD_SUBSCRIBE_RETRY_TASKS_MAX: usize = SESSIONS_PER_NODE_MAX;
+// Gateway socket task (hardening: stalled writers, unidentified sockets,
+// shards, op 8)
+// ---------------------------------------------------------------------------
+
+/// Longest one write batch (at most the gateway's write batch of frames and
+/// one flush) or the closing frame may wait for the client to take its
+/// bytes. A batch is a few hundred KiB at most, which a live link takes in
+/// well under a second; ten seconds with the TCP window shut means the
+/// client stopped reading (seed 001). When hit: the socket is dropped
+/// without waiting for a close frame to be written, the session detaches
+/// and stays resumable, and its queued frames are freed (counted).
+pub const SESSION_WRITE_STALL_MS_MAX: u64 = 10_000;
+
+/// Longest a socket may stay open without IDENTIFY or RESUME after HELLO
+/// (restarted when an INVALID_SESSION invites a new IDENTIFY). Libraries
+/// identify at once, or after waiting for their identify bucket (5 s per
+/// `max_concurrency` window); 20 s leaves room for a few such waits, while
+/// a socket that only heartbeats holds an admission slot at most this long.
+/// When hit: close 4003 (not authenticated), counted.
+pub const GATEWAY_IDENTIFY_TIMEOUT_MS: u64 = 20_000;
+
+/// Largest `num_shards` an IDENTIFY may claim. The largest bots run tens of
+/// thousands of shards (2,500 guilds each); 65,536 is above any real
+/// deployment and keeps shard arithmetic small. When hit (or when
+/// `shard_id >= num_shards`, or `num_shards` is 0): close 4010 (invalid
+/// shard), counted.
+pub const GATEWAY_SHARDS_MAX: u32 = 65_536;
+
+/// Op 8 requests one session runs at once. Each runs in a task of its own,
+/// paced by the session's queue, so one is enough for any library (they
+/// chunk one guild at a time). When hit: the request is answered with a
+/// RATE_LIMITED dispatch (opcode 8, with its guild and nonce), counted.
+pub const SESSION_MEMBER_REQUESTS_MAX: usize = 1;
 
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
@@ -548,6 +581,14 @@ pub struct Limits {
     pub guild_subscribe_attempts_max: u32,
     /// See [`GUILD_SUBSCRIBE_RETRY_TASKS_MAX`].
     pub guild_subscribe_retry_tasks_max: usize,
+    /// See [`SESSION_WRITE_STALL_MS_MAX`].
+    pub session_write_stall_ms_max: u64,
+    /// See [`GATEWAY_IDENTIFY_TIMEOUT_MS`].
+    pub gateway_identify_timeout_ms: u64,
+    /// See [`GATEWAY_SHARDS_MAX`].
+    pub gateway_shards_max: u32,
+    /// See [`SESSION_MEMBER_REQUESTS_MAX`].
+    pub session_member_requests_max: usize,
 }
 
 impl Default for Limits {
@@ -631,6 +672,10 @@ impl Default for Limits {
             event_resync_tasks_max: EVENT_RESYNC_TASKS_MAX,
             guild_subscribe_attempts_max: GUILD_SUBSCRIBE_ATTEMPTS_MAX,
             guild_subscribe_retry_tasks_max: GUILD_SUBSCRIBE_RETRY_TASKS_MAX,
+            session_write_stall_ms_max: SESSION_WRITE_STALL_MS_MAX,
+            gateway_identify_timeout_ms: GATEWAY_IDENTIFY_TIMEOUT_MS,
+            gateway_shards_max: GATEWAY_SHARDS_MAX,
+            session_member_requests_max: SESSION_MEMBER_REQUESTS_MAX,
         }
     }
 }
@@ -1005,6 +1050,26 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.session_write_stall_ms_max >= 1,
+            "session_write_stall_ms_max",
+            "must be at least 1",
+        );
+        check(
+            self.gateway_identify_timeout_ms >= 1,
+            "gateway_identify_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.gateway_shards_max >= 1,
+            "gateway_shards_max",
+            "must be at least 1",
+        );
+        check(
+            self.session_member_requests_max >= 1,
+            "session_member_requests_max",
+            "must be at least 1 (or op 8 could never be served)",
+        );
+        check(
             self.heartbeat_timeout_ms > self.heartbeat_interval_ms,
             "heartbeat_timeout_ms",
             "must exceed heartbeat_interval_ms (or every session times out)",
@@ -1133,6 +1198,10 @@ mod tests {
             "event_resync_tasks_max",
             "guild_subscribe_attempts_max",
             "guild_subscribe_retry_tasks_max",
+            "session_write_stall_ms_max",
+            "gateway_identify_timeout_ms",
+            "gateway_shards_max",
+            "session_member_requests_max",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -1209,6 +1278,10 @@ mod tests {
             "event_resync_tasks_max" => l.event_resync_tasks_max = 0,
             "guild_subscribe_attempts_max" => l.guild_subscribe_attempts_max = 0,
             "guild_subscribe_retry_tasks_max" => l.guild_subscribe_retry_tasks_max = 0,
+            "session_write_stall_ms_max" => l.session_write_stall_ms_max = 0,
+            "gateway_identify_timeout_ms" => l.gateway_identify_timeout_ms = 0,
+            "gateway_shards_max" => l.gateway_shards_max = 0,
+            "session_member_requests_max" => l.session_member_requests_max = 0,
             other => panic!("unknown field {other}"),
         }
         l

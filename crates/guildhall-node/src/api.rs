@@ -2088,7 +2088,10 @@ pub async fn gateway_or_404(
         return not_found().await;
     };
     let gateway: Arc<Gateway> = node.gateway.clone();
-    if let Err(retry_after_s) = gateway.admission.admit(node.hub.len()).await {
+    // Reserved before admission counts, so an unidentified socket holds its
+    // place (and concurrent upgrades see each other) until it has a session.
+    let unattached = gateway.reserve();
+    if let Err(retry_after_s) = gateway.admission.admit(gateway.sessions_counted()).await {
         gateway
             .counters
             .refused_upgrades_total
@@ -2110,5 +2113,5 @@ pub async fn gateway_or_404(
         .write_buffer_size(4 * 1024)
         .max_message_size(64 * 1024)
         .max_frame_size(64 * 1024)
-        .on_upgrade(move |socket| gateway.run(socket))
+        .on_upgrade(move |socket| gateway.run(socket, unattached))
 }

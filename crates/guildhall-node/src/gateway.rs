@@ -3,17 +3,34 @@
 //! Admission happens before the 101: a node over its session cap, or over
 //! its handshake rate for longer than a short hold, answers 503 with
 //! `Retry-After` (client libraries back off after a refused upgrade but spin
-//! after accept-then-close). An admitted socket gets one task, which drives
-//! the pure [`Session`] state machine and carries out its commands.
+//! after accept-then-close). Every open socket counts against the session
+//! cap until it has a hub session (which then counts instead), so sockets
+//! that never identify cannot fill a node. An admitted socket gets one task,
+//! which drives the pure [`Session`] state machine and carries out its
+//! commands, and a writer task of its own.
 //!
-//! Writes are coalesced: the task feeds every queued frame to the socket and
-//! flushes once per wake-up. Control messages (close, drain) arrive on their
-//! own channel, checked first.
+//! Why a separate writer: a client that stops reading blocks writes for as
+//! long as it likes, and a task blocked on a write sees neither its control
+//! channel (the slow-consumer close) nor the clock (heartbeat timeout) nor
+//! the client. So the socket task never awaits the socket's sink: it queues
+//! frames (the bounded [`Outlet`]; full means slow consumer) and asks the
+//! writer to finish. The writer coalesces (feeds up to
+//! [`WRITE_BATCH_FRAMES_MAX`] queued frames, flushes once) and puts every
+//! batch and the closing frame under `session_write_stall_ms_max`: past it
+//! the socket is dropped without a close frame. The socket task waits for
+//! the writer's close at most that long too, so a session told to close is
+//! gone within the bound whatever the client does.
+//!
+//! Op 8 runs in a task of its own per request (at most
+//! `session_member_requests_max` per session; more are answered with
+//! RATE_LIMITED), paced by the session's queue so its chunks never make the
+//! session a slow consumer, while the writer keeps draining.
 
 use crate::guilds::{GuildCall, GuildDirectory, MemberPage, wire_user};
-use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Slot};
+use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Inlet, Outlet, Slot};
 use crate::state::{Shared, now_ms, sf};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
+use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use guildhall_control::token_bucket::TokenBucket;
 use guildhall_proto::gateway::{self, CloseCode, EncodedDispatch, OneOrMany, RequestGuildMembers};
@@ -29,7 +46,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 /// Application flags that enable the privileged intents (the `_LIMITED`
 /// variants, which Discord gives unverified applications).
@@ -44,9 +62,15 @@ pub mod app_flags {
     pub const DEFAULT: i64 = PRESENCE | GUILD_MEMBERS | MESSAGE_CONTENT;
 }
 
-/// Frames a socket task writes per wake-up before it flushes (bounds the
+/// Frames a socket's writer writes per wake-up before it flushes (bounds the
 /// time one busy session holds its worker).
 pub const WRITE_BATCH_FRAMES_MAX: usize = 64;
+
+/// `retry_after` of the RATE_LIMITED answer to an op 8 over
+/// `session_member_requests_max`: a hint, not a bound (the running request
+/// may finish sooner or later). One second keeps a client that retries as
+/// told from spinning without holding its member cache back for long.
+const MEMBER_REQUEST_RETRY_AFTER_S: f64 = 1.0;
 
 /// Counters of the gateway role.
 #[derive(Debug, Default)]
@@ -57,6 +81,16 @@ pub struct GatewayCounters {
     pub closes_by_code: [AtomicU64; 16],
     /// Sockets currently open.
     pub sockets_open: AtomicUsize,
+    /// Open sockets without a hub session yet (counted by admission).
+    pub sockets_unattached: AtomicUsize,
+    /// Sockets dropped because a write waited past
+    /// `session_write_stall_ms_max`.
+    pub write_stalls_total: AtomicU64,
+    /// Op 8 requests answered with RATE_LIMITED.
+    pub member_requests_refused_total: AtomicU64,
+    /// Sockets closed with 1002, 1007 or 1009 for a frame the WebSocket
+    /// layer refused.
+    pub protocol_error_closes_total: AtomicU64,
     /// READY sent.
     pub ready_total: AtomicU64,
     /// RESUMED sent.
@@ -174,24 +208,119 @@ async fn authenticate(
     Ok((user, identity))
 }
 
-struct Socket {
-    sink: futures_util::stream::SplitSink<WebSocket, Message>,
+/// A socket counted against admission while it has no hub session
+/// (unidentified, identifying or resuming); once attached, its session
+/// counts in the hub instead. Released at most once: on attach, or on drop.
+pub struct Unattached {
+    gateway: Arc<Gateway>,
+    counted: bool,
 }
 
-impl Socket {
-    async fn send(&mut self, text: String) -> bool {
-        self.sink
-            .send(Message::Text(Utf8Bytes::from(text)))
-            .await
-            .is_ok()
+impl Unattached {
+    fn attached(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            self.gateway
+                .counters
+                .sockets_unattached
+                .fetch_sub(1, Ordering::Relaxed);
+        }
     }
+}
 
-    async fn close(&mut self, code: CloseCode) {
-        let frame = CloseFrame {
-            code: code.code(),
-            reason: Utf8Bytes::from_static(code.reason()),
-        };
-        let _ = self.sink.send(Message::Close(Some(frame))).await;
+impl Drop for Unattached {
+    fn drop(&mut self) {
+        self.attached();
+    }
+}
+
+/// How the socket task asks its writer to finish: an optional last frame
+/// (op 7 for a drain), then the close frame.
+struct Finish {
+    last: Option<&'static str>,
+    close: CloseFrame,
+}
+
+/// The WebSocket close (RFC 6455 section 7.4.1) for a frame the WebSocket
+/// layer refused, or `None` when the peer is simply gone. Discord's 4000
+/// range is for payloads; these are about the frames carrying them.
+fn protocol_close(error: axum::Error) -> Option<CloseFrame> {
+    use tungstenite::error::{Error, ProtocolError};
+    let (code, reason) = match *error.into_inner().downcast::<Error>().ok()? {
+        Error::Utf8(_) => (1007, "Invalid UTF-8 in a text frame."),
+        Error::Capacity(_) => (1009, "Message too big."),
+        Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => return None,
+        Error::Protocol(_) => (1002, "Protocol error."),
+        _ => return None,
+    };
+    Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from_static(reason),
+    })
+}
+
+/// Why a socket's writer stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum WriterEnd {
+    /// As asked: the close frame was written, or the socket task is gone.
+    Finished,
+    /// The socket refused a write (the peer went away).
+    Failed,
+    /// A batch or the close frame waited past `session_write_stall_ms_max`.
+    Stalled,
+}
+
+/// A socket's writer: drains the socket's queue in batches until told to
+/// finish, with every batch and the close frame under `stall`.
+async fn write(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut inlet: Inlet,
+    mut finish: oneshot::Receiver<Finish>,
+    stall: Duration,
+) -> WriterEnd {
+    loop {
+        tokio::select! {
+            biased;
+            finish = &mut finish => {
+                let Ok(Finish { last, close }) = finish else {
+                    return WriterEnd::Finished;
+                };
+                let closing = async {
+                    if let Some(text) = last {
+                        sink.feed(Message::Text(Utf8Bytes::from_static(text))).await?;
+                    }
+                    sink.send(Message::Close(Some(close))).await
+                };
+                return match tokio::time::timeout(stall, closing).await {
+                    Ok(Ok(())) => WriterEnd::Finished,
+                    Ok(Err(_)) => WriterEnd::Failed,
+                    Err(_) => WriterEnd::Stalled,
+                };
+            }
+            first = inlet.recv() => {
+                let Some(first) = first else { return WriterEnd::Finished };
+                let batch = async {
+                    let (mut written, mut entries) = (0usize, 0usize);
+                    let mut next = Some(first);
+                    while let Some(outbound) = next.take() {
+                        written += outbound.len_bytes();
+                        entries += 1;
+                        for text in outbound.into_frames() {
+                            sink.feed(Message::Text(Utf8Bytes::from(text))).await?;
+                        }
+                        if entries < WRITE_BATCH_FRAMES_MAX {
+                            next = inlet.try_recv();
+                        }
+                    }
+                    sink.flush().await?;
+                    Ok::<usize, axum::Error>(written)
+                };
+                match tokio::time::timeout(stall, batch).await {
+                    Ok(Ok(written)) => inlet.written(written),
+                    Ok(Err(_)) => return WriterEnd::Failed,
+                    Err(_) => return WriterEnd::Stalled,
+                }
+            }
+        }
     }
 }
 
@@ -201,13 +330,59 @@ impl Gateway {
         self.counters.closes_by_code[index].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts the close and words the request to the writer.
+    fn closing(&self, last: Option<&'static str>, code: CloseCode) -> Finish {
+        self.count_close(code);
+        Finish {
+            last,
+            close: CloseFrame {
+                code: code.code(),
+                reason: Utf8Bytes::from_static(code.reason()),
+            },
+        }
+    }
+
+    /// Counts a new socket against admission until it has a hub session;
+    /// taken before admission runs, so concurrent upgrades see each other.
+    pub fn reserve(self: &Arc<Self>) -> Unattached {
+        self.counters
+            .sockets_unattached
+            .fetch_add(1, Ordering::Relaxed);
+        Unattached {
+            gateway: self.clone(),
+            counted: true,
+        }
+    }
+
+    /// What admission counts against `sessions_per_node_max`: the hub's
+    /// sessions (attached or resumable) and every open socket without one,
+    /// less the upgrade being decided (already reserved).
+    pub fn sessions_counted(&self) -> usize {
+        (self.hub.len() + self.counters.sockets_unattached.load(Ordering::Relaxed))
+            .saturating_sub(1)
+    }
+
+    fn writer_ended(&self, end: WriterEnd) {
+        if end == WriterEnd::Stalled {
+            self.counters
+                .write_stalls_total
+                .fetch_add(1, Ordering::Relaxed);
+            crate::throttled!(
+                warn,
+                "gateway.write_stall",
+                stall_ms = self.shared.limits.session_write_stall_ms_max,
+                "a client stopped reading; its socket was dropped"
+            );
+        }
+    }
+
     async fn ready(
         &self,
         identity: Identity,
         intents: u64,
         shard: Option<[u32; 2]>,
         user: &UserRow,
-        out: &mpsc::Sender<Outbound>,
+        out: &Outlet,
         control: &mpsc::Sender<Control>,
     ) -> Result<Arc<Slot>, CloseCode> {
         let guild_ids = self
@@ -266,7 +441,10 @@ impl Gateway {
     /// fetched from the guild owner one page at a time (never the whole
     /// member list in memory), with `chunk_count` known from the first page.
     /// `limit: 0` with an empty query means every member, as Discord does.
-    async fn request_members(&self, slot: &Arc<Slot>, request: RequestGuildMembers) {
+    ///
+    /// Runs in a task of its own, paced by the session's queue
+    /// ([`Slot::dispatch_paced`]); it ends with its socket.
+    async fn request_members(self: Arc<Self>, slot: Arc<Slot>, request: RequestGuildMembers) {
         let guild_id = request.guild_id.get() as i64;
         let user_ids: Vec<i64> = match request.user_ids {
             None => vec![],
@@ -309,8 +487,10 @@ impl Gateway {
             if let Some(nonce) = &request.nonce {
                 chunk["nonce"] = serde_json::Value::String(nonce.clone());
             }
-            if let Ok(event) = EncodedDispatch::new("GUILD_MEMBERS_CHUNK", &chunk) {
-                slot.dispatch(&event, &self.hub.counters);
+            if let Ok(event) = EncodedDispatch::new("GUILD_MEMBERS_CHUNK", &chunk)
+                && !slot.dispatch_paced(&event, &self.hub.counters).await
+            {
+                return;
             }
             sent += returned.len();
             index += 1;
@@ -318,6 +498,37 @@ impl Gateway {
                 Some(last) if index < count && sent < total => after = *last,
                 _ => break,
             }
+        }
+    }
+
+    /// Op 8: starts [`Gateway::request_members`] unless the session already
+    /// runs `session_member_requests_max` of them; then the request is
+    /// answered with RATE_LIMITED (Discord's answer to an op 8 too many).
+    fn spawn_member_request(
+        self: &Arc<Self>,
+        running: &mut JoinSet<()>,
+        slot: &Arc<Slot>,
+        request: RequestGuildMembers,
+    ) {
+        while running.try_join_next().is_some() {}
+        if running.len() < self.shared.limits.session_member_requests_max {
+            running.spawn(self.clone().request_members(slot.clone(), request));
+            return;
+        }
+        self.counters
+            .member_requests_refused_total
+            .fetch_add(1, Ordering::Relaxed);
+        let mut meta = serde_json::json!({"guild_id": request.guild_id});
+        if let Some(nonce) = request.nonce {
+            meta["nonce"] = serde_json::Value::String(nonce);
+        }
+        let data = serde_json::json!({
+            "opcode": 8,
+            "retry_after": MEMBER_REQUEST_RETRY_AFTER_S,
+            "meta": meta,
+        });
+        if let Ok(event) = EncodedDispatch::new("RATE_LIMITED", &data) {
+            slot.dispatch(&event, &self.hub.counters);
         }
     }
 
@@ -371,8 +582,9 @@ impl Gateway {
         }
     }
 
-    /// Runs one socket until it closes.
-    pub async fn run(self: Arc<Self>, socket: WebSocket) {
+    /// Runs one socket until it closes. `unattached` is the socket's
+    /// admission reservation, released once it has a hub session.
+    pub async fn run(self: Arc<Self>, socket: WebSocket, mut unattached: Unattached) {
         self.counters.sockets_open.fetch_add(1, Ordering::Relaxed);
         let limits = &self.shared.limits;
         let config = SessionConfig {
@@ -380,34 +592,49 @@ impl Gateway {
             heartbeat_timeout_ms: limits.heartbeat_timeout_ms,
             payload_bytes_max: limits.gateway_payload_bytes_max,
             inbound_per_minute_max: limits.gateway_inbound_per_minute_max,
+            identify_timeout_ms: limits.gateway_identify_timeout_ms,
+            shards_max: limits.gateway_shards_max,
         };
-        let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(limits.session_queue_messages_max);
+        let stall = Duration::from_millis(limits.session_write_stall_ms_max);
+        let (outlet, inlet) = crate::hub::socket_queue(
+            limits.session_queue_messages_max,
+            limits.session_queue_bytes_max,
+        );
         let (control_tx, mut control_rx) = mpsc::channel::<Control>(CONTROL_CHANNEL_CAPACITY);
         let (sink, mut stream) = socket.split();
-        let mut socket = Socket { sink };
+        let (finish_tx, finish_rx) = oneshot::channel::<Finish>();
+        let mut writer = tokio::spawn(write(sink, inlet, finish_rx, stall));
+        let mut writer_done = false;
+        // Op 8 tasks of this socket: dropped (aborted) with it.
+        let mut member_requests = JoinSet::new();
         let (mut session, hello) = Session::new(config, now_ms());
         let mut slot: Option<Arc<Slot>> = None;
         let mut pending: VecDeque<Command> = VecDeque::from([hello]);
         let mut scratch = Vec::new();
         let mut user: Option<UserRow> = None;
         let mut identify_started: Option<std::time::Instant> = None;
-        let mut tick = tokio::time::interval(Duration::from_millis(
-            (limits.heartbeat_interval_ms / 4).max(250),
-        ));
+        // A quarter of the shorter deadline, so either is noticed within a
+        // quarter of its length.
+        let deadline_ms = limits
+            .heartbeat_interval_ms
+            .min(limits.gateway_identify_timeout_ms);
+        let mut tick = tokio::time::interval(Duration::from_millis((deadline_ms / 4).max(250)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        'socket: loop {
+        // Nothing below awaits the socket's sink: frames are queued, and a
+        // full queue is a slow consumer like a full dispatch queue.
+        let finish: Option<Finish> = 'socket: loop {
             while let Some(command) = pending.pop_front() {
                 match command {
                     Command::Send(text) => {
-                        if !socket.send(text).await {
-                            break 'socket;
+                        if !outlet.try_push(Outbound::Text(text)) {
+                            self.hub
+                                .counters
+                                .slow_consumer_closes_total
+                                .fetch_add(1, Ordering::Relaxed);
+                            break 'socket Some(self.closing(None, CloseCode::UnknownError));
                         }
                     }
-                    Command::Close(code) => {
-                        self.count_close(code);
-                        socket.close(code).await;
-                        break 'socket;
-                    }
+                    Command::Close(code) => break 'socket Some(self.closing(None, code)),
                     Command::Authenticate(identify) => {
                         identify_started = Some(std::time::Instant::now());
                         let result = authenticate(&self.shared, &self.users, &identify.token).await;
@@ -415,7 +642,7 @@ impl Gateway {
                             user = Some(row);
                             identity
                         });
-                        session.identified(result, &mut scratch);
+                        session.identified(now_ms(), result, &mut scratch);
                         pending.extend(scratch.drain(..));
                     }
                     Command::SendReady {
@@ -425,10 +652,11 @@ impl Gateway {
                     } => {
                         let Some(row) = user.clone() else { continue };
                         match self
-                            .ready(identity, intents, shard, &row, &out_tx, &control_tx)
+                            .ready(identity, intents, shard, &row, &outlet, &control_tx)
                             .await
                         {
                             Ok(s) => {
+                                unattached.attached();
                                 if let Some(started) = identify_started.take() {
                                     let us = started.elapsed().as_micros() as u64;
                                     self.counters.identify_to_ready_seconds.record_us(us);
@@ -446,13 +674,9 @@ impl Gateway {
                             (Ok((_, identity)), Some(s))
                                 if s.user_id == identity.user_id.get() as i64 =>
                             {
-                                match s.resume(resume.seq, out_tx.clone(), control_tx.clone()) {
-                                    Ok(missed) => {
-                                        for (seq, event) in missed {
-                                            if !socket.send(event.frame(seq)).await {
-                                                break 'socket;
-                                            }
-                                        }
+                                match s.resume(resume.seq, outlet.clone(), control_tx.clone()) {
+                                    Ok(()) => {
+                                        unattached.attached();
                                         if let Ok(resumed) =
                                             EncodedDispatch::new("RESUMED", &serde_json::json!({}))
                                         {
@@ -475,12 +699,12 @@ impl Gateway {
                             }
                             _ => Err(ResumeFailure::Invalid),
                         };
-                        session.resumed(result, &mut scratch);
+                        session.resumed(now_ms(), result, &mut scratch);
                         pending.extend(scratch.drain(..));
                     }
                     Command::RequestGuildMembers(request) => {
                         if let Some(s) = &slot {
-                            self.request_members(s, request).await;
+                            self.spawn_member_request(&mut member_requests, s, request);
                         }
                     }
                     Command::PresenceUpdate(presence) => {
@@ -498,12 +722,19 @@ impl Gateway {
             tokio::select! {
                 biased;
                 control = control_rx.recv() => match control {
-                    Some(Control::Close(code)) => pending.push_back(Command::Close(code)),
+                    Some(Control::Close(code)) => break 'socket Some(self.closing(None, code)),
                     Some(Control::Reconnect) => {
-                        pending.push_back(Command::Send(gateway::reconnect_frame().to_owned()));
-                        pending.push_back(Command::Close(CloseCode::UnknownError));
+                        let last = Some(gateway::reconnect_frame());
+                        break 'socket Some(self.closing(last, CloseCode::UnknownError));
                     }
                     None => {}
+                },
+                end = &mut writer => {
+                    writer_done = true;
+                    if let Ok(end) = end {
+                        self.writer_ended(end);
+                    }
+                    break 'socket None;
                 },
                 frame = stream.next() => match frame {
                     Some(Ok(Message::Text(text))) => {
@@ -515,37 +746,43 @@ impl Gateway {
                         pending.extend(scratch.drain(..));
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                    Some(Ok(Message::Close(_)) | Err(_)) | None => break 'socket,
-                },
-                first = out_rx.recv() => {
-                    let Some(first) = first else { continue };
-                    let (mut written, mut frames) = (0usize, 0usize);
-                    let mut frame = Some(first);
-                    while let Some(outbound) = frame.take() {
-                        written += outbound.len_bytes();
-                        frames += 1;
-                        if socket.sink.feed(Message::Text(Utf8Bytes::from(outbound.into_text()))).await.is_err() {
-                            break 'socket;
-                        }
-                        if frames < WRITE_BATCH_FRAMES_MAX {
-                            frame = out_rx.try_recv().ok();
-                        }
-                    }
-                    if let Some(s) = &slot {
-                        let _ = s.queued_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(written)));
-                    }
-                    if socket.sink.flush().await.is_err() {
-                        break 'socket;
-                    }
+                    Some(Ok(Message::Close(_))) | None => break 'socket None,
+                    // The frame is refused, but the socket still writes:
+                    // say why before dropping it.
+                    Some(Err(error)) => break 'socket protocol_close(error).map(|close| {
+                        self.counters.protocol_error_closes_total.fetch_add(1, Ordering::Relaxed);
+                        Finish { last: None, close }
+                    }),
                 },
                 _ = tick.tick() => {
                     session.on_tick(now_ms(), &mut scratch);
                     pending.extend(scratch.drain(..));
                 },
             }
+        };
+        // Detach first, so nothing more is queued to this socket; what it
+        // did not get stays in the replay buffer for a RESUME.
+        if let Some(s) = &slot {
+            s.detach(now_ms(), &outlet);
         }
-        if let Some(s) = slot {
-            s.detach(now_ms());
+        drop(member_requests);
+        match finish {
+            Some(finish) => {
+                let _ = finish_tx.send(finish);
+            }
+            None => drop(finish_tx),
+        }
+        if !writer_done {
+            // The writer finishes its batch and the close frame within the
+            // stall bound, or is dropped with them.
+            match tokio::time::timeout(stall, &mut writer).await {
+                Ok(Ok(end)) => self.writer_ended(end),
+                Ok(Err(_)) => {}
+                Err(_) => {
+                    writer.abort();
+                    self.writer_ended(WriterEnd::Stalled);
+                }
+            }
         }
         self.counters.sockets_open.fetch_sub(1, Ordering::Relaxed);
     }

@@ -20,6 +20,12 @@
 //! session asks again (a fresh GUILD_CREATE each).
 //! A full outbound queue makes the session a slow consumer: it is told to
 //! close with a reconnectable code, and it resumes from the replay buffer.
+//!
+//! A socket's outbound queue is an [`Outlet`] (the producers' end, held by
+//! the slot while attached and by the socket task) and an [`Inlet`] (the
+//! socket's writer's end). It is bounded in messages and in bytes; bulk
+//! producers that must not overflow it (op 8) wait for room
+//! ([`Slot::dispatch_paced`]) instead of making the session a slow consumer.
 
 use guildhall_proto::gateway::{CloseCode, EncodedDispatch};
 use guildhall_proto::intents;
@@ -28,7 +34,7 @@ use guildhall_session::replay::ReplayBuffer;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 /// A control message for a socket task (separate from bulk dispatches, so a
 /// backlog never delays a close or a drain).
@@ -59,12 +65,143 @@ pub struct GuildEvent {
     pub content_exempt: Vec<i64>,
 }
 
+/// The bytes half of a socket queue's bound, shared by its two ends.
+#[derive(Debug)]
+struct Gauge {
+    /// Bytes queued and not yet written.
+    bytes: AtomicUsize,
+    bytes_max: usize,
+    /// Woken each time the writer has written a batch: paced producers
+    /// wait here for room.
+    written: Notify,
+}
+
+/// The producers' end of one socket's outbound queue (see the module doc).
+#[derive(Clone, Debug)]
+pub struct Outlet {
+    tx: mpsc::Sender<Outbound>,
+    gauge: Arc<Gauge>,
+}
+
+/// The writer's end of one socket's outbound queue.
+#[derive(Debug)]
+pub struct Inlet {
+    rx: mpsc::Receiver<Outbound>,
+    gauge: Arc<Gauge>,
+}
+
+/// A socket's outbound queue of at most `messages_max` frames and
+/// `bytes_max` bytes.
+pub fn socket_queue(messages_max: usize, bytes_max: usize) -> (Outlet, Inlet) {
+    let (tx, rx) = mpsc::channel(messages_max.max(1));
+    let gauge = Arc::new(Gauge {
+        bytes: AtomicUsize::new(0),
+        bytes_max,
+        written: Notify::new(),
+    });
+    (
+        Outlet {
+            tx,
+            gauge: gauge.clone(),
+        },
+        Inlet { rx, gauge },
+    )
+}
+
+impl Outlet {
+    /// Queues `outbound` unless the queue is full in messages or bytes
+    /// (which makes the session a slow consumer; the caller decides).
+    pub fn try_push(&self, outbound: Outbound) -> bool {
+        let bytes = outbound.len_bytes();
+        if self.gauge.bytes.load(Ordering::Relaxed) + bytes > self.gauge.bytes_max {
+            return false;
+        }
+        self.push_charged(outbound, bytes)
+    }
+
+    /// Queues `outbound` if there is a message free, charging `bytes`
+    /// without checking them (a RESUME's replay: bounded by the replay
+    /// buffer, whose frames it shares).
+    fn push_charged(&self, outbound: Outbound, bytes: usize) -> bool {
+        // Charged before the send, so the writer never releases bytes
+        // that were not yet added.
+        self.gauge.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if self.tx.try_send(outbound).is_ok() {
+            return true;
+        }
+        self.gauge.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        false
+    }
+
+    /// Whether a paced producer may queue `bytes` now: the queue is empty,
+    /// or stays at most half full, in messages and in bytes, with it. The
+    /// other half is kept for live dispatches, so a bulk answer never makes
+    /// its own session a slow consumer.
+    fn has_room_paced(&self, bytes: usize) -> bool {
+        let queued = self.tx.max_capacity() - self.tx.capacity();
+        let queued_bytes = self.gauge.bytes.load(Ordering::Relaxed);
+        queued == 0
+            || ((queued + 1) * 2 <= self.tx.max_capacity()
+                && (queued_bytes + bytes) * 2 <= self.gauge.bytes_max)
+    }
+
+    fn same_queue(&self, other: &Outlet) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+}
+
+impl Inlet {
+    /// The next queued frame; `None` once every producer is gone.
+    pub async fn recv(&mut self) -> Option<Outbound> {
+        self.rx.recv().await
+    }
+
+    /// A queued frame, if one is waiting.
+    pub fn try_recv(&mut self) -> Option<Outbound> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Frames of `bytes` received from this queue have been written: frees
+    /// their bytes and wakes paced producers.
+    pub fn written(&self, bytes: usize) {
+        let _ = self
+            .gauge
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(bytes))
+            });
+        self.gauge.written.notify_waiters();
+    }
+}
+
 struct SlotState {
     seq: u64,
     replay: ReplayBuffer,
-    out: Option<mpsc::Sender<Outbound>>,
+    out: Option<Outlet>,
     control: Option<mpsc::Sender<Control>>,
     detached_at_ms: Option<u64>,
+}
+
+impl SlotState {
+    /// Numbers and records `event`; returns its sequence.
+    fn record(&mut self, event: &EncodedDispatch) -> u64 {
+        self.seq += 1;
+        self.replay.push(self.seq, event.clone());
+        self.seq
+    }
+
+    /// The socket's queue is full: detach now (what it missed stays in the
+    /// replay buffer) and ask the socket to close with a resumable code.
+    fn slow_consumer(&mut self, counters: &HubCounters) {
+        counters
+            .slow_consumer_closes_total
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(control) = self.control.take() {
+            let _ = control.try_send(Control::Close(CloseCode::UnknownError));
+        }
+        self.out = None;
+        self.detached_at_ms = Some(crate::state::now_ms());
+    }
 }
 
 /// One session.
@@ -75,9 +212,6 @@ pub struct Slot {
     pub user_id: i64,
     /// Granted intents.
     pub intents: u64,
-    /// Bytes queued to the socket and not yet written.
-    pub queued_bytes: AtomicUsize,
-    queue_bytes_max: usize,
     state: Mutex<SlotState>,
 }
 
@@ -105,41 +239,67 @@ impl Slot {
     /// turned out to be a slow consumer (it has been told to close).
     pub fn dispatch(&self, event: &EncodedDispatch, counters: &HubCounters) -> bool {
         let mut state = self.lock();
-        state.seq += 1;
-        let seq = state.seq;
-        state.replay.push(seq, event.clone());
+        let seq = state.record(event);
         let Some(out) = &state.out else {
             counters
                 .recorded_detached_total
                 .fetch_add(1, Ordering::Relaxed);
             return true;
         };
-        let bytes = event.len_bytes();
-        let over_bytes = self.queued_bytes.load(Ordering::Relaxed) + bytes > self.queue_bytes_max;
-        if !over_bytes && out.try_send(Outbound::Dispatch(event.clone(), seq)).is_ok() {
-            self.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if out.try_push(Outbound::Dispatch(event.clone(), seq)) {
             counters.dispatched_total.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        // Slow consumer: detach now (the dispatch stays in the replay
-        // buffer) and ask the socket to close with a resumable code.
-        counters
-            .slow_consumer_closes_total
-            .fetch_add(1, Ordering::Relaxed);
-        if let Some(control) = state.control.take() {
-            let _ = control.try_send(Control::Close(CloseCode::UnknownError));
-        }
-        state.out = None;
+        state.slow_consumer(counters);
         false
     }
 
-    /// The socket went away at `now_ms`: keep recording for RESUME.
-    pub fn detach(&self, now_ms: u64) {
+    /// Like [`Slot::dispatch`], for bulk answers (op 8): waits until the
+    /// socket's queue has room for `event` (see [`Outlet`]) instead of
+    /// overflowing it. Returns false, without recording `event`, once the
+    /// session has no socket: the answer is abandoned with its socket.
+    pub async fn dispatch_paced(&self, event: &EncodedDispatch, counters: &HubCounters) -> bool {
+        loop {
+            let gauge = match &self.lock().out {
+                Some(out) => out.gauge.clone(),
+                None => return false,
+            };
+            // Registered before the check, so a batch written between the
+            // check and the wait still wakes this producer.
+            let written = gauge.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            {
+                let mut state = self.lock();
+                let Some(out) = &state.out else { return false };
+                if out.has_room_paced(event.len_bytes()) {
+                    let out = out.clone();
+                    let seq = state.record(event);
+                    if out.try_push(Outbound::Dispatch(event.clone(), seq)) {
+                        counters.dispatched_total.fetch_add(1, Ordering::Relaxed);
+                        return true;
+                    }
+                    // The socket task's own frames filled the rest of the
+                    // queue: that is a slow consumer like any other.
+                    state.slow_consumer(counters);
+                    return false;
+                }
+            }
+            written.await;
+        }
+    }
+
+    /// The socket whose queue is `out` went away at `now_ms`: keep
+    /// recording for RESUME. A socket that lost the session to a newer one
+    /// (a RESUME from another connection) leaves it alone.
+    pub fn detach(&self, now_ms: u64, out: &Outlet) {
         let mut state = self.lock();
+        if state.out.as_ref().is_some_and(|o| !o.same_queue(out)) {
+            return;
+        }
         state.out = None;
         state.control = None;
-        state.detached_at_ms = Some(now_ms);
-        self.queued_bytes.store(0, Ordering::Relaxed);
+        state.detached_at_ms.get_or_insert(now_ms);
     }
 
     /// The last sequence sent.
@@ -147,24 +307,34 @@ impl Slot {
         self.lock().seq
     }
 
-    /// Reattaches a resuming socket: returns the dispatches after
-    /// `client_seq` to replay first, or why it cannot.
+    /// Reattaches a resuming socket: queues the dispatches after
+    /// `client_seq` to it first (under the lock, so no new dispatch
+    /// overtakes them), or says why it cannot.
     pub fn resume(
         &self,
         client_seq: Option<u64>,
-        out: mpsc::Sender<Outbound>,
+        out: Outlet,
         control: mpsc::Sender<Control>,
-    ) -> Result<Vec<(u64, EncodedDispatch)>, guildhall_session::replay::ReplayError> {
+    ) -> Result<(), guildhall_session::replay::ReplayError> {
         let mut state = self.lock();
-        let missed: Vec<(u64, EncodedDispatch)> = state
+        let missed: Vec<(EncodedDispatch, u64)> = state
             .replay
             .since(client_seq)?
-            .map(|(seq, event)| (seq, event.clone()))
+            .map(|(seq, event)| (event.clone(), seq))
             .collect();
+        if !missed.is_empty() {
+            let replay = Outbound::Replay(missed);
+            let bytes = replay.len_bytes();
+            // A fresh socket's queue holds at most its HELLO and a few
+            // acks; if even that is full, the client re-identifies.
+            if !out.push_charged(replay, bytes) {
+                return Err(guildhall_session::replay::ReplayError::Gap);
+            }
+        }
         state.out = Some(out);
         state.control = Some(control);
         state.detached_at_ms = None;
-        Ok(missed)
+        Ok(())
     }
 
     /// Tells an attached socket to do something.
@@ -190,7 +360,6 @@ pub struct Hub {
     wanted: RwLock<HashMap<i64, HashMap<String, Arc<Slot>>>>,
     replay_events_max: usize,
     replay_bytes_max: usize,
-    queue_bytes_max: usize,
     /// Counters.
     pub counters: HubCounters,
 }
@@ -215,7 +384,6 @@ impl Hub {
             wanted: RwLock::new(HashMap::new()),
             replay_events_max: limits.replay_buffer_events_max,
             replay_bytes_max: limits.replay_buffer_bytes_max,
-            queue_bytes_max: limits.session_queue_bytes_max,
             counters: HubCounters::default(),
         }
     }
@@ -226,15 +394,13 @@ impl Hub {
         id: String,
         user_id: i64,
         intents: u64,
-        out: mpsc::Sender<Outbound>,
+        out: Outlet,
         control: mpsc::Sender<Control>,
     ) -> Arc<Slot> {
         let slot = Arc::new(Slot {
             id: id.clone(),
             user_id,
             intents,
-            queued_bytes: AtomicUsize::new(0),
-            queue_bytes_max: self.queue_bytes_max,
             state: Mutex::new(SlotState {
                 seq: 0,
                 replay: ReplayBuffer::new(self.replay_events_max, self.replay_bytes_max),
@@ -486,7 +652,7 @@ mod tests {
     fn reaping_clears_every_index_and_reports_the_guilds_followed() {
         let hub = Hub::new(&guildhall_limits::Limits::default());
         let session = |id: &str, user: i64| {
-            let (out, _) = mpsc::channel(4);
+            let (out, _) = socket_queue(4, 1 << 20);
             let (control, _) = mpsc::channel(4);
             hub.register(id.to_owned(), user, intents::GUILDS, out, control)
         };
@@ -497,7 +663,8 @@ mod tests {
         }
         hub.want(20, &kept);
         assert!(hub.subscribed(20, "kept", None));
-        gone.detach(1_000);
+        let out = gone.lock().out.clone().unwrap();
+        gone.detach(1_000, &out);
         assert!(hub.reap(1_500, 1_000).is_empty(), "still in its window");
         let reaped = hub.reap(2_000, 1_000);
         assert_eq!(reaped.len(), 1);
@@ -508,5 +675,59 @@ mod tests {
         assert!(read(&hub.by_user).get(&1).is_none());
         assert!(!hub.follows(10) && hub.follows(20));
         assert_eq!(hub.resync(20).len(), 1, "the other session is untouched");
+    }
+
+    #[test]
+    fn a_socket_that_lost_its_session_to_a_resume_does_not_detach_it() {
+        let hub = Hub::new(&guildhall_limits::Limits::default());
+        let (old, _old_inlet) = socket_queue(4, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, old.clone(), control);
+        let (new, mut new_inlet) = socket_queue(4, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        assert!(slot.resume(Some(0), new.clone(), control).is_ok());
+        slot.detach(1_000, &old);
+        assert!(slot.detached_since().is_none(), "the new socket keeps it");
+        slot.dispatch(&EncodedDispatch::from_json("X", "{}"), &hub.counters);
+        assert!(new_inlet.try_recv().is_some());
+        slot.detach(2_000, &new);
+        assert_eq!(slot.detached_since(), Some(2_000));
+    }
+
+    #[tokio::test]
+    async fn paced_dispatches_wait_for_room_instead_of_overflowing() {
+        let hub = Hub::new(&guildhall_limits::Limits::default());
+        let (out, mut inlet) = socket_queue(4, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, out, control);
+        let event = EncodedDispatch::from_json("X", "{}");
+        // Half of four: two paced frames fit, the third waits.
+        for _ in 0..2 {
+            assert!(slot.dispatch_paced(&event, &hub.counters).await);
+        }
+        let third = {
+            let slot = slot.clone();
+            tokio::spawn(async move {
+                let counters = HubCounters::default();
+                slot.dispatch_paced(&EncodedDispatch::from_json("X", "{}"), &counters)
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(!third.is_finished(), "waits for room");
+        let written: usize = [inlet.try_recv(), inlet.try_recv()]
+            .into_iter()
+            .flatten()
+            .map(|o| o.len_bytes())
+            .sum();
+        inlet.written(written);
+        assert!(third.await.unwrap(), "queued once the writer made room");
+        assert_eq!(
+            hub.counters
+                .slow_consumer_closes_total
+                .load(Ordering::Relaxed),
+            0
+        );
+        assert_eq!(slot.last_seq(), 3);
     }
 }

@@ -194,6 +194,30 @@ async fn metrics(
         gw.sockets_open.load(Ordering::Relaxed) as u64,
     );
     line(
+        "guildhall_sockets_unattached",
+        "gauge",
+        "Gateway sockets open without a session yet (counted by admission).",
+        gw.sockets_unattached.load(Ordering::Relaxed) as u64,
+    );
+    line(
+        "guildhall_session_write_stalls_total",
+        "counter",
+        "Sockets dropped because a write waited past session_write_stall_ms_max.",
+        gw.write_stalls_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_protocol_error_closes_total",
+        "counter",
+        "Sockets closed with 1002, 1007 or 1009 for a frame the WebSocket layer refused.",
+        gw.protocol_error_closes_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_member_requests_refused_total",
+        "counter",
+        "Op 8 requests answered with RATE_LIMITED (one already running).",
+        gw.member_requests_refused_total.load(Ordering::Relaxed),
+    );
+    line(
         "guildhall_dispatches_total",
         "counter",
         "Dispatches queued to sockets.",

@@ -16,6 +16,10 @@
 //! - undefined intent bits: 4013 at once; privileged bits the application
 //!   may not use: 4014 after authentication; a bad token: 4004;
 //! - no heartbeat for `heartbeat_timeout_ms`: 4009;
+//! - no IDENTIFY or RESUME within `identify_timeout_ms` of HELLO (or of an
+//!   INVALID_SESSION inviting one): 4003;
+//! - a `shard` with `shard_id >= num_shards`, `num_shards` of 0 or above
+//!   `shards_max`: 4010;
 //! - more than `inbound_per_minute_max` payloads in a minute: 4008;
 //! - a payload that does not parse, is too large, or is binary: 4002; an
 //!   op clients may not send: 4001.
@@ -38,6 +42,11 @@ pub struct SessionConfig {
     pub payload_bytes_max: usize,
     /// Client payloads per minute before 4008.
     pub inbound_per_minute_max: u32,
+    /// Time from HELLO (or INVALID_SESSION) to IDENTIFY or RESUME before
+    /// 4003.
+    pub identify_timeout_ms: u64,
+    /// Largest `num_shards` before 4010.
+    pub shards_max: u32,
 }
 
 impl Default for SessionConfig {
@@ -48,6 +57,8 @@ impl Default for SessionConfig {
             heartbeat_timeout_ms: l::HEARTBEAT_TIMEOUT_MS,
             payload_bytes_max: l::GATEWAY_PAYLOAD_BYTES_MAX,
             inbound_per_minute_max: l::GATEWAY_INBOUND_PER_MINUTE_MAX,
+            identify_timeout_ms: l::GATEWAY_IDENTIFY_TIMEOUT_MS,
+            shards_max: l::GATEWAY_SHARDS_MAX,
         }
     }
 }
@@ -129,6 +140,8 @@ pub struct Session {
     config: SessionConfig,
     phase: Phase,
     last_heartbeat_ms: u64,
+    /// When the session last started waiting for IDENTIFY or RESUME.
+    awaiting_since_ms: u64,
     window_start_ms: u64,
     window_count: u32,
     pending_identify: Option<Identify>,
@@ -143,6 +156,7 @@ impl Session {
             config,
             phase: Phase::AwaitingIdentify,
             last_heartbeat_ms: now_ms,
+            awaiting_since_ms: now_ms,
             window_start_ms: now_ms,
             window_count: 0,
             pending_identify: None,
@@ -192,6 +206,11 @@ impl Session {
                 if let Err(error) = intents::check(identify.intents, intents::PRIVILEGED) {
                     return self.close(error.into(), out);
                 }
+                if let Some([shard_id, shards]) = identify.shard
+                    && (shards == 0 || shard_id >= shards || shards > self.config.shards_max)
+                {
+                    return self.close(CloseCode::InvalidShard, out);
+                }
                 self.phase = Phase::Authenticating;
                 self.pending_identify = Some(identify.clone());
                 out.push(Command::Authenticate(identify));
@@ -219,17 +238,41 @@ impl Session {
         }
     }
 
-    /// Time passes: closes a session whose heartbeats stopped.
+    /// Time passes: closes a session whose heartbeats stopped, or that
+    /// has not identified in time (heartbeats alone do not keep an
+    /// unidentified socket open).
     pub fn on_tick(&mut self, now_ms: u64, out: &mut Vec<Command>) {
-        if self.phase != Phase::Closed
-            && now_ms > self.last_heartbeat_ms + self.config.heartbeat_timeout_ms
-        {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        if now_ms > self.last_heartbeat_ms + self.config.heartbeat_timeout_ms {
             self.close(CloseCode::SessionTimedOut, out);
+        } else if self.phase == Phase::AwaitingIdentify
+            && now_ms
+                > self
+                    .awaiting_since_ms
+                    .saturating_add(self.config.identify_timeout_ms)
+        {
+            self.close(CloseCode::NotAuthenticated, out);
         }
     }
 
-    /// The answer to [`Command::Authenticate`].
-    pub fn identified(&mut self, result: Result<Identity, AuthFailure>, out: &mut Vec<Command>) {
+    /// Back to waiting for IDENTIFY after INVALID_SESSION: a fresh window.
+    fn invalid_session(&mut self, now_ms: u64, out: &mut Vec<Command>) {
+        self.phase = Phase::AwaitingIdentify;
+        self.awaiting_since_ms = now_ms;
+        out.push(Command::Send(
+            gateway::invalid_session_frame(false).to_owned(),
+        ));
+    }
+
+    /// The answer to [`Command::Authenticate`], at `now_ms`.
+    pub fn identified(
+        &mut self,
+        now_ms: u64,
+        result: Result<Identity, AuthFailure>,
+        out: &mut Vec<Command>,
+    ) {
         if self.phase != Phase::Authenticating {
             return;
         }
@@ -238,12 +281,7 @@ impl Session {
         };
         match result {
             Err(AuthFailure::BadToken) => self.close(CloseCode::AuthenticationFailed, out),
-            Err(AuthFailure::Overloaded) => {
-                self.phase = Phase::AwaitingIdentify;
-                out.push(Command::Send(
-                    gateway::invalid_session_frame(false).to_owned(),
-                ));
-            }
+            Err(AuthFailure::Overloaded) => self.invalid_session(now_ms, out),
             Ok(identity) => {
                 match intents::check(identify.intents, identity.privileged_intents_allowed) {
                     Err(error) => self.close(error.into(), out),
@@ -264,7 +302,12 @@ impl Session {
     /// The answer to [`Command::Resume`], with the resumed session's
     /// intents: on success the I/O layer has replayed the missed dispatches
     /// and sends RESUMED.
-    pub fn resumed(&mut self, result: Result<u64, ResumeFailure>, out: &mut Vec<Command>) {
+    pub fn resumed(
+        &mut self,
+        now_ms: u64,
+        result: Result<u64, ResumeFailure>,
+        out: &mut Vec<Command>,
+    ) {
         if self.phase != Phase::Authenticating {
             return;
         }
@@ -273,12 +316,7 @@ impl Session {
                 self.phase = Phase::Ready;
                 self.intents = intents;
             }
-            Err(ResumeFailure::Invalid) => {
-                self.phase = Phase::AwaitingIdentify;
-                out.push(Command::Send(
-                    gateway::invalid_session_frame(false).to_owned(),
-                ));
-            }
+            Err(ResumeFailure::Invalid) => self.invalid_session(now_ms, out),
             Err(ResumeFailure::InvalidSeq) => self.close(CloseCode::InvalidSeq, out),
         }
     }
@@ -287,6 +325,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use guildhall_limits as l;
 
     const IDENTIFY: &str = r#"{"op":2,"d":{"token":"Bot t","intents":513,"properties":{}}}"#;
 
@@ -301,7 +340,7 @@ mod tests {
         let (mut s, _) = Session::new(SessionConfig::default(), 0);
         let mut out = Vec::new();
         s.on_text(1, IDENTIFY.as_bytes(), &mut out);
-        s.identified(Ok(identity()), &mut out);
+        s.identified(1, Ok(identity()), &mut out);
         assert_eq!(s.phase(), Phase::Ready);
         s
     }
@@ -325,7 +364,7 @@ mod tests {
         assert!(matches!(out[0], Command::Send(ref f) if f.contains("\"op\":11")));
         assert!(matches!(out[1], Command::Authenticate(ref i) if i.token == "t"));
         out.clear();
-        s.identified(Ok(identity()), &mut out);
+        s.identified(1, Ok(identity()), &mut out);
         assert!(matches!(out[0], Command::SendReady { intents: 513, .. }));
     }
 
@@ -388,7 +427,7 @@ mod tests {
         let (mut s, _) = Session::new(SessionConfig::default(), 0);
         let mut out = Vec::new();
         s.on_text(1, IDENTIFY.as_bytes(), &mut out);
-        s.identified(Err(AuthFailure::BadToken), &mut out);
+        s.identified(1, Err(AuthFailure::BadToken), &mut out);
         assert_eq!(closed_with(&out), Some(4004));
 
         let (mut s, _) = Session::new(SessionConfig::default(), 0);
@@ -402,7 +441,7 @@ mod tests {
             privileged_intents_allowed: 0,
             ..identity()
         };
-        s.identified(Ok(no_privileges), &mut out);
+        s.identified(1, Ok(no_privileges), &mut out);
         assert_eq!(closed_with(&out), Some(4014));
     }
 
@@ -412,7 +451,7 @@ mod tests {
         let mut out = Vec::new();
         s.on_text(1, IDENTIFY.as_bytes(), &mut out);
         out.clear();
-        s.identified(Err(AuthFailure::Overloaded), &mut out);
+        s.identified(1, Err(AuthFailure::Overloaded), &mut out);
         assert_eq!(
             out,
             [Command::Send(
@@ -428,7 +467,10 @@ mod tests {
 
     #[test]
     fn heartbeat_timeout_closes_with_4009() {
-        let config = SessionConfig::default();
+        let config = SessionConfig {
+            identify_timeout_ms: 10 * l::HEARTBEAT_TIMEOUT_MS,
+            ..SessionConfig::default()
+        };
         let timeout = config.heartbeat_timeout_ms;
         let (mut s, _) = Session::new(config, 0);
         let mut out = Vec::new();
@@ -479,7 +521,7 @@ mod tests {
             &mut out,
         );
         assert!(matches!(out[0], Command::Resume(ref r) if r.token == "t" && r.seq == Some(7)));
-        s.resumed(Ok(513), &mut out);
+        s.resumed(1, Ok(513), &mut out);
         assert_eq!(s.phase(), Phase::Ready);
         assert_eq!(s.intents(), 513);
 
@@ -491,7 +533,7 @@ mod tests {
             &mut out,
         );
         out.clear();
-        s.resumed(Err(ResumeFailure::Invalid), &mut out);
+        s.resumed(1, Err(ResumeFailure::Invalid), &mut out);
         assert_eq!(
             out,
             [Command::Send(
@@ -503,6 +545,69 @@ mod tests {
             matches!(out.last(), Some(Command::Authenticate(_))),
             "may IDENTIFY after op 9"
         );
+    }
+
+    /// Shards: `[shard_id, num_shards]` with `shard_id < num_shards` and
+    /// `1 <= num_shards <= shards_max`; anything else is 4010.
+    #[test]
+    fn invalid_shards_close_with_4010() {
+        let config = SessionConfig {
+            shards_max: 16,
+            ..SessionConfig::default()
+        };
+        let cases: [(&str, Option<u16>); 7] = [
+            ("[0,1]", None),
+            ("[15,16]", None),
+            ("[5,2]", Some(4010)),
+            ("[0,0]", Some(4010)),
+            ("[1,1]", Some(4010)),
+            ("[0,17]", Some(4010)),
+            ("[4294967295,1]", Some(4010)),
+        ];
+        for (shard, code) in cases {
+            let (mut s, _) = Session::new(config.clone(), 0);
+            let mut out = Vec::new();
+            let identify =
+                format!(r#"{{"op":2,"d":{{"token":"t","intents":513,"shard":{shard}}}}}"#);
+            s.on_text(1, identify.as_bytes(), &mut out);
+            assert_eq!(closed_with(&out), code, "shard {shard}: {out:?}");
+        }
+    }
+
+    #[test]
+    fn no_identify_within_the_bound_closes_with_4003_even_while_heartbeating() {
+        let config = SessionConfig {
+            identify_timeout_ms: 1_000,
+            ..SessionConfig::default()
+        };
+        let (mut s, _) = Session::new(config.clone(), 0);
+        let mut out = Vec::new();
+        for now in (0..=1_000).step_by(250) {
+            s.on_text(now, br#"{"op":1,"d":null}"#, &mut out);
+            s.on_tick(now, &mut out);
+        }
+        assert_eq!(closed_with(&out), None, "within the bound");
+        s.on_tick(1_001, &mut out);
+        assert_eq!(closed_with(&out), Some(4003));
+
+        // INVALID_SESSION opens a fresh window for the next IDENTIFY.
+        let (mut s, _) = Session::new(config.clone(), 0);
+        let mut out = Vec::new();
+        s.on_text(900, IDENTIFY.as_bytes(), &mut out);
+        s.identified(950, Err(AuthFailure::Overloaded), &mut out);
+        s.on_tick(1_900, &mut out);
+        assert_eq!(closed_with(&out), None);
+        s.on_tick(1_951, &mut out);
+        assert_eq!(closed_with(&out), Some(4003));
+
+        // An identified session is not held to it.
+        let (mut s, _) = Session::new(config, 0);
+        let mut out = Vec::new();
+        s.on_text(10, IDENTIFY.as_bytes(), &mut out);
+        s.identified(20, Ok(identity()), &mut out);
+        s.on_text(5_000, br#"{"op":1,"d":null}"#, &mut out);
+        s.on_tick(5_000, &mut out);
+        assert_eq!(closed_with(&out), None);
     }
 
     #[test]

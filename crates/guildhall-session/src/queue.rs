@@ -1,6 +1,7 @@
 //! What waits in a session's outbound queue.
 //!
-//! The queue itself is the socket task's bounded channel; the slow-consumer
+//! The queue itself is the socket's bounded queue (in messages and bytes),
+//! drained by the socket's writer; the slow-consumer
 //! policy (full in messages or bytes → close with a reconnectable code, the
 //! client resumes from the bounded replay buffer; seed 001) is applied where
 //! frames are queued, in the node's hub.
@@ -14,6 +15,9 @@ pub enum Outbound {
     Dispatch(EncodedDispatch, u64),
     /// Any other frame (HELLO, HEARTBEAT_ACK, INVALID_SESSION, ...).
     Text(String),
+    /// A RESUME's missed dispatches, in order: one entry, so the replay
+    /// never competes with live dispatches for the queue's messages.
+    Replay(Vec<(EncodedDispatch, u64)>),
 }
 
 impl Outbound {
@@ -22,14 +26,18 @@ impl Outbound {
         match self {
             Outbound::Dispatch(event, _) => event.len_bytes(),
             Outbound::Text(text) => text.len(),
+            Outbound::Replay(events) => events.iter().map(|(e, _)| e.len_bytes()).sum(),
         }
     }
 
-    /// The frame's text.
-    pub fn into_text(self) -> String {
-        match self {
-            Outbound::Dispatch(event, seq) => event.frame(seq),
-            Outbound::Text(text) => text,
-        }
+    /// The frames' texts, in order.
+    pub fn into_frames(self) -> impl Iterator<Item = String> {
+        let (one, many) = match self {
+            Outbound::Dispatch(event, seq) => (Some(event.frame(seq)), Vec::new()),
+            Outbound::Text(text) => (Some(text), Vec::new()),
+            Outbound::Replay(events) => (None, events),
+        };
+        one.into_iter()
+            .chain(many.into_iter().map(|(event, seq)| event.frame(seq)))
     }
 }
