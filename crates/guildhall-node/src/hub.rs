@@ -116,13 +116,6 @@ impl Outlet {
         if self.gauge.bytes.load(Ordering::Relaxed) + bytes > self.gauge.bytes_max {
             return false;
         }
-        self.push_charged(outbound, bytes)
-    }
-
-    /// Queues `outbound` if there is a message free, charging `bytes`
-    /// without checking them (a RESUME's replay: bounded by the replay
-    /// buffer, whose frames it shares).
-    fn push_charged(&self, outbound: Outbound, bytes: usize) -> bool {
         // Charged before the send, so the writer never releases bytes
         // that were not yet added.
         self.gauge.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -323,11 +316,9 @@ impl Slot {
             .map(|(seq, event)| (event.clone(), seq))
             .collect();
         if !missed.is_empty() {
-            let replay = Outbound::Replay(missed);
-            let bytes = replay.len_bytes();
             // A fresh socket's queue holds at most its HELLO and a few
             // acks; if even that is full, the client re-identifies.
-            if !out.push_charged(replay, bytes) {
+            if !out.try_push(Outbound::Replay(missed)) {
                 return Err(guildhall_session::replay::ReplayError::Gap);
             }
         }

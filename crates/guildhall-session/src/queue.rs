@@ -21,12 +21,14 @@ pub enum Outbound {
 }
 
 impl Outbound {
-    /// Bytes charged against the queue.
+    /// Bytes charged against the queue. A replay is not charged: the
+    /// replay buffer already bounds it (it shares that buffer's frames),
+    /// and charging it could make the RESUMED behind it overflow the queue.
     pub fn len_bytes(&self) -> usize {
         match self {
             Outbound::Dispatch(event, _) => event.len_bytes(),
             Outbound::Text(text) => text.len(),
-            Outbound::Replay(events) => events.iter().map(|(e, _)| e.len_bytes()).sum(),
+            Outbound::Replay(_) => 0,
         }
     }
 
