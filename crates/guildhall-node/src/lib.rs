@@ -10,6 +10,7 @@
 //! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`auth`]: passwords and tokens.
+//! - [`http`]: the accept loop and every connection's bounds.
 //!
 //! [`run`] takes a bound listener and a shutdown future (so tests and the
 //! binary wire the node the same way, mini-redis style). Embedded mode is
@@ -23,6 +24,7 @@ pub mod events;
 pub mod gateway;
 pub mod guilds;
 pub mod histogram;
+pub mod http;
 pub mod hub;
 pub mod log;
 pub mod presence;
@@ -33,7 +35,6 @@ pub mod users;
 use guildhall_limits::Limits;
 use guildhall_store::Store;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -110,6 +111,8 @@ pub struct Node {
     pub bus: Arc<dyn guildhall_cluster::Bus>,
     /// This node's event-stream counters.
     pub events: Arc<events::EventCounters>,
+    /// Connection accounting of the HTTP edge.
+    pub http: Arc<http::Edge>,
 }
 
 impl Node {
@@ -407,6 +410,7 @@ async fn metrics(
             value.load(Ordering::Relaxed)
         );
     }
+    node.http.render(&mut out);
     node.counters.request_seconds.render(
         &mut out,
         "guildhall_rest_request_seconds",
@@ -640,6 +644,7 @@ pub async fn run(
         cluster: cluster_state,
         bus,
         events: event_counters,
+        http: http::Edge::new(&config.limits),
     });
     let announcement = guildhall_proto::cluster::Announcement {
         schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,
@@ -700,13 +705,15 @@ pub async fn run(
         cluster::leave(drain_node.registry.as_ref(), &drain_node.cluster);
         let _ = drained_tx.send(());
     });
-    let served = axum::serve(
+    let served = http::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        app,
+        node.http.clone(),
+        &config.limits,
+        async move {
+            let _ = drained_rx.await;
+        },
     )
-    .with_graceful_shutdown(async move {
-        let _ = drained_rx.await;
-    })
     .await;
     reaper.abort();
     for task in event_tasks {

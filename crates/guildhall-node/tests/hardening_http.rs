@@ -1,0 +1,282 @@
+//! The HTTP edge under adversarial clients, over real sockets: slow and
+//! oversized heads, late bodies, connection caps per node and per client
+//! address, password-hash floods, and REST callers with bad tokens.
+//!
+//! Every client here is on loopback. 127.0.0.0/8 is all local, so a socket
+//! bound to 127.0.0.2 is a second client address.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use common::{Client, TestNode};
+use guildhall_limits::Limits;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// The node's address (from the REST base URL).
+fn addr_of(node: &TestNode) -> SocketAddr {
+    node.base
+        .trim_start_matches("http://")
+        .trim_end_matches("/api/v10")
+        .parse()
+        .unwrap()
+}
+
+/// A TCP connection to `node` from `local` (any port).
+async fn connect_from(node: &TestNode, local: [u8; 4]) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::from((local, 0)))
+        .expect("loopback alias bindable");
+    socket.connect(addr_of(node)).await.unwrap()
+}
+
+/// Everything the server sends until it closes (or resets) the
+/// connection, or `within` passes: (bytes, closed).
+async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (out, false),
+            Ok(Ok(0) | Err(_)) => return (out, true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// One keep-alive `GET path` on `stream`: the status line, or `None` if the
+/// connection was closed or reset without an answer.
+async fn get(stream: &mut TcpStream, path: &str) -> Option<String> {
+    let request = format!("GET {path} HTTP/1.1\r\nhost: test\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte)).await {
+            Ok(Ok(1)) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(str::to_owned)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.ok()?;
+    head.lines().next().map(str::to_owned)
+}
+
+fn status_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_head_trickled_byte_by_byte_is_cut_off_at_the_header_bound() {
+    let node = TestNode::with_limits(Limits {
+        http_header_read_timeout_ms: 1_000,
+        ..Limits::default()
+    })
+    .await;
+    let mut stream = connect_from(&node, [127, 0, 0, 1]).await;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nx-slow: ")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    // One byte every 200 ms, for at most 15 s (the bound is 1 s).
+    while started.elapsed() < Duration::from_secs(15) {
+        if stream.write_all(b"a").await.is_err() {
+            closed = true;
+            break;
+        }
+        let (_, eof) = read_until_closed(&mut stream, Duration::from_millis(200)).await;
+        if eof {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a trickled head was still open after 15 s");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed before the bound: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(node.metric("guildhall_http_header_timeouts_total").await, 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_head_over_the_byte_bound_gets_431() {
+    let node = TestNode::start().await;
+    let mut stream = connect_from(&node, [127, 0, 0, 1]).await;
+    let big = "a".repeat(guildhall_limits::HTTP_HEADER_BYTES_MAX + 1_000);
+    let request = format!("GET /healthz HTTP/1.1\r\nhost: test\r\nx-big: {big}\r\n\r\n");
+    let _ = stream.write_all(request.as_bytes()).await;
+    let (bytes, closed) = read_until_closed(&mut stream, Duration::from_secs(10)).await;
+    assert!(
+        status_of(&bytes).starts_with("HTTP/1.1 431"),
+        "{}",
+        status_of(&bytes)
+    );
+    assert!(closed, "the connection is closed after the 431");
+    assert_eq!(
+        node.metric("guildhall_http_headers_too_large_total").await,
+        1
+    );
+    // A head within the bound is served.
+    let mut stream = connect_from(&node, [127, 0, 0, 1]).await;
+    assert_eq!(
+        get(&mut stream, "/healthz").await.as_deref(),
+        Some("HTTP/1.1 200 OK")
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_shorter_than_its_content_length_gets_408_at_the_body_bound() {
+    let node = TestNode::with_limits(Limits {
+        http_body_read_timeout_ms: 1_000,
+        ..Limits::default()
+    })
+    .await;
+    let mut stream = connect_from(&node, [127, 0, 0, 1]).await;
+    let started = Instant::now();
+    stream
+        .write_all(
+            b"POST /api/v10/auth/login HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"login\": \"abc\",",
+        )
+        .await
+        .unwrap();
+    let (bytes, closed) = read_until_closed(&mut stream, Duration::from_secs(15)).await;
+    assert!(
+        status_of(&bytes).starts_with("HTTP/1.1 408"),
+        "{:?} after {:?}",
+        status_of(&bytes),
+        started.elapsed()
+    );
+    assert!(closed, "the connection is closed after the 408");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(node.metric("guildhall_http_body_timeouts_total").await, 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn connections_over_the_address_and_node_caps_are_refused_at_once() {
+    let node = TestNode::with_limits(Limits {
+        http_connections_per_ip_max: 3,
+        http_connections_max: 5,
+        ..Limits::default()
+    })
+    .await;
+    // Three from 127.0.0.1, each served (so each is counted).
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut stream = connect_from(&node, [127, 0, 0, 1]).await;
+        assert_eq!(
+            get(&mut stream, "/healthz").await.as_deref(),
+            Some("HTTP/1.1 200 OK")
+        );
+        held.push(stream);
+    }
+    // A fourth from the same address: a 503 and a close, without waiting.
+    let mut refused = connect_from(&node, [127, 0, 0, 1]).await;
+    let (bytes, closed) = read_until_closed(&mut refused, Duration::from_secs(10)).await;
+    assert!(
+        status_of(&bytes).starts_with("HTTP/1.1 503"),
+        "{}",
+        status_of(&bytes)
+    );
+    assert!(closed);
+    // Another address still gets in, up to the node's cap of five.
+    for _ in 0..2 {
+        let mut stream = connect_from(&node, [127, 0, 0, 2]).await;
+        assert_eq!(
+            get(&mut stream, "/healthz").await.as_deref(),
+            Some("HTTP/1.1 200 OK")
+        );
+        held.push(stream);
+    }
+    let mut refused = connect_from(&node, [127, 0, 0, 2]).await;
+    let (bytes, _) = read_until_closed(&mut refused, Duration::from_secs(10)).await;
+    assert!(status_of(&bytes).starts_with("HTTP/1.1 503"));
+    // A closed connection frees its slot (noticed by the server shortly).
+    drop(held.remove(0));
+    let started = Instant::now();
+    loop {
+        let mut stream = connect_from(&node, [127, 0, 0, 1]).await;
+        if get(&mut stream, "/healthz").await.as_deref() == Some("HTTP/1.1 200 OK") {
+            held.push(stream);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "slot never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(held);
+    let started = Instant::now();
+    let (node_refused, address_refused) = loop {
+        // reqwest's own connection needs a free slot too.
+        let text = tokio::time::timeout(Duration::from_secs(5), node.metrics_text()).await;
+        if let Ok(text) = text {
+            let value = |name: &str| -> u64 {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            break (
+                value("guildhall_http_refused_node_total"),
+                value("guildhall_http_refused_address_total"),
+            );
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+    };
+    assert!(node_refused >= 1 && address_refused >= 1);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_gateway_socket_holds_a_node_slot_but_leaves_its_address_count() {
+    let node = TestNode::with_limits(Limits {
+        http_connections_per_ip_max: 2,
+        http_connections_max: 3,
+        ..Limits::default()
+    })
+    .await;
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let mut client = Client::connect(&node.ws).await;
+        assert_eq!(client.next().await.unwrap()["op"], 10, "HELLO");
+        sessions.push(client);
+    }
+    // Both sockets left 127.0.0.1's count at their 101: HTTP still gets in.
+    let mut stream = connect_from(&node, [127, 0, 0, 1]).await;
+    assert_eq!(
+        get(&mut stream, "/healthz").await.as_deref(),
+        Some("HTTP/1.1 200 OK")
+    );
+    // But they hold node slots: a fourth connection is over the cap.
+    let mut refused = connect_from(&node, [127, 0, 0, 2]).await;
+    let (bytes, _) = read_until_closed(&mut refused, Duration::from_secs(10)).await;
+    assert!(status_of(&bytes).starts_with("HTTP/1.1 503"));
+    drop(sessions);
+    node.stop().await;
+}
