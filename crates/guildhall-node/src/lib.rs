@@ -113,6 +113,8 @@ pub struct Node {
     pub events: Arc<events::EventCounters>,
     /// Connection accounting of the HTTP edge.
     pub http: Arc<http::Edge>,
+    /// Password-hashing permits and their memory.
+    pub passwords: auth::Passwords,
 }
 
 impl Node {
@@ -411,6 +413,7 @@ async fn metrics(
         );
     }
     node.http.render(&mut out);
+    node.passwords.render(&mut out);
     node.counters.request_seconds.render(
         &mut out,
         "guildhall_rest_request_seconds",
@@ -645,6 +648,7 @@ pub async fn run(
         bus,
         events: event_counters,
         http: http::Edge::new(&config.limits),
+        passwords: auth::Passwords::new(config.limits.password_hash_concurrency_max),
     });
     let announcement = guildhall_proto::cluster::Announcement {
         schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,

@@ -152,11 +152,14 @@ pub async fn layer(State(node): State<AppState>, request: Request, next: Next) -
             format!("{:.3}", decision.reset_after_ms as f64 / 1000.0),
         ),
         ("x-ratelimit-bucket", bucket),
-        ("x-ratelimit-scope", "user".to_owned()),
     ] {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
+    }
+    // A handler's `shared` scope (the node was busy, not the caller) stays.
+    if !headers.contains_key("x-ratelimit-scope") {
+        headers.insert("x-ratelimit-scope", HeaderValue::from_static("user"));
     }
     response
 }

@@ -280,3 +280,139 @@ async fn a_gateway_socket_holds_a_node_slot_but_leaves_its_address_count() {
     drop(sessions);
     node.stop().await;
 }
+
+/// This process's resident set, in bytes (the node runs in the test's own
+/// process).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap()
+}
+
+/// A client whose connections come from `local` (a second loopback address).
+fn client_from(local: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(local))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_register_and_login_flood_is_refused_fast_within_the_hashing_memory() {
+    const PERMITS: usize = 2;
+    const FLOOD: usize = 64;
+    const ARGON2_BYTES: u64 = 19 * 1024 * 1024;
+    // Only the hashing permits may refuse here: the per-address windows
+    // are opened wide.
+    let node = TestNode::with_limits(Limits {
+        password_hash_concurrency_max: PERMITS,
+        rest_rate_limit_per_window: 1_000_000,
+        rest_auth_rate_limit_per_window: 1_000_000,
+        ..Limits::default()
+    })
+    .await;
+    let canary = client_from([127, 0, 0, 2]);
+    let gateway_url = format!("{}/gateway", node.base);
+    let mut idle_ms = 0.0f64;
+    for _ in 0..20 {
+        let started = Instant::now();
+        assert_eq!(canary.get(&gateway_url).send().await.unwrap().status(), 200);
+        idle_ms = idle_ms.max(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    let idle_rss = rss_bytes();
+    node.register("victim").await;
+    // Sample the resident set while the flood runs.
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        tokio::spawn(async move {
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                peak.fetch_max(rss_bytes(), std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let flood: Vec<_> = (0..FLOOD)
+        .map(|i| {
+            let http = reqwest::Client::new();
+            let base = node.base.clone();
+            tokio::spawn(async move {
+                let (path, body) = if i % 2 == 0 {
+                    (
+                        "/auth/register",
+                        serde_json::json!({"username": format!("flood{i}"), "password": "password123"}),
+                    )
+                } else {
+                    (
+                        "/auth/login",
+                        serde_json::json!({"login": "victim", "password": "password123"}),
+                    )
+                };
+                let started = Instant::now();
+                let response = http
+                    .post(format!("{base}{path}"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status().as_u16();
+                let headers = response.headers().clone();
+                let body: serde_json::Value = response.json().await.unwrap_or_default();
+                (status, headers, body, started.elapsed())
+            })
+        })
+        .collect();
+    let mut canary_ms = 0.0f64;
+    let mut results = Vec::new();
+    for request in flood {
+        let started = Instant::now();
+        assert_eq!(canary.get(&gateway_url).send().await.unwrap().status(), 200);
+        canary_ms = canary_ms.max(started.elapsed().as_secs_f64() * 1000.0);
+        results.push(request.await.unwrap());
+    }
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    sampler.await.unwrap();
+    let refused: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
+    let served = results.iter().filter(|r| r.0 == 200).count();
+    assert_eq!(refused.len() + served, FLOOD, "only 200s and 429s");
+    assert!(
+        refused.len() >= FLOOD / 2,
+        "{} of {FLOOD} refused",
+        refused.len()
+    );
+    for (_, headers, body, elapsed) in &refused {
+        assert_eq!(headers["retry-after"], "1");
+        assert_eq!(headers["x-ratelimit-scope"], "shared");
+        assert_eq!(body["message"], "You are being rate limited.");
+        assert_eq!(body["global"], false);
+        assert!(
+            *elapsed < Duration::from_secs(5),
+            "a refusal took {elapsed:?}"
+        );
+    }
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    let bound = idle_rss + PERMITS as u64 * ARGON2_BYTES + 64 * 1024 * 1024;
+    eprintln!(
+        "idle RSS {} MiB, peak {} MiB, bound {} MiB; {served} served, {} refused; canary max {idle_ms:.1} ms idle, {canary_ms:.1} ms under the flood",
+        idle_rss >> 20,
+        peak >> 20,
+        bound >> 20,
+        refused.len()
+    );
+    assert!(
+        peak <= bound,
+        "peak RSS {} MiB over {} MiB",
+        peak >> 20,
+        bound >> 20
+    );
+    // Generous: the canary shares two cores with the hashes; what matters
+    // is that it is answered at all while the flood runs.
+    assert!(canary_ms < 2_000.0, "canary took {canary_ms:.1} ms");
+    assert!(node.metric("guildhall_password_hash_refused_total").await >= (FLOOD / 2) as u64);
+    node.stop().await;
+}
