@@ -196,7 +196,8 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 /// The authenticated caller.
 pub struct Caller(pub UserRow);
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The token of `Authorization` (`Bot ` and `Bearer ` prefixes stripped).
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     Some(
         value
@@ -207,6 +208,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     )
 }
 
+/// What the rate-limit layer found the request's token to be (it keys the
+/// request's bucket on the user), so the handler does not look it up again.
+#[derive(Clone)]
+pub struct TokenLookup(pub Result<Option<UserRow>, crate::users::UsersError>);
+
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
@@ -214,10 +220,15 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let Some(token) = bearer(&parts.headers) else {
-            return Err(ApiError::Unauthorized);
+        let lookup = match parts.extensions.get::<TokenLookup>() {
+            Some(TokenLookup(lookup)) => lookup.clone(),
+            None => {
+                let Some(token) = bearer(&parts.headers) else {
+                    return Err(ApiError::Unauthorized);
+                };
+                state.users.by_token(auth::token_digest(token)).await
+            }
         };
-        let lookup = state.users.by_token(auth::token_digest(token)).await;
         match lookup.map_err(|_| ApiError::Overloaded)? {
             Some(user) => Ok(Caller(user)),
             None => {

@@ -281,6 +281,11 @@ async fn metrics(
             &users.store_reads_total,
         ),
         (
+            "guildhall_users_negative_hits_total",
+            "Token lookups answered from the cache of known-invalid tokens.",
+            &users.negative_hits_total,
+        ),
+        (
             "guildhall_users_coalesced_total",
             "Token lookups that joined a read in flight.",
             &users.coalesced_total,
@@ -414,6 +419,7 @@ async fn metrics(
     }
     node.http.render(&mut out);
     node.passwords.render(&mut out);
+    node.rate.render(&mut out);
     node.counters.request_seconds.render(
         &mut out,
         "guildhall_rest_request_seconds",
@@ -627,11 +633,7 @@ pub async fn run(
     )
     .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let node = Arc::new(Node {
-        rate: ratelimit::RateLimiter::new(
-            config.limits.rest_rate_limit_per_window,
-            config.limits.rest_rate_window_ms,
-            config.limits.rest_rate_buckets_max,
-        ),
+        rate: ratelimit::RateLimiter::new(&config.limits),
         shared,
         hub,
         guilds,

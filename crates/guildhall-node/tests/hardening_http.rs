@@ -416,3 +416,125 @@ async fn a_register_and_login_flood_is_refused_fast_within_the_hashing_memory() 
     assert!(node.metric("guildhall_password_hash_refused_total").await >= (FLOOD / 2) as u64);
     node.stop().await;
 }
+
+/// A token shaped like the server's, never issued.
+fn made_up_token(i: usize) -> String {
+    format!("MTIz.{i:06}.made-up-secret-{i:08}-xxxxxxxxxxxx")
+}
+
+async fn get_with(
+    http: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut request = http.get(url);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bot {token}"));
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.json().await.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn fresh_made_up_tokens_share_their_address_bucket_and_reach_the_invalid_limit() {
+    const LIMIT: u32 = 10;
+    const INVALID_MAX: u32 = 40;
+    let node = TestNode::with_limits(Limits {
+        rest_rate_limit_per_window: LIMIT,
+        rest_rate_window_ms: 600_000,
+        rest_invalid_requests_max: INVALID_MAX,
+        ..Limits::default()
+    })
+    .await;
+    let (token, _) = node.register("alice").await;
+    let reads_before = node.metric("guildhall_users_store_reads_total").await;
+    let me = format!("{}/users/@me", node.base);
+    let attacker = client_from([127, 0, 0, 1]);
+    let mut statuses = std::collections::BTreeMap::<u16, u32>::new();
+    let mut banned = None;
+    for i in 0..100 {
+        let (status, headers, body) = get_with(&attacker, &me, Some(&made_up_token(i))).await;
+        *statuses.entry(status).or_default() += 1;
+        if body["global"] == true {
+            banned = Some((i, headers));
+            break;
+        }
+    }
+    let (banned_at, headers) = banned.unwrap_or_else(|| panic!("never banned: {statuses:?}"));
+    assert_eq!(statuses[&401], LIMIT, "the address's bucket: {statuses:?}");
+    assert!(statuses[&429] >= 1, "{statuses:?}");
+    assert_eq!(banned_at as u32, INVALID_MAX, "banned at the invalid limit");
+    assert_eq!(headers["x-ratelimit-global"], "true");
+    assert_eq!(headers["x-ratelimit-scope"], "global");
+    assert!(headers.contains_key("retry-after"));
+    let reads = node.metric("guildhall_users_store_reads_total").await - reads_before;
+    assert!(
+        reads <= u64::from(LIMIT),
+        "{reads} store reads for {banned_at} made-up tokens"
+    );
+    // The banned address is refused everywhere, with or without a token.
+    let gateway = format!("{}/gateway", node.base);
+    assert_eq!(get_with(&attacker, &gateway, None).await.0, 429);
+    assert_eq!(get_with(&attacker, &me, Some(&token)).await.0, 429);
+    // Another address is not.
+    let other = client_from([127, 0, 0, 2]);
+    assert_eq!(get_with(&other, &gateway, None).await.0, 200);
+    assert_eq!(get_with(&other, &me, Some(&token)).await.0, 200);
+    assert!(node.metric("guildhall_rest_invalid_banned_total").await >= 2);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn an_anonymous_flood_from_one_address_does_not_lock_out_another() {
+    let node = TestNode::with_limits(Limits {
+        rest_rate_limit_per_window: 5,
+        rest_auth_rate_limit_per_window: 5,
+        rest_rate_window_ms: 600_000,
+        ..Limits::default()
+    })
+    .await;
+    let gateway = format!("{}/gateway", node.base);
+    let flooder = client_from([127, 0, 0, 1]);
+    let mut refused = 0;
+    for _ in 0..20 {
+        if get_with(&flooder, &gateway, None).await.0 == 429 {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 15);
+    let login = format!("{}/auth/login", node.base);
+    let body = serde_json::json!({"login": "nobody", "password": "password123"});
+    for _ in 0..10 {
+        flooder.post(&login).json(&body).send().await.unwrap();
+    }
+    // A different address has its own buckets, for the gateway URL and
+    // for the auth routes.
+    let other = client_from([127, 0, 0, 2]);
+    assert_eq!(get_with(&other, &gateway, None).await.0, 200);
+    let response = other.post(&login).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 400, "answered, not rate limited");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn a_repeated_bad_token_costs_one_store_read() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("owner").await;
+    let me = format!("{}/users/@me", node.base);
+    let http = client_from([127, 0, 0, 1]);
+    let reads_before = node.metric("guildhall_users_store_reads_total").await;
+    for _ in 0..30 {
+        assert_eq!(get_with(&http, &me, Some(&made_up_token(7))).await.0, 401);
+    }
+    let reads = node.metric("guildhall_users_store_reads_total").await - reads_before;
+    assert_eq!(reads, 1, "one read, then the negative cache");
+    assert!(node.metric("guildhall_users_negative_hits_total").await >= 29);
+    // A token made after that (a bot's, through a reset) is never shadowed:
+    // its digest was never seen.
+    let (guild_id, _) = node.guild(&owner, "Guild").await;
+    let (_, bot) = node.bot_in(&owner, &guild_id).await;
+    assert_eq!(get_with(&http, &me, Some(&bot)).await.0, 200);
+    node.stop().await;
+}
