@@ -379,6 +379,15 @@ async fn a_register_and_login_flood_is_refused_fast_within_the_hashing_memory() 
     sampler.await.unwrap();
     let refused: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
     let served = results.iter().filter(|r| r.0 == 200).count();
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    let bound = idle_rss + PERMITS as u64 * ARGON2_BYTES + 64 * 1024 * 1024;
+    eprintln!(
+        "idle RSS {} MiB, peak {} MiB, bound {} MiB; {served} served, {} refused; canary max {idle_ms:.1} ms idle, {canary_ms:.1} ms under the flood",
+        idle_rss >> 20,
+        peak >> 20,
+        bound >> 20,
+        refused.len()
+    );
     assert_eq!(refused.len() + served, FLOOD, "only 200s and 429s");
     assert!(
         refused.len() >= FLOOD / 2,
@@ -395,15 +404,6 @@ async fn a_register_and_login_flood_is_refused_fast_within_the_hashing_memory() 
             "a refusal took {elapsed:?}"
         );
     }
-    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
-    let bound = idle_rss + PERMITS as u64 * ARGON2_BYTES + 64 * 1024 * 1024;
-    eprintln!(
-        "idle RSS {} MiB, peak {} MiB, bound {} MiB; {served} served, {} refused; canary max {idle_ms:.1} ms idle, {canary_ms:.1} ms under the flood",
-        idle_rss >> 20,
-        peak >> 20,
-        bound >> 20,
-        refused.len()
-    );
     assert!(
         peak <= bound,
         "peak RSS {} MiB over {} MiB",
