@@ -51,7 +51,8 @@ pub struct HttpCounters {
     pub refused_address_total: AtomicU64,
     /// Accept errors that paused the loop (EMFILE and the like).
     pub accept_errors_total: AtomicU64,
-    /// Connections closed because a request head was too slow.
+    /// Connections closed because no whole request head arrived in time
+    /// (a slow head, or a keep-alive connection left idle).
     pub header_timeouts_total: AtomicU64,
     /// Requests answered 431 (head over `http_header_bytes_max`).
     pub headers_too_large_total: AtomicU64,
@@ -246,7 +247,7 @@ impl Edge {
             (
                 "guildhall_http_header_timeouts_total",
                 "counter",
-                "Connections closed for a request head slower than http_header_read_timeout_ms.",
+                "Connections closed with no whole request head within http_header_read_timeout_ms (slow or idle).",
                 c.header_timeouts_total.load(Ordering::Relaxed),
             ),
             (
