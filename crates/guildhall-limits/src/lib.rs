@@ -243,7 +243,8 @@ pub const MESSAGES_PER_PAGE_MAX: usize = 100;
 /// Most members one GET or one GUILD_MEMBERS_CHUNK carries.
 pub const MEMBERS_PER_PAGE_MAX: usize = 1_000;
 
-/// Requests per caller, route and major id (channel or guild) per window.
+/// Requests per caller (the checked token's user, else the client
+/// address), route and major id (channel or guild) per window.
 /// When hit: 429 with Discord's body, `Retry-After` and `Via`.
 pub const REST_RATE_LIMIT_PER_WINDOW: u32 = 50;
 
