@@ -259,6 +259,8 @@ pub const APPLICATION_COMMANDS_CONTEXT_MENU_MAX: usize = 15;
 pub const APPLICATION_COMMANDS_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
 
 /// Requests per caller, route and major id (channel or guild) per window.
+/// Requests per caller (the checked token's user, else the client
+/// address), route and major id (channel or guild) per window.
 /// When hit: 429 with Discord's body, `Retry-After` and `Via`.
 pub const REST_RATE_LIMIT_PER_WINDOW: u32 = 50;
 
@@ -403,6 +405,99 @@ pub const GATEWAY_SHARDS_MAX: u32 = 65_536;
 /// chunk one guild at a time). When hit: the request is answered with a
 /// RATE_LIMITED dispatch (opcode 8, with its guild and nonce), counted.
 pub const SESSION_MEMBER_REQUESTS_MAX: usize = 1;
+// HTTP edge, password hashing and REST callers (hardening: the HTTP edge)
+// ---------------------------------------------------------------------------
+
+/// Longest a client may take to send a request's head (request line and
+/// headers), and so also how long an idle keep-alive connection is kept
+/// (the server reads the next head from the moment the last response is
+/// written). 20 s outlasts the keep-alive of the clients we serve
+/// (aiohttp keeps idle connections 15 s, undici 4 s), so a client never
+/// races the server's close, while a client trickling one byte at a time
+/// holds its connection 20 s, not forever. When hit: the connection is
+/// closed without a response (counted).
+pub const HTTP_HEADER_READ_TIMEOUT_MS: u64 = 20_000;
+
+/// Largest request head (request line and headers), in bytes. 16 KiB is
+/// Node.js's own limit, so discord.js never sends more, and it bounds what
+/// a connection still in its head can pin. When hit: 431 Request Header
+/// Fields Too Large, then the connection is closed (counted).
+pub const HTTP_HEADER_BYTES_MAX: usize = 16 * 1024;
+
+/// Longest a request body may take to arrive, from the end of its head. A
+/// REST body is at most `rest_body_bytes_max` (64 KiB): 10 s is 6.5 KB/s,
+/// slower than any link a client can use the gateway over. When hit: the
+/// request is answered 408 Request Timeout with `Connection: close` and the
+/// connection is closed (counted).
+pub const HTTP_BODY_READ_TIMEOUT_MS: u64 = 10_000;
+
+/// TCP connections a node holds at once: HTTP connections and the gateway
+/// sockets upgraded from them (each is a file descriptor). The sessions cap
+/// plus 5,000 for REST clients. Lowered at start to the file-descriptor
+/// limit minus [`HTTP_FD_RESERVE_MIN`] when that is smaller (logged). When
+/// hit: a new connection is accepted, sent a fixed 503 with `Retry-After`
+/// and closed at once, without a task: refusing costs one accept and one
+/// write, so the node keeps refusing fast under any number of attempts.
+pub const HTTP_CONNECTIONS_MAX: usize = SESSIONS_PER_NODE_MAX + 5_000;
+
+/// HTTP connections one client address holds at once (IPv6: one /64).
+/// Counts connections still speaking HTTP: a gateway socket leaves the
+/// count at its 101, so the users behind one NAT can each hold a session
+/// (sessions are bounded by `sessions_per_node_max`). 256 is far above what
+/// a client's connection pool opens. When hit: refused like
+/// [`HTTP_CONNECTIONS_MAX`] (503, closed), counted.
+pub const HTTP_CONNECTIONS_PER_IP_MAX: usize = 256;
+
+/// File descriptors kept free beyond the connection cap, for the store's
+/// files, the accept of a connection that is about to be refused, and
+/// logs. When the process's limit cannot hold `http_connections_max` plus
+/// this, the cap is lowered to fit.
+pub const HTTP_FD_RESERVE_MIN: usize = 512;
+
+/// Pause of the accept loop after an accept error other than a reset
+/// connection (EMFILE, ENFILE, ENOBUFS): retrying at once would spin on
+/// the same error. 100 ms: long enough for connections to close, short
+/// enough that the backlog does not overflow. Counted and logged (throttled).
+pub const HTTP_ACCEPT_BACKOFF_MS: u64 = 100;
+
+/// Password hashes (Argon2id, 19 MiB and about a core each) computed at
+/// once. Each permit owns one preallocated block of Argon2 memory, reused
+/// by every hash that takes it, so hashing pins at most this × 19 MiB. 4:
+/// about one per core of a typical node; more only queue on the CPU. When
+/// hit: register and login answer 429 with `Retry-After` at once
+/// (`X-RateLimit-Scope: shared`: the node, not the caller, is busy).
+pub const PASSWORD_HASH_CONCURRENCY_MAX: usize = 4;
+
+/// Requests to `/auth/*` per client address, route and window
+/// (`rest_rate_window_ms`): each costs a password hash, so one address may
+/// not take the hashing permits from everybody else. 10 a second is more
+/// than a person types. When hit: 429 with Discord's body.
+pub const REST_AUTH_RATE_LIMIT_PER_WINDOW: u32 = 10;
+
+/// Invalid requests (answered 401, 403 or 429, except shared 429s) one
+/// client address may make per [`REST_INVALID_WINDOW_MS`], Discord's
+/// "Cloudflare ban" limit of 10,000 per 10 minutes. When hit: every
+/// request of that address is answered 429 (`global`, scope `global`)
+/// before any token lookup or handler until the window ends (counted).
+pub const REST_INVALID_REQUESTS_MAX: u32 = 10_000;
+
+/// The window of [`REST_INVALID_REQUESTS_MAX`] (Discord's 10 minutes).
+pub const REST_INVALID_WINDOW_MS: u64 = 600_000;
+
+/// Client addresses whose invalid requests are counted at once. When hit:
+/// expired windows are forgotten; if none has expired, new addresses share
+/// one overflow window (limited together, never unlimited).
+pub const REST_INVALID_ADDRESSES_MAX: usize = 100_000;
+
+/// Token digests remembered as invalid, so a repeated bad token costs no
+/// store read. A stale entry can never hide a valid token: tokens are 27
+/// random bytes the server makes, so a new token's digest was never seen
+/// before. When hit: the oldest entry is forgotten.
+pub const USERS_NEGATIVE_CACHE_ENTRIES_MAX: usize = 100_000;
+
+/// How long a token digest is remembered as invalid. When it expires the
+/// next use of that token reads the store again.
+pub const USERS_NEGATIVE_CACHE_TTL_MS: u64 = 60_000;
 
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
@@ -416,6 +511,9 @@ const _: () = assert!(RING_HISTORY_GENERATIONS_MAX >= 2);
 const _: () = assert!(HEARTBEAT_TIMEOUT_MS > HEARTBEAT_INTERVAL_MS);
 const _: () = assert!(REPLAY_BUFFER_EVENTS_MAX >= 1 && SESSION_QUEUE_MESSAGES_MAX >= 1);
 const _: () = assert!(GUILD_LOAD_WAITERS_MAX < GUILD_MAILBOX_MESSAGES_MAX);
+const _: () = assert!(HTTP_CONNECTIONS_MAX > SESSIONS_PER_NODE_MAX);
+const _: () = assert!(HTTP_HEADER_BYTES_MAX >= 8_192);
+const _: () = assert!(REST_AUTH_RATE_LIMIT_PER_WINDOW <= REST_RATE_LIMIT_PER_WINDOW);
 
 /// The effective value of every bound. `Limits::default()` holds the constants
 /// above; a deployment overrides fields (the `[limits]` table of the config
@@ -589,6 +687,34 @@ pub struct Limits {
     pub gateway_shards_max: u32,
     /// See [`SESSION_MEMBER_REQUESTS_MAX`].
     pub session_member_requests_max: usize,
+    /// See [`HTTP_HEADER_READ_TIMEOUT_MS`].
+    pub http_header_read_timeout_ms: u64,
+    /// See [`HTTP_HEADER_BYTES_MAX`].
+    pub http_header_bytes_max: usize,
+    /// See [`HTTP_BODY_READ_TIMEOUT_MS`].
+    pub http_body_read_timeout_ms: u64,
+    /// See [`HTTP_CONNECTIONS_MAX`].
+    pub http_connections_max: usize,
+    /// See [`HTTP_CONNECTIONS_PER_IP_MAX`].
+    pub http_connections_per_ip_max: usize,
+    /// See [`HTTP_FD_RESERVE_MIN`].
+    pub http_fd_reserve_min: usize,
+    /// See [`HTTP_ACCEPT_BACKOFF_MS`].
+    pub http_accept_backoff_ms: u64,
+    /// See [`PASSWORD_HASH_CONCURRENCY_MAX`].
+    pub password_hash_concurrency_max: usize,
+    /// See [`REST_AUTH_RATE_LIMIT_PER_WINDOW`].
+    pub rest_auth_rate_limit_per_window: u32,
+    /// See [`REST_INVALID_REQUESTS_MAX`].
+    pub rest_invalid_requests_max: u32,
+    /// See [`REST_INVALID_WINDOW_MS`].
+    pub rest_invalid_window_ms: u64,
+    /// See [`REST_INVALID_ADDRESSES_MAX`].
+    pub rest_invalid_addresses_max: usize,
+    /// See [`USERS_NEGATIVE_CACHE_ENTRIES_MAX`].
+    pub users_negative_cache_entries_max: usize,
+    /// See [`USERS_NEGATIVE_CACHE_TTL_MS`].
+    pub users_negative_cache_ttl_ms: u64,
 }
 
 impl Default for Limits {
@@ -676,6 +802,20 @@ impl Default for Limits {
             gateway_identify_timeout_ms: GATEWAY_IDENTIFY_TIMEOUT_MS,
             gateway_shards_max: GATEWAY_SHARDS_MAX,
             session_member_requests_max: SESSION_MEMBER_REQUESTS_MAX,
+            http_header_read_timeout_ms: HTTP_HEADER_READ_TIMEOUT_MS,
+            http_header_bytes_max: HTTP_HEADER_BYTES_MAX,
+            http_body_read_timeout_ms: HTTP_BODY_READ_TIMEOUT_MS,
+            http_connections_max: HTTP_CONNECTIONS_MAX,
+            http_connections_per_ip_max: HTTP_CONNECTIONS_PER_IP_MAX,
+            http_fd_reserve_min: HTTP_FD_RESERVE_MIN,
+            http_accept_backoff_ms: HTTP_ACCEPT_BACKOFF_MS,
+            password_hash_concurrency_max: PASSWORD_HASH_CONCURRENCY_MAX,
+            rest_auth_rate_limit_per_window: REST_AUTH_RATE_LIMIT_PER_WINDOW,
+            rest_invalid_requests_max: REST_INVALID_REQUESTS_MAX,
+            rest_invalid_window_ms: REST_INVALID_WINDOW_MS,
+            rest_invalid_addresses_max: REST_INVALID_ADDRESSES_MAX,
+            users_negative_cache_entries_max: USERS_NEGATIVE_CACHE_ENTRIES_MAX,
+            users_negative_cache_ttl_ms: USERS_NEGATIVE_CACHE_TTL_MS,
         }
     }
 }
@@ -1109,6 +1249,58 @@ impl Limits {
             "guild_subscribe_retry_tasks_max",
             "must be at least 1",
         );
+        // HTTP edge, password hashing and REST callers.
+        for (value, field) in [
+            (
+                self.http_header_read_timeout_ms,
+                "http_header_read_timeout_ms",
+            ),
+            (self.http_body_read_timeout_ms, "http_body_read_timeout_ms"),
+            (self.http_accept_backoff_ms, "http_accept_backoff_ms"),
+            (self.rest_invalid_window_ms, "rest_invalid_window_ms"),
+            (
+                self.users_negative_cache_ttl_ms,
+                "users_negative_cache_ttl_ms",
+            ),
+            (self.http_connections_max as u64, "http_connections_max"),
+            (
+                self.http_connections_per_ip_max as u64,
+                "http_connections_per_ip_max",
+            ),
+            (self.http_fd_reserve_min as u64, "http_fd_reserve_min"),
+            (
+                self.password_hash_concurrency_max as u64,
+                "password_hash_concurrency_max",
+            ),
+            (
+                u64::from(self.rest_auth_rate_limit_per_window),
+                "rest_auth_rate_limit_per_window",
+            ),
+            (
+                u64::from(self.rest_invalid_requests_max),
+                "rest_invalid_requests_max",
+            ),
+            (
+                self.rest_invalid_addresses_max as u64,
+                "rest_invalid_addresses_max",
+            ),
+            (
+                self.users_negative_cache_entries_max as u64,
+                "users_negative_cache_entries_max",
+            ),
+        ] {
+            check(value >= 1, field, "must be at least 1");
+        }
+        check(
+            self.http_header_bytes_max >= 8_192,
+            "http_header_bytes_max",
+            "must be at least 8192 (the HTTP parser's smallest buffer)",
+        );
+        check(
+            self.http_connections_per_ip_max <= self.http_connections_max,
+            "http_connections_per_ip_max",
+            "must be at most http_connections_max",
+        );
         if errors.is_empty() {
             Ok(())
         } else {
@@ -1202,6 +1394,20 @@ mod tests {
             "gateway_identify_timeout_ms",
             "gateway_shards_max",
             "session_member_requests_max",
+            "http_header_read_timeout_ms",
+            "http_header_bytes_max",
+            "http_body_read_timeout_ms",
+            "http_connections_max",
+            "http_connections_per_ip_max",
+            "http_fd_reserve_min",
+            "http_accept_backoff_ms",
+            "password_hash_concurrency_max",
+            "rest_auth_rate_limit_per_window",
+            "rest_invalid_requests_max",
+            "rest_invalid_window_ms",
+            "rest_invalid_addresses_max",
+            "users_negative_cache_entries_max",
+            "users_negative_cache_ttl_ms",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -1282,6 +1488,20 @@ mod tests {
             "gateway_identify_timeout_ms" => l.gateway_identify_timeout_ms = 0,
             "gateway_shards_max" => l.gateway_shards_max = 0,
             "session_member_requests_max" => l.session_member_requests_max = 0,
+            "http_header_read_timeout_ms" => l.http_header_read_timeout_ms = 0,
+            "http_header_bytes_max" => l.http_header_bytes_max = 0,
+            "http_body_read_timeout_ms" => l.http_body_read_timeout_ms = 0,
+            "http_connections_max" => l.http_connections_max = 0,
+            "http_connections_per_ip_max" => l.http_connections_per_ip_max = 0,
+            "http_fd_reserve_min" => l.http_fd_reserve_min = 0,
+            "http_accept_backoff_ms" => l.http_accept_backoff_ms = 0,
+            "password_hash_concurrency_max" => l.password_hash_concurrency_max = 0,
+            "rest_auth_rate_limit_per_window" => l.rest_auth_rate_limit_per_window = 0,
+            "rest_invalid_requests_max" => l.rest_invalid_requests_max = 0,
+            "rest_invalid_window_ms" => l.rest_invalid_window_ms = 0,
+            "rest_invalid_addresses_max" => l.rest_invalid_addresses_max = 0,
+            "users_negative_cache_entries_max" => l.users_negative_cache_entries_max = 0,
+            "users_negative_cache_ttl_ms" => l.users_negative_cache_ttl_ms = 0,
             other => panic!("unknown field {other}"),
         }
         l

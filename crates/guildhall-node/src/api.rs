@@ -209,7 +209,8 @@ pub async fn read_json<T: DeserializeOwned>(
 /// The authenticated caller.
 pub struct Caller(pub UserRow);
 
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+/// The token of `Authorization` (`Bot ` and `Bearer ` prefixes stripped).
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     Some(
         value
@@ -220,6 +221,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     )
 }
 
+/// What the rate-limit layer found the request's token to be (it keys the
+/// request's bucket on the user), so the handler does not look it up again.
+#[derive(Clone)]
+pub struct TokenLookup(pub Result<Option<UserRow>, crate::users::UsersError>);
+
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
@@ -227,10 +233,15 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let Some(token) = bearer(&parts.headers) else {
-            return Err(ApiError::Unauthorized);
+        let lookup = match parts.extensions.get::<TokenLookup>() {
+            Some(TokenLookup(lookup)) => lookup.clone(),
+            None => {
+                let Some(token) = bearer(&parts.headers) else {
+                    return Err(ApiError::Unauthorized);
+                };
+                state.users.by_token(auth::token_digest(token)).await
+            }
         };
-        let lookup = state.users.by_token(auth::token_digest(token)).await;
         match lookup.map_err(|_| ApiError::Overloaded)? {
             Some(user) => Ok(Caller(user)),
             None => {
@@ -324,6 +335,25 @@ async fn issue_token(node: &crate::Node, user_id: i64) -> Result<String, ApiErro
     Ok(token)
 }
 
+/// The answer when every password-hashing permit is in use: 429 with
+/// `Retry-After`, scope `shared` (the node is busy, not the caller, so it
+/// does not count against the caller's invalid requests).
+fn hashing_busy() -> Response {
+    let mut response = ApiError::RateLimited(1.0).into_response();
+    response
+        .headers_mut()
+        .insert("x-ratelimit-scope", HeaderValue::from_static("shared"));
+    response
+}
+
+fn taken() -> ApiError {
+    ApiError::Field(
+        "username",
+        "USERNAME_ALREADY_TAKEN",
+        "Username is unavailable.".into(),
+    )
+}
+
 async fn register(State(node): State<AppState>, JsonBody(body): JsonBody<Register>) -> ApiResult {
     check_username(&body.username)?;
     if !(8..=128).contains(&body.password.chars().count()) {
@@ -333,11 +363,22 @@ async fn register(State(node): State<AppState>, JsonBody(body): JsonBody<Registe
             "Must be between 8 and 128 in length.".into(),
         ));
     }
-    let password = body.password;
-    let hash = tokio::task::spawn_blocking(move || auth::hash_password(&password))
-        .await
-        .map_err(|_| ApiError::Internal)?
-        .map_err(|_| ApiError::Internal)?;
+    // A taken name costs one indexed read, not a hash (the insert's
+    // uniqueness constraint still decides a race between two registers).
+    if node
+        .shared
+        .store
+        .user_by_name(&body.username)
+        .await?
+        .is_some()
+    {
+        return Err(taken());
+    }
+    let hash = match node.passwords.hash(body.password).await {
+        Ok(hash) => hash,
+        Err(auth::PasswordError::Busy) => return Ok(hashing_busy()),
+        Err(auth::PasswordError::Failed) => return Err(ApiError::Internal),
+    };
     let id = node.shared.next_id().get() as i64;
     let user = UserRow {
         id,
@@ -369,10 +410,11 @@ async fn login(State(node): State<AppState>, JsonBody(body): JsonBody<Login>) ->
     let Some(hash) = user.password_hash.clone() else {
         return Err(invalid());
     };
-    let password = body.password;
-    let valid = tokio::task::spawn_blocking(move || auth::verify_password(&password, &hash))
-        .await
-        .map_err(|_| ApiError::Internal)?;
+    let valid = match node.passwords.verify(body.password, hash).await {
+        Ok(valid) => valid,
+        Err(auth::PasswordError::Busy) => return Ok(hashing_busy()),
+        Err(auth::PasswordError::Failed) => return Err(ApiError::Internal),
+    };
     if !valid {
         return Err(invalid());
     }

@@ -11,6 +11,7 @@
 //! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`auth`]: passwords and tokens.
+//! - [`http`]: the accept loop and every connection's bounds.
 //!
 //! [`run`] takes a bound listener and a shutdown future (so tests and the
 //! binary wire the node the same way, mini-redis style). Embedded mode is
@@ -25,6 +26,7 @@ pub mod events;
 pub mod gateway;
 pub mod guilds;
 pub mod histogram;
+pub mod http;
 pub mod hub;
 pub mod log;
 pub mod presence;
@@ -35,7 +37,6 @@ pub mod users;
 use guildhall_limits::Limits;
 use guildhall_store::Store;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -112,6 +113,10 @@ pub struct Node {
     pub bus: Arc<dyn guildhall_cluster::Bus>,
     /// This node's event-stream counters.
     pub events: Arc<events::EventCounters>,
+    /// Connection accounting of the HTTP edge.
+    pub http: Arc<http::Edge>,
+    /// Password-hashing permits and their memory.
+    pub passwords: auth::Passwords,
 }
 
 impl Node {
@@ -302,6 +307,11 @@ async fn metrics(
             &users.store_reads_total,
         ),
         (
+            "guildhall_users_negative_hits_total",
+            "Token lookups answered from the cache of known-invalid tokens.",
+            &users.negative_hits_total,
+        ),
+        (
             "guildhall_users_coalesced_total",
             "Token lookups that joined a read in flight.",
             &users.coalesced_total,
@@ -478,6 +488,9 @@ async fn metrics(
             value.load(Ordering::Relaxed)
         );
     }
+    node.http.render(&mut out);
+    node.passwords.render(&mut out);
+    node.rate.render(&mut out);
     node.counters.request_seconds.render(
         &mut out,
         "guildhall_rest_request_seconds",
@@ -722,11 +735,7 @@ pub async fn run(
     )
     .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let node = Arc::new(Node {
-        rate: ratelimit::RateLimiter::new(
-            config.limits.rest_rate_limit_per_window,
-            config.limits.rest_rate_window_ms,
-            config.limits.rest_rate_buckets_max,
-        ),
+        rate: ratelimit::RateLimiter::new(&config.limits),
         shared,
         hub,
         guilds,
@@ -742,6 +751,8 @@ pub async fn run(
         cluster: cluster_state,
         bus,
         events: event_counters,
+        http: http::Edge::new(&config.limits),
+        passwords: auth::Passwords::new(config.limits.password_hash_concurrency_max),
     });
     let announcement = guildhall_proto::cluster::Announcement {
         schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,
@@ -804,13 +815,15 @@ pub async fn run(
         cluster::leave(drain_node.registry.as_ref(), &drain_node.cluster);
         let _ = drained_tx.send(());
     });
-    let served = axum::serve(
+    let served = http::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        app,
+        node.http.clone(),
+        &config.limits,
+        async move {
+            let _ = drained_rx.await;
+        },
     )
-    .with_graceful_shutdown(async move {
-        let _ = drained_rx.await;
-    })
     .await;
     reaper.abort();
     for task in event_tasks {

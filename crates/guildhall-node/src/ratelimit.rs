@@ -1,20 +1,41 @@
-//! REST rate limits: a fixed window per (caller, route, major id), and
-//! Discord's headers on every response.
+//! REST rate limits: a fixed window per (caller, route, major id), Discord's
+//! invalid-request limit per client address, and Discord's headers on every
+//! response.
+//!
+//! The caller is who the token says, once the token has been checked: a
+//! valid token's user, or else the client address (no token, a bad token,
+//! or a token the users role could not check). Keying on the raw header let
+//! every made-up token open a fresh bucket, while every caller without one
+//! shared a single bucket per route, so one client could lock every
+//! anonymous user out of login and the gateway URL. A token not yet known
+//! (in neither of the users role's caches) costs a store read, so it is
+//! only looked up while the address's bucket for the route has room.
+//!
+//! Every 401, 403 and 429 (except a `shared` 429: the node was busy, not
+//! the caller) counts against the address; past `rest_invalid_requests_max`
+//! in `rest_invalid_window_ms` the address is refused before any lookup or
+//! handler until the window ends (Discord's "Cloudflare ban").
+//!
+//! Buckets expire in the order they were opened (all windows have one
+//! length), so forgetting them is a pop from a queue, never a scan.
 //!
 //! Without `X-RateLimit-Scope`, twilight retries a 429 in ~19 ms forever;
 //! without `Via`, discord.py refuses to retry at all; so every header is
 //! always present.
 
-use crate::api::{ApiError, AppState};
+use crate::api::{ApiError, AppState, TokenLookup, bearer};
 use crate::state::now_ms;
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use guildhall_proto::error::RateLimitedBody;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Clone, Copy)]
 struct Window {
@@ -22,10 +43,13 @@ struct Window {
     count: u32,
 }
 
-/// The buckets.
-pub struct RateLimiter {
-    windows: Mutex<HashMap<u64, Window>>,
-    limit: u32,
+/// Fixed windows of one length, keyed by a hash, at most `buckets_max`.
+struct Windows {
+    map: HashMap<u64, Window>,
+    /// (key, start) of every window in the order opened: the front is the
+    /// first to expire. An entry whose window was since reopened is stale
+    /// and skipped.
+    expiry: VecDeque<(u64, u64)>,
     window_ms: u64,
     buckets_max: usize,
 }
@@ -42,72 +66,264 @@ pub struct Decision {
 
 const OVERFLOW_KEY: u64 = u64::MAX;
 
-impl RateLimiter {
-    /// Buckets of `limit` requests per `window_ms`, at most `buckets_max`.
-    pub fn new(limit: u32, window_ms: u64, buckets_max: usize) -> Self {
+impl Windows {
+    fn new(window_ms: u64, buckets_max: usize) -> Self {
         Self {
-            windows: Mutex::new(HashMap::new()),
-            limit,
+            map: HashMap::new(),
+            expiry: VecDeque::new(),
             window_ms: window_ms.max(1),
-            buckets_max,
+            buckets_max: buckets_max.max(1),
         }
     }
 
-    /// Counts one request of bucket `key` at `now_ms`.
-    pub fn check(&self, key: u64, now_ms: u64) -> Decision {
-        let mut windows = self
-            .windows
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut key = key;
-        if !windows.contains_key(&key) && windows.len() >= self.buckets_max {
-            let window_ms = self.window_ms;
-            windows.retain(|_, w| now_ms < w.start_ms + window_ms);
-            if windows.len() >= self.buckets_max {
-                key = OVERFLOW_KEY;
+    /// Forgets the windows that ended by `now_ms`: amortised O(1), each
+    /// window is queued once and popped once.
+    fn expire(&mut self, now_ms: u64) {
+        while let Some(&(key, start_ms)) = self.expiry.front() {
+            if now_ms < start_ms + self.window_ms {
+                break;
+            }
+            self.expiry.pop_front();
+            if self.map.get(&key).is_some_and(|w| w.start_ms == start_ms) {
+                self.map.remove(&key);
             }
         }
-        let window = windows.entry(key).or_insert(Window {
-            start_ms: now_ms,
-            count: 0,
-        });
-        if now_ms >= window.start_ms + self.window_ms {
+    }
+
+    /// The live window of `key`, if any.
+    fn peek(&mut self, key: u64, now_ms: u64) -> Option<Window> {
+        self.expire(now_ms);
+        let key = if self.map.contains_key(&key) || self.map.len() < self.buckets_max {
+            key
+        } else {
+            OVERFLOW_KEY
+        };
+        self.map
+            .get(&key)
+            .copied()
+            .filter(|w| now_ms < w.start_ms + self.window_ms)
+    }
+
+    /// Counts one request of `key` against `limit` at `now_ms`.
+    fn check(&mut self, key: u64, limit: u32, now_ms: u64) -> Decision {
+        self.expire(now_ms);
+        let key = if self.map.contains_key(&key) || self.map.len() < self.buckets_max {
+            key
+        } else {
+            OVERFLOW_KEY
+        };
+        let window_ms = self.window_ms;
+        let window = match self.map.entry(key) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => {
+                self.expiry.push_back((key, now_ms));
+                entry.insert(Window {
+                    start_ms: now_ms,
+                    count: 0,
+                })
+            }
+        };
+        // Only when the clock stepped back can a window outlive its queue
+        // entry; reopen it.
+        if now_ms >= window.start_ms + window_ms {
             *window = Window {
                 start_ms: now_ms,
                 count: 0,
             };
+            self.expiry.push_back((key, now_ms));
         }
-        let reset_after_ms = window.start_ms + self.window_ms - now_ms;
-        if window.count >= self.limit {
-            return Decision {
+        let reset_after_ms = window.start_ms + window_ms - now_ms;
+        let decision = if window.count >= limit {
+            Decision {
                 allowed: false,
                 remaining: 0,
                 reset_after_ms,
-            };
+            }
+        } else {
+            window.count += 1;
+            Decision {
+                allowed: true,
+                remaining: limit - window.count,
+                reset_after_ms,
+            }
+        };
+        // Stale queue entries come only from reopenings; drop them if they
+        // pile up (amortised over the pushes that made them).
+        if self.expiry.len() > self.buckets_max.saturating_mul(2) {
+            let map = &self.map;
+            self.expiry
+                .retain(|(k, start)| map.get(k).is_some_and(|w| w.start_ms == *start));
         }
-        window.count += 1;
-        Decision {
-            allowed: true,
-            remaining: self.limit - window.count,
-            reset_after_ms,
-        }
-    }
-
-    /// The limit per window.
-    pub fn limit(&self) -> u32 {
-        self.limit
+        decision
     }
 }
 
+/// Counters of the rate limiter.
+#[derive(Debug, Default)]
+pub struct RateCounters {
+    /// Invalid requests counted (401, 403, non-shared 429).
+    pub invalid_total: AtomicU64,
+    /// Requests refused because their address is over the invalid limit.
+    pub banned_total: AtomicU64,
+    /// Unknown tokens not looked up because the address's bucket was spent.
+    pub lookups_refused_total: AtomicU64,
+}
+
+/// The buckets and the invalid-request windows.
+pub struct RateLimiter {
+    buckets: Mutex<Windows>,
+    invalid: Mutex<Windows>,
+    /// Keys are hashed with a per-process key, so nobody can aim a key at
+    /// another caller's bucket.
+    hasher: RandomState,
+    limit: u32,
+    auth_limit: u32,
+    invalid_max: u32,
+    /// Counters.
+    pub counters: RateCounters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Who a bucket belongs to.
+#[derive(Hash)]
+enum Who {
+    User(i64),
+    Address(IpAddr),
+}
+
+impl RateLimiter {
+    /// The limiter `limits` describe.
+    pub fn new(limits: &guildhall_limits::Limits) -> Self {
+        Self {
+            buckets: Mutex::new(Windows::new(
+                limits.rest_rate_window_ms,
+                limits.rest_rate_buckets_max,
+            )),
+            invalid: Mutex::new(Windows::new(
+                limits.rest_invalid_window_ms,
+                limits.rest_invalid_addresses_max,
+            )),
+            hasher: RandomState::new(),
+            limit: limits.rest_rate_limit_per_window,
+            auth_limit: limits.rest_auth_rate_limit_per_window,
+            invalid_max: limits.rest_invalid_requests_max,
+            counters: RateCounters::default(),
+        }
+    }
+
+    /// Counts one request of bucket `key` (limit `limit`) at `now_ms`.
+    fn check(&self, key: u64, limit: u32, now_ms: u64) -> Decision {
+        lock(&self.buckets).check(key, limit, now_ms)
+    }
+
+    /// Milliseconds until bucket `key` has room again, if it has none now.
+    fn spent(&self, key: u64, limit: u32, now_ms: u64) -> Option<u64> {
+        let mut buckets = lock(&self.buckets);
+        let window_ms = buckets.window_ms;
+        buckets
+            .peek(key, now_ms)
+            .filter(|w| w.count >= limit)
+            .map(|w| w.start_ms + window_ms - now_ms)
+    }
+
+    /// Milliseconds until `address` may call again, if it is over the
+    /// invalid-request limit.
+    fn banned(&self, address: IpAddr, now_ms: u64) -> Option<u64> {
+        let key = self.hasher.hash_one(address);
+        let mut invalid = lock(&self.invalid);
+        let window_ms = invalid.window_ms;
+        invalid
+            .peek(key, now_ms)
+            .filter(|w| w.count >= self.invalid_max)
+            .map(|w| w.start_ms + window_ms - now_ms)
+    }
+
+    /// Counts one invalid request of `address`.
+    fn invalid(&self, address: IpAddr, now_ms: u64) {
+        self.counters.invalid_total.fetch_add(1, Ordering::Relaxed);
+        let key = self.hasher.hash_one(address);
+        lock(&self.invalid).check(key, self.invalid_max, now_ms);
+    }
+
+    fn key(&self, who: &Who, method: &str, route: &str, major: &str) -> u64 {
+        self.hasher.hash_one((who, method, route, major))
+    }
+
+    /// The `/metrics` lines of the limiter.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        for (name, help, value) in [
+            (
+                "guildhall_rest_invalid_requests_total",
+                "REST answers counted against the caller's address (401, 403, non-shared 429).",
+                &self.counters.invalid_total,
+            ),
+            (
+                "guildhall_rest_invalid_banned_total",
+                "REST requests refused because their address is over rest_invalid_requests_max.",
+                &self.counters.banned_total,
+            ),
+            (
+                "guildhall_rest_token_lookups_refused_total",
+                "Unknown tokens not looked up because the address's bucket was spent.",
+                &self.counters.lookups_refused_total,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+/// A stable bucket id for the `X-RateLimit-Bucket` header (the same on
+/// every node, so it cannot use the limiter's keyed hash).
 fn hash_of(parts: &[&str]) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     parts.hash(&mut hasher);
     hasher.finish()
 }
 
+fn banned_response(reset_after_ms: u64) -> Response {
+    let retry_after_s = reset_after_ms as f64 / 1000.0;
+    let mut response = crate::api::json_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        &RateLimitedBody::new(retry_after_s, true),
+    );
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::RETRY_AFTER,
+        HeaderValue::from(retry_after_s.ceil().max(1.0) as u64),
+    );
+    headers.insert(
+        axum::http::header::VIA,
+        HeaderValue::from_static("1.1 guildhall"),
+    );
+    headers.insert("x-ratelimit-global", HeaderValue::from_static("true"));
+    headers.insert("x-ratelimit-scope", HeaderValue::from_static("global"));
+    response
+}
+
 /// The middleware.
-pub async fn layer(State(node): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn layer(State(node): State<AppState>, mut request: Request, next: Next) -> Response {
     node.counters.requests_total.fetch_add(1, Ordering::Relaxed);
+    let now = now_ms();
+    let rate = &node.rate;
+    let address = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| {
+            crate::http::client_key(c.0.ip())
+        });
+    if let Some(reset_after_ms) = rate.banned(address, now) {
+        rate.counters.banned_total.fetch_add(1, Ordering::Relaxed);
+        return banned_response(reset_after_ms);
+    }
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -118,19 +334,46 @@ pub async fn layer(State(node): State<AppState>, request: Request, next: Next) -
         .path()
         .split('/')
         .find(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-        .unwrap_or("");
-    let caller = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+        .unwrap_or("")
+        .to_owned();
     let method = request.method().as_str().to_owned();
-    let key = hash_of(&[caller, &method, &route, major]);
+    let limit = if route.contains("/auth/") {
+        rate.auth_limit
+    } else {
+        rate.limit
+    };
+    let address_key = rate.key(&Who::Address(address), &method, &route, &major);
+    let lookup = match bearer(request.headers()) {
+        None => None,
+        Some(token) => {
+            let digest = crate::auth::token_digest(token);
+            match node.users.cached(&digest) {
+                Some(known) => Some(Ok(known)),
+                // An unknown token costs a store read: only while the
+                // address could still be answered.
+                None => match rate.spent(address_key, limit, now) {
+                    Some(_) => {
+                        rate.counters
+                            .lookups_refused_total
+                            .fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                    None => Some(node.users.by_token(digest).await),
+                },
+            }
+        }
+    };
+    let key = match &lookup {
+        Some(Ok(Some(user))) => rate.key(&Who::User(user.id), &method, &route, &major),
+        _ => address_key,
+    };
     let bucket = format!("{:016x}", hash_of(&[&method, &route]));
-    let now = now_ms();
-    let decision = node.rate.check(key, now);
+    let decision = rate.check(key, limit, now);
     let started = std::time::Instant::now();
     let mut response = if decision.allowed {
+        if let Some(lookup) = lookup {
+            request.extensions_mut().insert(TokenLookup(lookup));
+        }
         next.run(request).await
     } else {
         node.counters
@@ -141,10 +384,17 @@ pub async fn layer(State(node): State<AppState>, request: Request, next: Next) -
     node.counters
         .request_seconds
         .record_us(started.elapsed().as_micros() as u64);
+    let shared = response
+        .headers()
+        .get("x-ratelimit-scope")
+        .is_some_and(|v| v == "shared");
+    if matches!(response.status().as_u16(), 401 | 403 | 429) && !shared {
+        rate.invalid(address, now);
+    }
     let headers = response.headers_mut();
     let reset = (now + decision.reset_after_ms) as f64 / 1000.0;
     for (name, value) in [
-        ("x-ratelimit-limit", node.rate.limit().to_string()),
+        ("x-ratelimit-limit", limit.to_string()),
         ("x-ratelimit-remaining", decision.remaining.to_string()),
         ("x-ratelimit-reset", format!("{reset:.3}")),
         (
@@ -152,11 +402,13 @@ pub async fn layer(State(node): State<AppState>, request: Request, next: Next) -
             format!("{:.3}", decision.reset_after_ms as f64 / 1000.0),
         ),
         ("x-ratelimit-bucket", bucket),
-        ("x-ratelimit-scope", "user".to_owned()),
     ] {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
+    }
+    if !shared {
+        headers.insert("x-ratelimit-scope", HeaderValue::from_static("user"));
     }
     response
 }
@@ -167,31 +419,43 @@ mod tests {
 
     #[test]
     fn window_counts_and_resets() {
-        let limiter = RateLimiter::new(2, 1_000, 10);
-        assert!(limiter.check(1, 0).allowed);
-        let second = limiter.check(1, 10);
+        let mut windows = Windows::new(1_000, 10);
+        assert!(windows.check(1, 2, 0).allowed);
+        let second = windows.check(1, 2, 10);
         assert!(second.allowed && second.remaining == 0);
-        let third = limiter.check(1, 20);
+        let third = windows.check(1, 2, 20);
         assert!(!third.allowed);
         assert_eq!(third.reset_after_ms, 980);
-        assert!(limiter.check(2, 20).allowed, "buckets are independent");
-        assert!(limiter.check(1, 1_000).allowed, "a new window");
+        assert!(windows.check(2, 2, 20).allowed, "buckets are independent");
+        assert!(windows.check(1, 2, 1_000).allowed, "a new window");
     }
 
     #[test]
-    fn bucket_map_is_bounded() {
-        let limiter = RateLimiter::new(1, 1_000, 3);
+    fn bucket_map_is_bounded_and_expires_in_order() {
+        let mut windows = Windows::new(1_000, 3);
         for key in 0..3 {
-            assert!(limiter.check(key, 0).allowed);
+            assert!(windows.check(key, 1, 0).allowed);
         }
-        assert!(limiter.check(100, 1).allowed, "overflow bucket");
+        assert!(windows.check(100, 1, 1).allowed, "overflow bucket");
         assert!(
-            !limiter.check(101, 2).allowed,
+            !windows.check(101, 1, 2).allowed,
             "new keys share the overflow bucket"
         );
         assert!(
-            limiter.check(102, 1_001).allowed,
+            windows.check(102, 1, 1_001).allowed,
             "expired buckets are forgotten"
         );
+        assert_eq!(windows.map.len(), 1, "every earlier window ended by 1_001");
+        assert!(windows.expiry.len() <= 2 * 3);
+    }
+
+    #[test]
+    fn a_stepped_back_clock_neither_leaks_nor_panics() {
+        let mut windows = Windows::new(100, 4);
+        for now in [1_000, 500, 2_000, 10, 5_000] {
+            windows.check(7, 1, now);
+            assert!(windows.peek(7, now).is_some());
+        }
+        assert!(windows.expiry.len() <= 8 && windows.map.len() <= 4);
     }
 }

@@ -136,6 +136,8 @@ type Digest = [u8; 32];
 pub struct UsersCounters {
     /// Lookups answered from the cache.
     pub cache_hits_total: AtomicU64,
+    /// Lookups answered from the cache of known-invalid tokens.
+    pub negative_hits_total: AtomicU64,
     /// Reads from the store.
     pub store_reads_total: AtomicU64,
     /// Lookups that joined a read already in flight.
@@ -153,6 +155,47 @@ struct Cache {
     order: VecDeque<Digest>,
     entries_max: usize,
     ttl_ms: u64,
+}
+
+/// Digests known to be no token, so a repeated bad token costs no store
+/// read. Every entry lives `ttl_ms`, so insertion order is expiry order and
+/// the oldest is dropped first. A stale entry cannot hide a new token: the
+/// server makes tokens from 27 random bytes, so a new token's digest has
+/// never been looked up before.
+struct Negative {
+    expires: HashMap<Digest, u64>,
+    order: VecDeque<(Digest, u64)>,
+    entries_max: usize,
+    ttl_ms: u64,
+}
+
+impl Negative {
+    fn contains(&mut self, digest: &Digest, now: u64) -> bool {
+        while let Some(&(oldest, expires)) = self.order.front() {
+            if expires > now {
+                break;
+            }
+            self.order.pop_front();
+            if self.expires.get(&oldest) == Some(&expires) {
+                self.expires.remove(&oldest);
+            }
+        }
+        self.expires.get(digest).is_some_and(|e| *e > now)
+    }
+
+    fn insert(&mut self, digest: Digest, now: u64) {
+        let expires = now + self.ttl_ms;
+        self.expires.insert(digest, expires);
+        self.order.push_back((digest, expires));
+        while self.expires.len() > self.entries_max || self.order.len() > 2 * self.entries_max {
+            let Some((oldest, at)) = self.order.pop_front() else {
+                break;
+            };
+            if self.expires.get(&oldest) == Some(&at) {
+                self.expires.remove(&oldest);
+            }
+        }
+    }
 }
 
 struct Flights {
@@ -249,6 +292,7 @@ pub struct Users {
     shards: Vec<tokio::sync::mpsc::Sender<ShardMessage>>,
     store: Store,
     cache: Mutex<Cache>,
+    negative: Mutex<Negative>,
     flights: Mutex<Flights>,
     permits: Mutex<(PermitPool, AdaptiveLimit)>,
     lookup_timeout_ms: u64,
@@ -296,6 +340,12 @@ impl Users {
                 entries_max: limits.users_cache_entries_max,
                 ttl_ms: limits.users_cache_ttl_ms,
             }),
+            negative: Mutex::new(Negative {
+                expires: HashMap::new(),
+                order: VecDeque::new(),
+                entries_max: limits.users_negative_cache_entries_max,
+                ttl_ms: limits.users_negative_cache_ttl_ms,
+            }),
             flights: Mutex::new(Flights {
                 flights: SingleFlight::new(
                     limits.singleflight_keys_max,
@@ -313,19 +363,35 @@ impl Users {
         })
     }
 
-    /// The user a token digest belongs to.
-    pub async fn by_token(self: &Arc<Self>, digest: Digest) -> Answer {
+    /// What the caches know of a token digest without asking the role:
+    /// `Some(Some(user))`, `Some(None)` (known invalid) or `None` (unknown:
+    /// [`Users::by_token`] would read the store).
+    pub fn cached(&self, digest: &Digest) -> Option<Option<UserRow>> {
         let now = now_ms();
         {
             let cache = lock(&self.cache);
-            if let Some((user, expires)) = cache.entries.get(&digest)
+            if let Some((user, expires)) = cache.entries.get(digest)
                 && *expires > now
             {
                 self.counters
                     .cache_hits_total
                     .fetch_add(1, Ordering::Relaxed);
-                return Ok(Some(user.clone()));
+                return Some(Some(user.clone()));
             }
+        }
+        if lock(&self.negative).contains(digest, now) {
+            self.counters
+                .negative_hits_total
+                .fetch_add(1, Ordering::Relaxed);
+            return Some(None);
+        }
+        None
+    }
+
+    /// The user a token digest belongs to.
+    pub async fn by_token(self: &Arc<Self>, digest: Digest) -> Answer {
+        if let Some(known) = self.cached(&digest) {
+            return Ok(known);
         }
         let (reply, answer) = oneshot::channel();
         let lead = {
@@ -513,6 +579,9 @@ impl Users {
         let answer = ask(self.bus.as_ref(), call, timeout)
             .await
             .map(|users| users.into_iter().next());
+        if let Ok(None) = &answer {
+            lock(&self.negative).insert(digest, now_ms());
+        }
         if let Ok(Some(user)) = &answer {
             let mut cache = lock(&self.cache);
             let expires = now_ms() + cache.ttl_ms;
@@ -629,10 +698,15 @@ mod tests {
         let reads = users.counters.store_reads_total.load(Ordering::Relaxed);
         assert!(reads <= 2, "{reads} store reads for one token");
         users.invalidate_user(7);
+        assert_eq!(users.by_token([2; 32]).await, Ok(None));
         assert_eq!(
             users.by_token([2; 32]).await,
             Ok(None),
-            "unknown tokens are not cached"
+            "a known-invalid token is answered without a read"
+        );
+        assert_eq!(
+            users.counters.negative_hits_total.load(Ordering::Relaxed),
+            1
         );
         assert_eq!(
             users.by_token([1; 32]).await.unwrap().map(|u| u.id),

@@ -76,6 +76,8 @@ fn limits() -> Limits {
         // The fuzzer's own bursts must not turn every answer into a 429:
         // the point is to reach the handlers.
         rest_rate_limit_per_window: 1_000_000,
+        rest_auth_rate_limit_per_window: 1_000_000,
+        rest_invalid_requests_max: 1_000_000,
         ..Limits::default()
     }
 }
