@@ -1653,12 +1653,12 @@ async fn reaction(
     let changed = if add {
         node.shared
             .store
-            .add_reaction(row.id, &key, caller.id)
+            .add_reaction(row.channel_id, row.id, &key, caller.id)
             .await?
     } else {
         node.shared
             .store
-            .remove_reaction(row.id, &key, caller.id)
+            .remove_reaction(row.channel_id, row.id, &key, caller.id)
             .await?
     };
     if changed {

@@ -558,10 +558,13 @@ impl GuildOwner {
                 if let Some(position) = position {
                     row.position = position;
                 }
-                store
+                if !store
                     .update_channel(&row)
                     .await
-                    .map_err(|_| GuildError::Store)?;
+                    .map_err(|_| GuildError::Store)?
+                {
+                    return Err(GuildError::UnknownChannel);
+                }
                 self.channels[index] = row.clone();
                 let wire = wire_channel(&row, true);
                 self.publish("CHANNEL_UPDATE", intents::GUILDS, &wire);
@@ -574,10 +577,13 @@ impl GuildOwner {
                     .iter()
                     .position(|c| c.id == channel_id)
                     .ok_or(GuildError::UnknownChannel)?;
-                store
-                    .delete_channel(channel_id)
+                if !store
+                    .delete_channel(guild_id, channel_id)
                     .await
-                    .map_err(|_| GuildError::Store)?;
+                    .map_err(|_| GuildError::Store)?
+                {
+                    return Err(GuildError::UnknownChannel);
+                }
                 let row = self.channels.remove(index);
                 let wire = wire_channel(&row, true);
                 self.publish("CHANNEL_DELETE", intents::GUILDS, &wire);
@@ -593,10 +599,15 @@ impl GuildOwner {
                 if role.position >= self.rank(actor) {
                     role.position = self.rank(actor).saturating_sub(1).max(1);
                 }
-                store
+                // False: the id is another guild's role (never, for a fresh
+                // snowflake); nothing of it is kept here.
+                if !store
                     .upsert_role(&role)
                     .await
-                    .map_err(|_| GuildError::Store)?;
+                    .map_err(|_| GuildError::Store)?
+                {
+                    return Err(GuildError::Store);
+                }
                 self.roles.push(role.clone());
                 let wire = wire_role(&role);
                 self.publish(
@@ -636,10 +647,13 @@ impl GuildOwner {
                 role.color = color.unwrap_or(role.color);
                 role.hoist = hoist.unwrap_or(role.hoist);
                 role.mentionable = mentionable.unwrap_or(role.mentionable);
-                store
+                if !store
                     .upsert_role(&role)
                     .await
-                    .map_err(|_| GuildError::Store)?;
+                    .map_err(|_| GuildError::Store)?
+                {
+                    return Err(GuildError::Store);
+                }
                 self.roles[index] = role.clone();
                 let wire = wire_role(&role);
                 self.publish(
