@@ -599,9 +599,8 @@ async fn oauth2_authorize(
     let guild = node
         .shared
         .store
-        .load_guild(guild_id)
+        .guild(guild_id)
         .await?
-        .guild
         .ok_or(ApiError::Code(ErrorCode::UnknownGuild))?;
     if guild.owner_id != caller.id {
         return Err(ApiError::Code(ErrorCode::MissingPermissions));
@@ -729,16 +728,6 @@ async fn create_channel(
     JsonBody(body): JsonBody<NewChannel>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
-    let guild = node
-        .shared
-        .store
-        .load_guild(guild_id)
-        .await?
-        .guild
-        .ok_or(ApiError::Code(ErrorCode::UnknownGuild))?;
-    if guild.owner_id != caller.id {
-        return Err(ApiError::Code(ErrorCode::MissingPermissions));
-    }
     if !(1..=100).contains(&body.name.chars().count()) || !matches!(body.kind, 0 | 2 | 4) {
         return Err(ApiError::Field(
             "name",
@@ -746,7 +735,8 @@ async fn create_channel(
             "Must be between 1 and 100 in length.".into(),
         ));
     }
-    let row = ChannelRow {
+    // The owner checks MANAGE_CHANNELS, then stores the channel.
+    let channel = ChannelRow {
         id: node.shared.next_id().get() as i64,
         guild_id: Some(guild_id),
         kind: i64::from(body.kind),
@@ -754,9 +744,13 @@ async fn create_channel(
         position: 0,
         topic: body.topic,
     };
-    node.shared.store.create_channel(&row).await?;
-    let channel = node.guilds.add_channel(guild_id, row).await?;
-    ok(&channel)
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::CreateChannel { channel },
+    )
+    .await
 }
 
 #[derive(Deserialize)]
@@ -1708,6 +1702,10 @@ async fn remove_reaction(
     reaction(&node, caller, p, false).await
 }
 
+/// Oldest message bulk delete takes: Discord's two weeks (a protocol rule,
+/// not a bound on this server's resources).
+const BULK_DELETE_AGE_MS: u64 = 14 * 24 * 3_600 * 1_000;
+
 #[derive(Deserialize)]
 struct BulkDelete {
     messages: Vec<String>,
@@ -1733,8 +1731,37 @@ async fn bulk_delete(
         .iter()
         .map(|m| parse_id(m))
         .collect::<Result<Vec<_>, _>>()?;
-    node.shared.store.delete_messages(channel.id, &ids).await?;
-    let data = json!({"ids": body.messages, "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string()});
+    let mut distinct = ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != ids.len() {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            "messages",
+            "BASE_TYPE_BAD",
+            "Duplicate message ids.".into(),
+        ));
+    }
+    // Discord refuses the whole request if any id is older than two weeks
+    // (the age is in the id itself).
+    let oldest_ms = now_ms().saturating_sub(BULK_DELETE_AGE_MS);
+    if ids.iter().any(|id| sf(*id).unix_ms() < oldest_ms) {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Code(ErrorCode::BulkDeleteTooOld));
+    }
+    // Ids that are not messages of this channel (of another channel or
+    // guild, or none) count toward the 2-100 but are left alone, as
+    // Discord documents; only what was deleted is announced.
+    let deleted = node.shared.store.delete_messages(channel.id, &ids).await?;
+    if deleted.is_empty() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let deleted: Vec<String> = deleted.iter().map(ToString::to_string).collect();
+    let data = json!({"ids": deleted, "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string()});
     publish_plain(
         &node,
         guild_id,
@@ -1808,27 +1835,40 @@ struct NewInvite {
     max_uses: i64,
 }
 
-async fn invite_json(node: &crate::Node, invite: &InviteRow) -> Result<Value, ApiError> {
-    let guild = node.shared.store.load_guild(invite.guild_id).await?;
-    let guild_row = guild
-        .guild
+/// The invite object of `code`. Two indexed reads whatever the guild's
+/// size: the member count is the one the store keeps with every join and
+/// leave, rather than the guild owner's (asking the owner would load the
+/// whole guild, members and all, for an unauthenticated request) or a
+/// count over the members (which grows with them).
+async fn invite_json(node: &crate::Node, code: &str, with_counts: bool) -> Result<Value, ApiError> {
+    let preview = node
+        .shared
+        .store
+        .invite_preview(code)
+        .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
-    let channel = guild
-        .channels
-        .iter()
-        .find(|c| c.id == invite.channel_id)
-        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    let invite = &preview.invite;
     let inviter = node.shared.store.user(invite.inviter_id).await?;
-    Ok(json!({
+    let mut value = json!({
         "type": 0, "code": invite.code,
-        "guild": {"id": guild_row.id.to_string(), "name": guild_row.name, "icon": null, "splash": null, "banner": null,
+        "guild": {"id": invite.guild_id.to_string(), "name": preview.guild_name, "icon": null, "splash": null, "banner": null,
                   "description": null, "features": [], "verification_level": 0, "vanity_url_code": null, "nsfw_level": 0},
-        "channel": {"id": channel.id.to_string(), "type": channel.kind, "name": channel.name},
+        "channel": {"id": invite.channel_id.to_string(), "type": preview.channel_kind, "name": preview.channel_name},
         "inviter": inviter.as_ref().map(wire_user),
         "uses": invite.uses, "max_uses": invite.max_uses, "max_age": 0, "temporary": false,
         "created_at": format_unix_ms(invite.created_ms as u64), "expires_at": null,
-        "approximate_member_count": guild.members.len(),
-    }))
+    });
+    if with_counts {
+        value["approximate_member_count"] = json!(preview.member_count);
+        value["approximate_presence_count"] = json!(0);
+    }
+    Ok(value)
+}
+
+#[derive(Deserialize)]
+struct InviteQuery {
+    #[serde(default)]
+    with_counts: bool,
 }
 
 async fn create_invite(
@@ -1856,17 +1896,15 @@ async fn create_invite(
         created_ms: now_ms() as i64,
     };
     node.shared.store.create_invite(&invite).await?;
-    ok(&invite_json(&node, &invite).await?)
+    ok(&invite_json(&node, &invite.code, false).await?)
 }
 
-async fn get_invite(State(node): State<AppState>, Path(code): Path<String>) -> ApiResult {
-    let invite = node
-        .shared
-        .store
-        .invite(&code)
-        .await?
-        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
-    ok(&invite_json(&node, &invite).await?)
+async fn get_invite(
+    State(node): State<AppState>,
+    Path(code): Path<String>,
+    Query(query): Query<InviteQuery>,
+) -> ApiResult {
+    ok(&invite_json(&node, &code, query.with_counts).await?)
 }
 
 async fn accept_invite(
@@ -1885,7 +1923,7 @@ async fn accept_invite(
     }
     let guild_id = invite.guild_id;
     node.guilds.add_member(guild_id, caller).await?;
-    ok(&invite_json(&node, &invite).await?)
+    ok(&invite_json(&node, &invite.code, false).await?)
 }
 
 // ----- operator endpoints -------------------------------------------------------

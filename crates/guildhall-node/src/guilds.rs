@@ -190,11 +190,6 @@ pub enum GuildCall {
         /// The user.
         user: UserRow,
     },
-    /// A channel was created.
-    AddChannel {
-        /// The channel.
-        channel: ChannelRow,
-    },
     /// The guild as `user_id` sees it (REST and GUILD_CREATE).
     Snapshot {
         /// Who asks (must be a member).
@@ -259,8 +254,6 @@ pub enum GuildAnswer {
     Granted(SendGrant),
     /// To `AddMember`: whether the user was new.
     Added(bool),
-    /// To `AddChannel`.
-    Channel(Channel),
     /// To `Snapshot`.
     Guild(Box<model::Guild>),
     /// To `Members`.
@@ -278,6 +271,11 @@ pub enum GuildAnswer {
 /// A change to a guild.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum GuildChange {
+    /// Create a channel (id chosen by the caller).
+    CreateChannel {
+        /// The channel.
+        channel: ChannelRow,
+    },
     /// Rename, re-topic or move a channel.
     UpdateChannel {
         /// Which.
@@ -589,12 +587,27 @@ impl GuildOwner {
                 self.publish("CHANNEL_DELETE", intents::GUILDS, &wire);
                 Ok(Changed::Channel(wire))
             }
+            GuildChange::CreateChannel { channel } => {
+                self.require(actor, perm::MANAGE_CHANNELS)?;
+                let channel = ChannelRow {
+                    guild_id: Some(guild_id),
+                    ..channel
+                };
+                store
+                    .create_channel(&channel)
+                    .await
+                    .map_err(|_| GuildError::Store)?;
+                self.channels.push(channel.clone());
+                let wire = wire_channel(&channel, true);
+                self.publish("CHANNEL_CREATE", intents::GUILDS, &wire);
+                Ok(Changed::Channel(wire))
+            }
             GuildChange::CreateRole { role } => {
                 self.require(actor, perm::MANAGE_ROLES)?;
                 if role.permissions as u64 & !self.permissions(actor).unwrap_or(0) != 0 {
                     return Err(GuildError::MissingPermissions);
                 }
-                let mut role = role;
+                let mut role = RoleRow { guild_id, ..role };
                 role.position = self.roles.iter().map(|r| r.position).max().unwrap_or(0) + 1;
                 if role.position >= self.rank(actor) {
                     role.position = self.rank(actor).saturating_sub(1).max(1);
@@ -693,6 +706,12 @@ impl GuildOwner {
                 nick,
                 roles,
             } => {
+                // A role named twice is assigned once.
+                let roles = roles.map(|mut roles| {
+                    roles.sort_unstable();
+                    roles.dedup();
+                    roles
+                });
                 let target_rank = self.rank(member_id);
                 if !self.members.contains_key(&member_id) {
                     return Err(GuildError::UnknownMember);
@@ -739,6 +758,11 @@ impl GuildOwner {
                 role_id,
                 add,
             } => {
+                // Another guild's role (or none) is unknown here, to give
+                // as much as to take.
+                if !self.roles.iter().any(|r| r.id == role_id) {
+                    return Err(GuildError::UnknownRole);
+                }
                 let current = self
                     .members
                     .get(&member_id)
@@ -1209,12 +1233,6 @@ impl GuildOwner {
                 // The newcomer's open sessions learn about the guild.
                 self.announce_join(user_id);
                 Some(Ok(GuildAnswer::Added(true)))
-            }
-            GuildCall::AddChannel { channel } => {
-                let wire = wire_channel(&channel, true);
-                self.channels.push(channel);
-                self.publish("CHANNEL_CREATE", intents::GUILDS, &wire);
-                Some(Ok(GuildAnswer::Channel(wire)))
             }
             GuildCall::Snapshot { user_id } => {
                 let result = if self.members.contains_key(&user_id) {
@@ -1688,21 +1706,6 @@ impl GuildDirectory {
         }
     }
 
-    /// Tells the owner about a created channel.
-    pub async fn add_channel(
-        &self,
-        guild_id: i64,
-        channel: ChannelRow,
-    ) -> Result<Channel, GuildError> {
-        match self
-            .call(guild_id, GuildCall::AddChannel { channel })
-            .await?
-        {
-            GuildAnswer::Channel(channel) => Ok(channel),
-            other => unexpected(guild_id, &other),
-        }
-    }
-
     /// The guild as `user_id` sees it.
     pub async fn snapshot(&self, guild_id: i64, user_id: i64) -> Result<model::Guild, GuildError> {
         match self.call(guild_id, GuildCall::Snapshot { user_id }).await? {
@@ -1785,7 +1788,6 @@ fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {
     let kind = match answer {
         GuildAnswer::Granted(_) => "granted",
         GuildAnswer::Added(_) => "added",
-        GuildAnswer::Channel(_) => "channel",
         GuildAnswer::Guild(_) => "guild",
         GuildAnswer::Members(_) => "members",
         GuildAnswer::Changed(_) => "changed",

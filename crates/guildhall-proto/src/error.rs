@@ -27,6 +27,8 @@ pub enum ErrorCode {
     UnknownApplication,
     /// 40001 Unauthorized.
     Unauthorized,
+    /// 50034 A message provided was too old to bulk delete.
+    BulkDeleteTooOld,
     /// 50001 Missing access.
     MissingAccess,
     /// 50006 Cannot send an empty message.
@@ -58,6 +60,7 @@ impl ErrorCode {
             ErrorCode::UnknownUser => 10013,
             ErrorCode::Unauthorized => 40001,
             ErrorCode::EntityTooLarge => 40005,
+            ErrorCode::BulkDeleteTooOld => 50034,
             ErrorCode::MissingAccess => 50001,
             ErrorCode::EmptyMessage => 50006,
             ErrorCode::MissingPermissions => 50013,
@@ -81,6 +84,7 @@ impl ErrorCode {
             ErrorCode::UnknownUser => "Unknown User",
             ErrorCode::Unauthorized => "401: Unauthorized",
             ErrorCode::EntityTooLarge => "Request entity too large",
+            ErrorCode::BulkDeleteTooOld => "A message provided was too old to bulk delete",
             ErrorCode::MissingAccess => "Missing Access",
             ErrorCode::EmptyMessage => "Cannot send an empty message",
             ErrorCode::MissingPermissions => "Missing Permissions",
@@ -107,7 +111,10 @@ impl ErrorCode {
             | ErrorCode::UnknownRole
             | ErrorCode::UnknownUser => 404,
             ErrorCode::EntityTooLarge => 413,
-            ErrorCode::EmptyMessage | ErrorCode::InvalidFormBody | ErrorCode::InvalidJson => 400,
+            ErrorCode::EmptyMessage
+            | ErrorCode::InvalidFormBody
+            | ErrorCode::InvalidJson
+            | ErrorCode::BulkDeleteTooOld => 400,
             ErrorCode::Overloaded => 503,
         }
     }
