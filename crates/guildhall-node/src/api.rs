@@ -84,6 +84,13 @@ impl From<GuildError> for ApiError {
                 "BASE_TYPE_BAD_LENGTH",
                 "Must be between 2 and 100 in length.".into(),
             ),
+            GuildError::MaxRoles => ApiError::Code(ErrorCode::MaxGuildRoles),
+            GuildError::MaxChannels => ApiError::Code(ErrorCode::MaxGuildChannels),
+            GuildError::SizeLimit(grown) => ApiError::Field(
+                grown.key(),
+                "BASE_TYPE_MAX_LENGTH",
+                "The guild's roles and channels are at their size limit.".into(),
+            ),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -248,6 +255,57 @@ pub struct ApiCounters {
     pub fanout_failed_total: AtomicU64,
     /// Request latency.
     pub request_seconds: crate::histogram::Histogram,
+}
+
+/// Refuses `value` unless it has `min..=max` characters, with Discord's
+/// 50035 body on `field` (counted with the other refused bodies).
+fn check_chars(
+    node: &crate::Node,
+    field: &'static str,
+    value: &str,
+    min: usize,
+    max: usize,
+) -> Result<(), ApiError> {
+    if (min..=max).contains(&value.chars().count()) {
+        return Ok(());
+    }
+    node.counters
+        .bad_requests_total
+        .fetch_add(1, Ordering::Relaxed);
+    Err(if min == 0 {
+        ApiError::Field(
+            field,
+            "BASE_TYPE_MAX_LENGTH",
+            format!("Must be {max} or fewer in length."),
+        )
+    } else {
+        ApiError::Field(
+            field,
+            "BASE_TYPE_BAD_LENGTH",
+            format!("Must be between {min} and {max} in length."),
+        )
+    })
+}
+
+/// Refuses an array longer than `max` on `field`, as [`check_chars`] does
+/// a string.
+fn check_items(
+    node: &crate::Node,
+    field: &'static str,
+    len: usize,
+    max: usize,
+) -> Result<(), ApiError> {
+    if len <= max {
+        return Ok(());
+    }
+    node.counters
+        .bad_requests_total
+        .fetch_add(1, Ordering::Relaxed);
+    Err(ApiError::Field(
+        field,
+        "BASE_TYPE_MAX_LENGTH",
+        format!("Must be {max} or fewer in length."),
+    ))
 }
 
 fn parse_id(raw: &str) -> Result<i64, ApiError> {
@@ -425,13 +483,13 @@ pub async fn create_application_for(
     name: &str,
 ) -> Result<(ApplicationRow, UserRow), ApiError> {
     let name = name.trim();
-    if name.is_empty() || name.chars().count() > 32 {
-        return Err(ApiError::Field(
-            "name",
-            "BASE_TYPE_BAD_LENGTH",
-            "Must be between 1 and 32 in length.".into(),
-        ));
-    }
+    check_chars(
+        node,
+        "name",
+        name,
+        1,
+        node.shared.limits.application_name_chars_max,
+    )?;
     let id = node.shared.next_id().get() as i64;
     let slug: String = name
         .chars()
@@ -629,13 +687,15 @@ pub async fn create_guild_for(
     name: &str,
 ) -> Result<i64, ApiError> {
     let name = name.trim();
-    if !(2..=100).contains(&name.chars().count()) {
-        return Err(ApiError::Field(
-            "name",
-            "BASE_TYPE_BAD_LENGTH",
-            "Must be between 2 and 100 in length.".into(),
-        ));
-    }
+    // Discord's lower bound: two characters, not counting the whitespace
+    // around them.
+    check_chars(
+        node,
+        "name",
+        name,
+        2,
+        node.shared.limits.guild_name_chars_max,
+    )?;
     let id = node.shared.next_id().get() as i64;
     let channel_id = node.shared.next_id().get() as i64;
     let guild = GuildRow {
@@ -695,12 +755,7 @@ async fn get_guild(
     Path(id): Path<String>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
-    let user_id = caller.id;
-    let guild = node.guilds.snapshot(guild_id, user_id).await?;
-    let mut value = serde_json::to_value(&guild).map_err(|_| ApiError::Internal)?;
-    value["approximate_member_count"] = json!(guild.member_count);
-    value["approximate_presence_count"] = json!(0);
-    ok(&value)
+    ok(&node.guilds.guild(guild_id, caller.id).await?)
 }
 
 async fn guild_channels(
@@ -728,14 +783,23 @@ async fn create_channel(
     JsonBody(body): JsonBody<NewChannel>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
-    if !(1..=100).contains(&body.name.chars().count()) || !matches!(body.kind, 0 | 2 | 4) {
+    let limits = &node.shared.limits;
+    check_chars(&node, "name", &body.name, 1, limits.channel_name_chars_max)?;
+    if let Some(topic) = &body.topic {
+        check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
+    }
+    if !matches!(body.kind, 0 | 2 | 4) {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
         return Err(ApiError::Field(
-            "name",
-            "BASE_TYPE_BAD_LENGTH",
-            "Must be between 1 and 100 in length.".into(),
+            "type",
+            "BASE_TYPE_CHOICES",
+            "Value must be one of {0, 2, 4}.".into(),
         ));
     }
-    // The owner checks MANAGE_CHANNELS, then stores the channel.
+    // The owner checks MANAGE_CHANNELS and the guild's channel count, then
+    // stores the channel.
     let channel = ChannelRow {
         id: node.shared.next_id().get() as i64,
         guild_id: Some(guild_id),
@@ -860,15 +924,13 @@ fn check_content(node: &crate::Node, content: &str, has_embeds: bool) -> Result<
     if content.trim().is_empty() && !has_embeds {
         return Err(ApiError::Code(ErrorCode::EmptyMessage));
     }
-    let max = node.shared.limits.message_content_chars_max;
-    if content.chars().count() > max {
-        return Err(ApiError::Field(
-            "content",
-            "BASE_TYPE_MAX_LENGTH",
-            format!("Must be {max} or fewer in length."),
-        ));
-    }
-    Ok(())
+    check_chars(
+        node,
+        "content",
+        content,
+        0,
+        node.shared.limits.message_content_chars_max,
+    )
 }
 
 fn wire_message(
@@ -995,6 +1057,32 @@ async fn create_message(
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
     check_content(&node, &body.content, !body.embeds.is_empty())?;
+    check_items(
+        &node,
+        "embeds",
+        body.embeds.len(),
+        node.shared.limits.message_embeds_max,
+    )?;
+    match &body.nonce {
+        None | Some(Value::Null | Value::Number(_)) => {}
+        Some(Value::String(nonce)) => check_chars(
+            &node,
+            "nonce",
+            nonce,
+            0,
+            node.shared.limits.message_nonce_chars_max,
+        )?,
+        Some(_) => {
+            node.counters
+                .bad_requests_total
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::Field(
+                "nonce",
+                "BASE_TYPE_BAD",
+                "Must be an integer or a string.".into(),
+            ));
+        }
+    }
     // Who may post decides who hears of it: the guild's owner fans out a
     // guild message; a direct message goes to both participants' sessions.
     enum Audience {
@@ -1236,7 +1324,13 @@ fn changed(result: Changed) -> ApiResult {
 }
 
 async fn change(node: &crate::Node, guild_id: i64, actor: i64, change: GuildChange) -> ApiResult {
-    changed(node.guilds.change(guild_id, actor, change).await?)
+    let result = node.guilds.change(guild_id, actor, change).await;
+    if let Err(GuildError::MaxRoles | GuildError::MaxChannels | GuildError::SizeLimit(_)) = result {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    changed(result?)
 }
 
 /// Absent, null, or a value: PATCH semantics for nullable fields.
@@ -1273,18 +1367,15 @@ async fn patch_channel(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let (channel, guild_id) = guild_channel(&node, &id).await?;
+    let limits = &node.shared.limits;
     let name: Option<String> = patch(body.get("name"))?.flatten();
-    if name
-        .as_ref()
-        .is_some_and(|n| !(1..=100).contains(&n.chars().count()))
-    {
-        return Err(ApiError::Field(
-            "name",
-            "BASE_TYPE_BAD_LENGTH",
-            "Must be between 1 and 100 in length.".into(),
-        ));
+    if let Some(name) = &name {
+        check_chars(&node, "name", name, 1, limits.channel_name_chars_max)?;
     }
     let topic = patch::<String>(body.get("topic"))?;
+    if let Some(Some(topic)) = &topic {
+        check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
+    }
     let position = patch::<i64>(body.get("position"))?.flatten();
     change(
         &node,
@@ -1326,6 +1417,13 @@ async fn patch_guild(
     let guild_id = parse_id(&id)?;
     match patch::<String>(body.get("name"))?.flatten() {
         Some(name) => {
+            check_chars(
+                &node,
+                "name",
+                name.trim(),
+                2,
+                node.shared.limits.guild_name_chars_max,
+            )?;
             change(
                 &node,
                 guild_id,
@@ -1405,12 +1503,20 @@ async fn create_role(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
+    let name = patch::<String>(body.get("name"))?
+        .flatten()
+        .unwrap_or_else(|| "new role".into());
+    check_chars(
+        &node,
+        "name",
+        &name,
+        1,
+        node.shared.limits.role_name_chars_max,
+    )?;
     let role = RoleRow {
         id: node.shared.next_id().get() as i64,
         guild_id,
-        name: patch::<String>(body.get("name"))?
-            .flatten()
-            .unwrap_or_else(|| "new role".into()),
+        name,
         permissions: bits(body.get("permissions"))?.unwrap_or(0),
         position: 0,
         color: patch::<i64>(body.get("color"))?.flatten().unwrap_or(0),
@@ -1429,9 +1535,19 @@ async fn patch_role(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
+    let name = patch::<String>(body.get("name"))?.flatten();
+    if let Some(name) = &name {
+        check_chars(
+            &node,
+            "name",
+            name,
+            1,
+            node.shared.limits.role_name_chars_max,
+        )?;
+    }
     let update = GuildChange::UpdateRole {
         role_id: parse_id(&role)?,
-        name: patch::<String>(body.get("name"))?.flatten(),
+        name,
         permissions: bits(body.get("permissions"))?,
         color: patch::<i64>(body.get("color"))?.flatten(),
         hoist: patch::<bool>(body.get("hoist"))?.flatten(),
@@ -1469,24 +1585,21 @@ async fn patch_member(
     } else {
         parse_id(&member)?
     };
+    let limits = &node.shared.limits;
     let nick = patch::<String>(body.get("nick"))?;
-    if nick
-        .as_ref()
-        .and_then(|n| n.as_ref())
-        .is_some_and(|n| n.chars().count() > 32)
-    {
-        return Err(ApiError::Field(
-            "nick",
-            "BASE_TYPE_MAX_LENGTH",
-            "Must be 32 or fewer in length.".into(),
-        ));
+    // An empty nickname clears it, as null does.
+    let nick = nick.map(|n| n.filter(|n| !n.is_empty()));
+    if let Some(Some(nick)) = &nick {
+        check_chars(&node, "nick", nick, 1, limits.nick_chars_max)?;
     }
     let roles = match patch::<Vec<String>>(body.get("roles"))?.flatten() {
-        Some(ids) => Some(
+        Some(ids) => Some({
+            // A member cannot hold more roles than a guild has.
+            check_items(&node, "roles", ids.len(), limits.guild_roles_max)?;
             ids.iter()
                 .map(|r| parse_id(r))
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
+                .collect::<Result<Vec<_>, _>>()?
+        }),
         None => None,
     };
     change(

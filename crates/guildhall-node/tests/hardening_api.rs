@@ -1,6 +1,7 @@
 //! REST hardening over real sockets: ids of another guild refused on every
-//! route that takes one (and nothing of that guild touched), and invite
-//! previews that do not load the guild.
+//! route that takes one (and nothing of that guild touched), invite
+//! previews that do not load the guild, and Discord's bounds on every
+//! string, array and count the REST API accepts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -375,4 +376,251 @@ async fn invite_previews_count_members_without_loading_them() {
         rows,
         "a preview loaded members"
     );
+}
+
+/// Every string and array bound of the REST bodies is refused with 400,
+/// 50035 and the field's key in `errors`, and nothing is stored.
+#[tokio::test]
+async fn every_field_bound_is_refused_and_nothing_is_stored() {
+    let node = node().await;
+    let (owner, owner_id) = node.register("owner").await;
+    let (guild, channel) = node.guild(&owner, "Bounded").await;
+    let role = new_role(&node, &owner, &guild).await;
+    let long = |n: usize| "x".repeat(n);
+    let many_roles: Vec<String> = (0..251).map(|_| role.clone()).collect();
+    let embeds: Vec<Value> = (0..11).map(|_| json!({"title": "t"})).collect();
+    let guild_path = format!("/guilds/{guild}");
+    let channels_path = format!("/guilds/{guild}/channels");
+    let channel_path = format!("/channels/{channel}");
+    let roles_path = format!("/guilds/{guild}/roles");
+    let role_path = format!("/guilds/{guild}/roles/{role}");
+    let me_path = format!("/guilds/{guild}/members/@me");
+    let owner_path = format!("/guilds/{guild}/members/{owner_id}");
+    let messages_path = format!("/channels/{channel}/messages");
+    #[rustfmt::skip]
+    let cases: Vec<(&str, &str, Value, &str)> = vec![
+        ("POST", "/guilds", json!({"name": "x"}), "name"),
+        ("POST", "/guilds", json!({"name": long(101)}), "name"),
+        ("PATCH", &guild_path, json!({"name": long(101)}), "name"),
+        ("POST", &channels_path, json!({"name": ""}), "name"),
+        ("POST", &channels_path, json!({"name": long(101)}), "name"),
+        ("POST", &channels_path, json!({"name": "ok", "topic": long(1025)}), "topic"),
+        ("POST", &channels_path, json!({"name": "ok", "type": 5}), "type"),
+        ("PATCH", &channel_path, json!({"name": long(101)}), "name"),
+        ("PATCH", &channel_path, json!({"topic": long(1025)}), "topic"),
+        ("POST", &roles_path, json!({"name": long(101)}), "name"),
+        ("POST", &roles_path, json!({"name": ""}), "name"),
+        ("PATCH", &role_path, json!({"name": long(101)}), "name"),
+        ("PATCH", &me_path, json!({"nick": long(33)}), "nick"),
+        ("PATCH", &owner_path, json!({"roles": many_roles}), "roles"),
+        ("POST", &messages_path, json!({"content": long(2001)}), "content"),
+        ("POST", &messages_path, json!({"content": "x", "nonce": long(26)}), "nonce"),
+        ("POST", &messages_path, json!({"content": "x", "embeds": embeds}), "embeds"),
+        ("POST", "/applications", json!({"name": long(33)}), "name"),
+    ];
+    let before = state_of(&node, &owner, &guild, &channel).await;
+    let refused = node.metric("guildhall_rest_bad_requests_total").await;
+    for (method, path, body, key) in &cases {
+        let (status, answer) = node
+            .call(method, path, Some(&owner), Some(body.clone()))
+            .await;
+        assert_eq!(
+            (status, &answer["code"], &answer["message"]),
+            (400, &json!(50035), &json!("Invalid Form Body")),
+            "{method} {path}: {answer}"
+        );
+        let errors = answer["errors"][key]["_errors"].as_array();
+        assert!(
+            errors.is_some_and(|e| e[0]["code"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("BASE_TYPE_"))),
+            "{method} {path}: {answer}"
+        );
+    }
+    assert_eq!(state_of(&node, &owner, &guild, &channel).await, before);
+    assert!(
+        node.metric("guildhall_rest_bad_requests_total").await >= refused + cases.len() as u64,
+        "every refusal is counted"
+    );
+    // At the bounds themselves, accepted.
+    for (method, path, body) in [
+        (
+            "PATCH",
+            &channel_path,
+            json!({"name": long(100), "topic": long(1024)}),
+        ),
+        ("PATCH", &role_path, json!({"name": long(100)})),
+        ("PATCH", &me_path, json!({"nick": long(32)})),
+        ("PATCH", &guild_path, json!({"name": long(100)})),
+    ] {
+        let (status, answer) = node.call(method, path, Some(&owner), Some(body)).await;
+        assert_eq!(status, 200, "{method} {path}: {answer}");
+    }
+}
+
+/// Posts `body` to `/guilds/{guild}/{path}` until the guild refuses one
+/// (at most `at_most` times): how many were created, and the refusal.
+async fn fill(
+    node: &TestNode,
+    token: &str,
+    guild: &str,
+    path: &str,
+    body: &Value,
+    at_most: usize,
+) -> (usize, Value) {
+    for created in 0..at_most {
+        let (status, answer) = node
+            .call(
+                "POST",
+                &format!("/guilds/{guild}/{path}"),
+                Some(token),
+                Some(body.clone()),
+            )
+            .await;
+        if status != 200 {
+            assert_eq!(status, 400, "{answer}");
+            return (created, answer);
+        }
+    }
+    panic!("{at_most} {path} created and none refused");
+}
+
+/// A guild filled to every count bound, with the longest names and topics,
+/// still delivers its GUILD_CREATE and answers GET /guilds/{id}; the 251st
+/// role is 30005 and the 501st channel 30013.
+#[tokio::test]
+async fn a_guild_filled_to_its_bounds_still_delivers_guild_create() {
+    let node = node().await;
+    let (owner, _) = node.register("owner").await;
+    let (guild, _) = node.guild(&owner, "Full").await;
+    let name = "n".repeat(100);
+    let (created, refusal) =
+        fill(&node, &owner, &guild, "roles", &json!({"name": name}), 300).await;
+    assert_eq!(created, 249, "@everyone and 249 more");
+    assert_eq!(refusal["code"], 30005, "{refusal}");
+    let body = json!({"name": name, "topic": "t".repeat(1024)});
+    let (created, refusal) = fill(&node, &owner, &guild, "channels", &body, 600).await;
+    assert_eq!(created, 499, "#general and 499 more");
+    assert_eq!(refusal["code"], 30013, "{refusal}");
+
+    let mut client = Client::connect(&node.ws).await;
+    client.identify(&owner, intents::GUILDS).await;
+    let guild_create = client.dispatch("GUILD_CREATE").await;
+    assert_eq!(guild_create["d"]["roles"].as_array().unwrap().len(), 250);
+    assert_eq!(guild_create["d"]["channels"].as_array().unwrap().len(), 500);
+    assert_eq!(guild_create["d"]["members"].as_array().unwrap().len(), 1);
+    let (status, rest) = node
+        .call("GET", &format!("/guilds/{guild}"), Some(&owner), None)
+        .await;
+    assert_eq!(status, 200, "{rest}");
+    assert_eq!(rest["roles"].as_array().unwrap().len(), 250);
+    assert!(
+        rest.get("channels").is_none(),
+        "Discord's REST guild has no channels"
+    );
+    let (status, channels) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild}/channels"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, channels.as_array().map(Vec::len)),
+        (200, Some(500))
+    );
+    assert_eq!(
+        node.metric("guildhall_guild_create_too_large_total").await,
+        0
+    );
+}
+
+/// Names and topics of the most bytes per character (control characters
+/// take six as JSON escapes) cannot grow a guild past what its GUILD_CREATE
+/// can carry: creations are refused first (30013, 30005), then edits that
+/// would grow it (50035 on the grown field), and the guild keeps serving.
+#[tokio::test]
+async fn a_guild_cannot_outgrow_its_guild_create() {
+    let node = node().await;
+    let (owner, _) = node.register("owner").await;
+    let (guild, general) = node.guild(&owner, "Heavy").await;
+    let heavy = |n: usize| "\u{1}".repeat(n);
+    let body = json!({"name": heavy(100), "topic": heavy(1024)});
+    let (created, refusal) = fill(&node, &owner, &guild, "channels", &body, 500).await;
+    assert_eq!(refusal["code"], 30013, "{refusal}");
+    assert!(
+        created < 499,
+        "the bytes ran out before the count: {created}"
+    );
+    // Small roles until even one of those does not fit: less room is left
+    // than any role takes.
+    let (_, refusal) = fill(&node, &owner, &guild, "roles", &json!({"name": "r"}), 250).await;
+    assert_eq!(refusal["code"], 30005, "{refusal}");
+    for (path, body, key) in [
+        (
+            format!("/channels/{general}"),
+            json!({"topic": heavy(1024)}),
+            "topic",
+        ),
+        (
+            format!("/guilds/{guild}"),
+            json!({"name": heavy(100)}),
+            "name",
+        ),
+    ] {
+        let (status, answer) = node.call("PATCH", &path, Some(&owner), Some(body)).await;
+        assert_eq!(
+            (status, &answer["code"]),
+            (400, &json!(50035)),
+            "{path}: {answer}"
+        );
+        assert!(answer["errors"][key]["_errors"].is_array(), "{answer}");
+    }
+
+    let mut client = Client::connect(&node.ws).await;
+    client.identify(&owner, intents::GUILDS).await;
+    let guild_create = client.dispatch("GUILD_CREATE").await;
+    assert_eq!(
+        guild_create["d"]["channels"].as_array().unwrap().len(),
+        created + 1
+    );
+    let (status, rest) = node
+        .call("GET", &format!("/guilds/{guild}"), Some(&owner), None)
+        .await;
+    assert_eq!(status, 200, "{rest}");
+    assert_eq!(
+        node.metric("guildhall_guild_create_too_large_total").await,
+        0
+    );
+}
+
+/// GUILD_CREATE carries at most `guild_create_members_max` members, the
+/// session's own first, and says `large` when it does not carry them all
+/// (clients then ask with op 8, as for Discord's large guilds).
+#[tokio::test]
+async fn guild_create_carries_the_sessions_member_first_and_what_fits() {
+    let node = TestNode::with_limits(Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        guild_create_members_max: 3,
+        ..Limits::default()
+    })
+    .await;
+    let (owner, _) = node.register("owner").await;
+    let (_, channel) = node.guild(&owner, "Crowded").await;
+    let code = node.invite(&owner, &channel).await;
+    node.join_all(&code, &["m1", "m2", "m3"]).await;
+    let (last, last_id) = node.register("last").await;
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&last), None)
+        .await;
+    assert_eq!(status, 200);
+    let mut client = Client::connect(&node.ws).await;
+    client.identify(&last, intents::GUILDS).await;
+    let guild_create = client.dispatch("GUILD_CREATE").await;
+    let members = guild_create["d"]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3);
+    assert_eq!(members[0]["user"]["id"], last_id.as_str());
+    assert_eq!(guild_create["d"]["member_count"], 5);
+    assert_eq!(guild_create["d"]["large"], true);
 }
