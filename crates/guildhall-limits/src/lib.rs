@@ -498,6 +498,70 @@ pub const USERS_NEGATIVE_CACHE_ENTRIES_MAX: usize = 100_000;
 /// How long a token digest is remembered as invalid. When it expires the
 /// next use of that token reads the store again.
 pub const USERS_NEGATIVE_CACHE_TTL_MS: u64 = 60_000;
+// Guild contents: Discord's documented field and count bounds, and what a
+// guild's GUILD_CREATE may carry
+// ---------------------------------------------------------------------------
+
+/// Longest guild name, in characters (Discord: 2-100). When hit: 400 with
+/// 50035 on `name`, nothing stored.
+pub const GUILD_NAME_CHARS_MAX: usize = 100;
+
+/// Longest role name, in characters (Discord: at most 100). When hit: 400
+/// with 50035 on `name`, nothing stored.
+pub const ROLE_NAME_CHARS_MAX: usize = 100;
+
+/// Longest channel name, in characters (Discord: 1-100). When hit: 400 with
+/// 50035 on `name`, nothing stored.
+pub const CHANNEL_NAME_CHARS_MAX: usize = 100;
+
+/// Longest channel topic, in characters (Discord: 0-1,024 for text and
+/// voice channels). When hit: 400 with 50035 on `topic`, nothing stored.
+pub const CHANNEL_TOPIC_CHARS_MAX: usize = 1_024;
+
+/// Longest member nickname, in characters (Discord: 1-32). When hit: 400
+/// with 50035 on `nick`, nothing stored.
+pub const NICK_CHARS_MAX: usize = 32;
+
+/// Longest application name, in characters (Discord's 32; the bot user is
+/// named after it). When hit: 400 with 50035 on `name`.
+pub const APPLICATION_NAME_CHARS_MAX: usize = 32;
+
+/// Longest string nonce of a message, in characters (Discord: up to 25).
+/// The nonce is echoed in every MESSAGE_CREATE, so an unbounded one would
+/// multiply by the guild's fanout. When hit: 400 with 50035 on `nonce`.
+pub const MESSAGE_NONCE_CHARS_MAX: usize = 25;
+
+/// Embeds one message may carry (Discord: up to 10). When hit: 400 with
+/// 50035 on `embeds`.
+pub const MESSAGE_EMBEDS_MAX: usize = 10;
+
+/// Roles one guild holds, `@everyone` included (Discord's 250). When hit:
+/// 400 with 30005 (maximum number of guild roles reached).
+pub const GUILD_ROLES_MAX: usize = 250;
+
+/// Channels one guild holds (Discord's 500). When hit: 400 with 30013
+/// (maximum number of guild channels reached).
+pub const GUILD_CHANNELS_MAX: usize = 500;
+
+/// Members a GUILD_CREATE carries at most (Discord's largest
+/// `large_threshold`): a guild with more is `large`, and clients ask for
+/// the rest with op 8. The session's own member always comes first; fewer
+/// are sent when they do not fit the bus payload (the guild is then marked
+/// `large` too).
+pub const GUILD_CREATE_MEMBERS_MAX: usize = 250;
+
+/// Bytes of `bus_payload_bytes_max` kept free around a guild's roles and
+/// channels: the envelopes of the stream event and of a guild reply, and
+/// the `guild_id` each channel carries in a channel list (500 channels ×
+/// 32 bytes). A guild's roles and channels, encoded as GUILD_CREATE carries
+/// them, never exceed `bus_payload_bytes_max` minus this: Discord's
+/// per-field and count bounds alone allow 3.5 MB (500 channels with 1,024-
+/// character topics of 6-byte JSON escapes), so a change that would pass
+/// it is refused (30005 or 30013 for a new role or channel, 50035 on the
+/// grown field for an edit). A guild filled to every count bound with
+/// ASCII names and topics of the longest lengths takes about 0.8 MB and
+/// fits; GUILD_CREATE and every guild answer therefore always fit the bus.
+pub const GUILD_ENVELOPE_RESERVE_BYTES: usize = 32 * 1024;
 
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
@@ -514,6 +578,8 @@ const _: () = assert!(GUILD_LOAD_WAITERS_MAX < GUILD_MAILBOX_MESSAGES_MAX);
 const _: () = assert!(HTTP_CONNECTIONS_MAX > SESSIONS_PER_NODE_MAX);
 const _: () = assert!(HTTP_HEADER_BYTES_MAX >= 8_192);
 const _: () = assert!(REST_AUTH_RATE_LIMIT_PER_WINDOW <= REST_RATE_LIMIT_PER_WINDOW);
+const _: () = assert!(GUILD_ENVELOPE_RESERVE_BYTES <= BUS_PAYLOAD_BYTES_MAX / 2);
+const _: () = assert!(GUILD_CREATE_MEMBERS_MAX <= MEMBERS_PER_PAGE_MAX);
 
 /// The effective value of every bound. `Limits::default()` holds the constants
 /// above; a deployment overrides fields (the `[limits]` table of the config
@@ -661,6 +727,30 @@ pub struct Limits {
     pub users_batch_ids_max: usize,
     /// See [`USERS_LOOKUP_TIMEOUT_MS`].
     pub users_lookup_timeout_ms: u64,
+    /// See [`GUILD_NAME_CHARS_MAX`].
+    pub guild_name_chars_max: usize,
+    /// See [`ROLE_NAME_CHARS_MAX`].
+    pub role_name_chars_max: usize,
+    /// See [`CHANNEL_NAME_CHARS_MAX`].
+    pub channel_name_chars_max: usize,
+    /// See [`CHANNEL_TOPIC_CHARS_MAX`].
+    pub channel_topic_chars_max: usize,
+    /// See [`NICK_CHARS_MAX`].
+    pub nick_chars_max: usize,
+    /// See [`APPLICATION_NAME_CHARS_MAX`].
+    pub application_name_chars_max: usize,
+    /// See [`MESSAGE_NONCE_CHARS_MAX`].
+    pub message_nonce_chars_max: usize,
+    /// See [`MESSAGE_EMBEDS_MAX`].
+    pub message_embeds_max: usize,
+    /// See [`GUILD_ROLES_MAX`].
+    pub guild_roles_max: usize,
+    /// See [`GUILD_CHANNELS_MAX`].
+    pub guild_channels_max: usize,
+    /// See [`GUILD_CREATE_MEMBERS_MAX`].
+    pub guild_create_members_max: usize,
+    /// See [`GUILD_ENVELOPE_RESERVE_BYTES`].
+    pub guild_envelope_reserve_bytes: usize,
     /// See [`USERS_CACHE_ENTRIES_MAX`].
     pub users_cache_entries_max: usize,
     /// See [`USERS_CACHE_TTL_MS`].
@@ -784,6 +874,18 @@ impl Default for Limits {
             message_write_queue_max: MESSAGE_WRITE_QUEUE_MAX,
             message_write_batch_max: MESSAGE_WRITE_BATCH_MAX,
             users_lookup_timeout_ms: USERS_LOOKUP_TIMEOUT_MS,
+            guild_name_chars_max: GUILD_NAME_CHARS_MAX,
+            role_name_chars_max: ROLE_NAME_CHARS_MAX,
+            channel_name_chars_max: CHANNEL_NAME_CHARS_MAX,
+            channel_topic_chars_max: CHANNEL_TOPIC_CHARS_MAX,
+            nick_chars_max: NICK_CHARS_MAX,
+            application_name_chars_max: APPLICATION_NAME_CHARS_MAX,
+            message_nonce_chars_max: MESSAGE_NONCE_CHARS_MAX,
+            message_embeds_max: MESSAGE_EMBEDS_MAX,
+            guild_roles_max: GUILD_ROLES_MAX,
+            guild_channels_max: GUILD_CHANNELS_MAX,
+            guild_create_members_max: GUILD_CREATE_MEMBERS_MAX,
+            guild_envelope_reserve_bytes: GUILD_ENVELOPE_RESERVE_BYTES,
             users_batch_ids_max: USERS_BATCH_IDS_MAX,
             users_shards: USERS_SHARDS,
             users_shard_mailbox_max: USERS_SHARD_MAILBOX_MAX,
@@ -1179,6 +1281,40 @@ impl Limits {
             "users_lookup_timeout_ms",
             "must be at least 1",
         );
+        // Guild contents: a minimum of Discord's own lower bounds, so every
+        // name Discord accepts at its shortest is still accepted.
+        for (value, field) in [
+            (self.guild_name_chars_max, "guild_name_chars_max"),
+            (self.role_name_chars_max, "role_name_chars_max"),
+            (self.channel_name_chars_max, "channel_name_chars_max"),
+            (self.nick_chars_max, "nick_chars_max"),
+            (
+                self.application_name_chars_max,
+                "application_name_chars_max",
+            ),
+            (self.guild_channels_max, "guild_channels_max"),
+            (self.guild_create_members_max, "guild_create_members_max"),
+        ] {
+            check(value >= 2, field, "must be at least 2");
+        }
+        for (value, field) in [
+            (self.channel_topic_chars_max, "channel_topic_chars_max"),
+            (self.message_nonce_chars_max, "message_nonce_chars_max"),
+            (self.message_embeds_max, "message_embeds_max"),
+        ] {
+            check(value >= 1, field, "must be at least 1");
+        }
+        check(
+            self.guild_roles_max >= 2,
+            "guild_roles_max",
+            "must be at least 2 (@everyone and one more)",
+        );
+        check(
+            self.guild_envelope_reserve_bytes >= 1024
+                && self.guild_envelope_reserve_bytes <= self.bus_payload_bytes_max / 2,
+            "guild_envelope_reserve_bytes",
+            "must be at least 1024 and at most half of bus_payload_bytes_max",
+        );
         check(
             self.users_cache_entries_max >= 1,
             "users_cache_entries_max",
@@ -1408,6 +1544,18 @@ mod tests {
             "rest_invalid_addresses_max",
             "users_negative_cache_entries_max",
             "users_negative_cache_ttl_ms",
+            "guild_name_chars_max",
+            "role_name_chars_max",
+            "channel_name_chars_max",
+            "channel_topic_chars_max",
+            "nick_chars_max",
+            "application_name_chars_max",
+            "message_nonce_chars_max",
+            "message_embeds_max",
+            "guild_roles_max",
+            "guild_channels_max",
+            "guild_create_members_max",
+            "guild_envelope_reserve_bytes",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -1502,6 +1650,18 @@ mod tests {
             "rest_invalid_addresses_max" => l.rest_invalid_addresses_max = 0,
             "users_negative_cache_entries_max" => l.users_negative_cache_entries_max = 0,
             "users_negative_cache_ttl_ms" => l.users_negative_cache_ttl_ms = 0,
+            "guild_name_chars_max" => l.guild_name_chars_max = 0,
+            "role_name_chars_max" => l.role_name_chars_max = 0,
+            "channel_name_chars_max" => l.channel_name_chars_max = 0,
+            "channel_topic_chars_max" => l.channel_topic_chars_max = 0,
+            "nick_chars_max" => l.nick_chars_max = 0,
+            "application_name_chars_max" => l.application_name_chars_max = 0,
+            "message_nonce_chars_max" => l.message_nonce_chars_max = 0,
+            "message_embeds_max" => l.message_embeds_max = 0,
+            "guild_roles_max" => l.guild_roles_max = 0,
+            "guild_channels_max" => l.guild_channels_max = 0,
+            "guild_create_members_max" => l.guild_create_members_max = 0,
+            "guild_envelope_reserve_bytes" => l.guild_envelope_reserve_bytes = 0,
             other => panic!("unknown field {other}"),
         }
         l

@@ -86,6 +86,13 @@ impl From<GuildError> for ApiError {
                 "BASE_TYPE_BAD_LENGTH",
                 "Must be between 2 and 100 in length.".into(),
             ),
+            GuildError::MaxRoles => ApiError::Code(ErrorCode::MaxGuildRoles),
+            GuildError::MaxChannels => ApiError::Code(ErrorCode::MaxGuildChannels),
+            GuildError::SizeLimit(grown) => ApiError::Field(
+                grown.key(),
+                "BASE_TYPE_MAX_LENGTH",
+                "The guild's roles and channels are at their size limit.".into(),
+            ),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -272,6 +279,57 @@ pub struct ApiCounters {
     pub fanout_failed_total: AtomicU64,
     /// Request latency.
     pub request_seconds: crate::histogram::Histogram,
+}
+
+/// Refuses `value` unless it has `min..=max` characters, with Discord's
+/// 50035 body on `field` (counted with the other refused bodies).
+fn check_chars(
+    node: &crate::Node,
+    field: &'static str,
+    value: &str,
+    min: usize,
+    max: usize,
+) -> Result<(), ApiError> {
+    if (min..=max).contains(&value.chars().count()) {
+        return Ok(());
+    }
+    node.counters
+        .bad_requests_total
+        .fetch_add(1, Ordering::Relaxed);
+    Err(if min == 0 {
+        ApiError::Field(
+            field,
+            "BASE_TYPE_MAX_LENGTH",
+            format!("Must be {max} or fewer in length."),
+        )
+    } else {
+        ApiError::Field(
+            field,
+            "BASE_TYPE_BAD_LENGTH",
+            format!("Must be between {min} and {max} in length."),
+        )
+    })
+}
+
+/// Refuses an array longer than `max` on `field`, as [`check_chars`] does
+/// a string.
+fn check_items(
+    node: &crate::Node,
+    field: &'static str,
+    len: usize,
+    max: usize,
+) -> Result<(), ApiError> {
+    if len <= max {
+        return Ok(());
+    }
+    node.counters
+        .bad_requests_total
+        .fetch_add(1, Ordering::Relaxed);
+    Err(ApiError::Field(
+        field,
+        "BASE_TYPE_MAX_LENGTH",
+        format!("Must be {max} or fewer in length."),
+    ))
 }
 
 pub(crate) fn parse_id(raw: &str) -> Result<i64, ApiError> {
@@ -480,13 +538,13 @@ pub async fn create_application_for(
     name: &str,
 ) -> Result<(ApplicationRow, UserRow), ApiError> {
     let name = name.trim();
-    if name.is_empty() || name.chars().count() > 32 {
-        return Err(ApiError::Field(
-            "name",
-            "BASE_TYPE_BAD_LENGTH",
-            "Must be between 1 and 32 in length.".into(),
-        ));
-    }
+    check_chars(
+        node,
+        "name",
+        name,
+        1,
+        node.shared.limits.application_name_chars_max,
+    )?;
     let id = node.shared.next_id().get() as i64;
     let slug: String = name
         .chars()
@@ -654,9 +712,8 @@ async fn oauth2_authorize(
     let guild = node
         .shared
         .store
-        .load_guild(guild_id)
+        .guild(guild_id)
         .await?
-        .guild
         .ok_or(ApiError::Code(ErrorCode::UnknownGuild))?;
     if guild.owner_id != caller.id {
         return Err(ApiError::Code(ErrorCode::MissingPermissions));
@@ -685,13 +742,15 @@ pub async fn create_guild_for(
     name: &str,
 ) -> Result<i64, ApiError> {
     let name = name.trim();
-    if !(2..=100).contains(&name.chars().count()) {
-        return Err(ApiError::Field(
-            "name",
-            "BASE_TYPE_BAD_LENGTH",
-            "Must be between 2 and 100 in length.".into(),
-        ));
-    }
+    // Discord's lower bound: two characters, not counting the whitespace
+    // around them.
+    check_chars(
+        node,
+        "name",
+        name,
+        2,
+        node.shared.limits.guild_name_chars_max,
+    )?;
     let id = node.shared.next_id().get() as i64;
     let channel_id = node.shared.next_id().get() as i64;
     let guild = GuildRow {
@@ -751,12 +810,7 @@ async fn get_guild(
     Path(id): Path<String>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
-    let user_id = caller.id;
-    let guild = node.guilds.snapshot(guild_id, user_id).await?;
-    let mut value = serde_json::to_value(&guild).map_err(|_| ApiError::Internal)?;
-    value["approximate_member_count"] = json!(guild.member_count);
-    value["approximate_presence_count"] = json!(0);
-    ok(&value)
+    ok(&node.guilds.guild(guild_id, caller.id).await?)
 }
 
 async fn guild_channels(
@@ -784,24 +838,24 @@ async fn create_channel(
     JsonBody(body): JsonBody<NewChannel>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
-    let guild = node
-        .shared
-        .store
-        .load_guild(guild_id)
-        .await?
-        .guild
-        .ok_or(ApiError::Code(ErrorCode::UnknownGuild))?;
-    if guild.owner_id != caller.id {
-        return Err(ApiError::Code(ErrorCode::MissingPermissions));
+    let limits = &node.shared.limits;
+    check_chars(&node, "name", &body.name, 1, limits.channel_name_chars_max)?;
+    if let Some(topic) = &body.topic {
+        check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
     }
-    if !(1..=100).contains(&body.name.chars().count()) || !matches!(body.kind, 0 | 2 | 4) {
+    if !matches!(body.kind, 0 | 2 | 4) {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
         return Err(ApiError::Field(
-            "name",
-            "BASE_TYPE_BAD_LENGTH",
-            "Must be between 1 and 100 in length.".into(),
+            "type",
+            "BASE_TYPE_CHOICES",
+            "Value must be one of {0, 2, 4}.".into(),
         ));
     }
-    let row = ChannelRow {
+    // The owner checks MANAGE_CHANNELS and the guild's channel count, then
+    // stores the channel.
+    let channel = ChannelRow {
         id: node.shared.next_id().get() as i64,
         guild_id: Some(guild_id),
         kind: i64::from(body.kind),
@@ -809,9 +863,13 @@ async fn create_channel(
         position: 0,
         topic: body.topic,
     };
-    node.shared.store.create_channel(&row).await?;
-    let channel = node.guilds.add_channel(guild_id, row).await?;
-    ok(&channel)
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::CreateChannel { channel },
+    )
+    .await
 }
 
 #[derive(Deserialize)]
@@ -921,15 +979,13 @@ fn check_content(node: &crate::Node, content: &str, has_embeds: bool) -> Result<
     if content.trim().is_empty() && !has_embeds {
         return Err(ApiError::Code(ErrorCode::EmptyMessage));
     }
-    let max = node.shared.limits.message_content_chars_max;
-    if content.chars().count() > max {
-        return Err(ApiError::Field(
-            "content",
-            "BASE_TYPE_MAX_LENGTH",
-            format!("Must be {max} or fewer in length."),
-        ));
-    }
-    Ok(())
+    check_chars(
+        node,
+        "content",
+        content,
+        0,
+        node.shared.limits.message_content_chars_max,
+    )
 }
 
 fn wire_message(
@@ -1056,6 +1112,32 @@ async fn create_message(
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
     check_content(&node, &body.content, !body.embeds.is_empty())?;
+    check_items(
+        &node,
+        "embeds",
+        body.embeds.len(),
+        node.shared.limits.message_embeds_max,
+    )?;
+    match &body.nonce {
+        None | Some(Value::Null | Value::Number(_)) => {}
+        Some(Value::String(nonce)) => check_chars(
+            &node,
+            "nonce",
+            nonce,
+            0,
+            node.shared.limits.message_nonce_chars_max,
+        )?,
+        Some(_) => {
+            node.counters
+                .bad_requests_total
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::Field(
+                "nonce",
+                "BASE_TYPE_BAD",
+                "Must be an integer or a string.".into(),
+            ));
+        }
+    }
     // Who may post decides who hears of it: the guild's owner fans out a
     // guild message; a direct message goes to both participants' sessions.
     enum Audience {
@@ -1297,7 +1379,13 @@ fn changed(result: Changed) -> ApiResult {
 }
 
 async fn change(node: &crate::Node, guild_id: i64, actor: i64, change: GuildChange) -> ApiResult {
-    changed(node.guilds.change(guild_id, actor, change).await?)
+    let result = node.guilds.change(guild_id, actor, change).await;
+    if let Err(GuildError::MaxRoles | GuildError::MaxChannels | GuildError::SizeLimit(_)) = result {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    changed(result?)
 }
 
 /// Absent, null, or a value: PATCH semantics for nullable fields.
@@ -1334,18 +1422,15 @@ async fn patch_channel(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let (channel, guild_id) = guild_channel(&node, &id).await?;
+    let limits = &node.shared.limits;
     let name: Option<String> = patch(body.get("name"))?.flatten();
-    if name
-        .as_ref()
-        .is_some_and(|n| !(1..=100).contains(&n.chars().count()))
-    {
-        return Err(ApiError::Field(
-            "name",
-            "BASE_TYPE_BAD_LENGTH",
-            "Must be between 1 and 100 in length.".into(),
-        ));
+    if let Some(name) = &name {
+        check_chars(&node, "name", name, 1, limits.channel_name_chars_max)?;
     }
     let topic = patch::<String>(body.get("topic"))?;
+    if let Some(Some(topic)) = &topic {
+        check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
+    }
     let position = patch::<i64>(body.get("position"))?.flatten();
     change(
         &node,
@@ -1387,6 +1472,13 @@ async fn patch_guild(
     let guild_id = parse_id(&id)?;
     match patch::<String>(body.get("name"))?.flatten() {
         Some(name) => {
+            check_chars(
+                &node,
+                "name",
+                name.trim(),
+                2,
+                node.shared.limits.guild_name_chars_max,
+            )?;
             change(
                 &node,
                 guild_id,
@@ -1466,12 +1558,20 @@ async fn create_role(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
+    let name = patch::<String>(body.get("name"))?
+        .flatten()
+        .unwrap_or_else(|| "new role".into());
+    check_chars(
+        &node,
+        "name",
+        &name,
+        1,
+        node.shared.limits.role_name_chars_max,
+    )?;
     let role = RoleRow {
         id: node.shared.next_id().get() as i64,
         guild_id,
-        name: patch::<String>(body.get("name"))?
-            .flatten()
-            .unwrap_or_else(|| "new role".into()),
+        name,
         permissions: bits(body.get("permissions"))?.unwrap_or(0),
         position: 0,
         color: patch::<i64>(body.get("color"))?.flatten().unwrap_or(0),
@@ -1490,9 +1590,19 @@ async fn patch_role(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
+    let name = patch::<String>(body.get("name"))?.flatten();
+    if let Some(name) = &name {
+        check_chars(
+            &node,
+            "name",
+            name,
+            1,
+            node.shared.limits.role_name_chars_max,
+        )?;
+    }
     let update = GuildChange::UpdateRole {
         role_id: parse_id(&role)?,
-        name: patch::<String>(body.get("name"))?.flatten(),
+        name,
         permissions: bits(body.get("permissions"))?,
         color: patch::<i64>(body.get("color"))?.flatten(),
         hoist: patch::<bool>(body.get("hoist"))?.flatten(),
@@ -1530,24 +1640,21 @@ async fn patch_member(
     } else {
         parse_id(&member)?
     };
+    let limits = &node.shared.limits;
     let nick = patch::<String>(body.get("nick"))?;
-    if nick
-        .as_ref()
-        .and_then(|n| n.as_ref())
-        .is_some_and(|n| n.chars().count() > 32)
-    {
-        return Err(ApiError::Field(
-            "nick",
-            "BASE_TYPE_MAX_LENGTH",
-            "Must be 32 or fewer in length.".into(),
-        ));
+    // An empty nickname clears it, as null does.
+    let nick = nick.map(|n| n.filter(|n| !n.is_empty()));
+    if let Some(Some(nick)) = &nick {
+        check_chars(&node, "nick", nick, 1, limits.nick_chars_max)?;
     }
     let roles = match patch::<Vec<String>>(body.get("roles"))?.flatten() {
-        Some(ids) => Some(
+        Some(ids) => Some({
+            // A member cannot hold more roles than a guild has.
+            check_items(&node, "roles", ids.len(), limits.guild_roles_max)?;
             ids.iter()
                 .map(|r| parse_id(r))
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
+                .collect::<Result<Vec<_>, _>>()?
+        }),
         None => None,
     };
     change(
@@ -1724,12 +1831,12 @@ async fn reaction(
     let changed = if add {
         node.shared
             .store
-            .add_reaction(row.id, &key, caller.id)
+            .add_reaction(row.channel_id, row.id, &key, caller.id)
             .await?
     } else {
         node.shared
             .store
-            .remove_reaction(row.id, &key, caller.id)
+            .remove_reaction(row.channel_id, row.id, &key, caller.id)
             .await?
     };
     if changed {
@@ -1779,6 +1886,10 @@ async fn remove_reaction(
     reaction(&node, caller, p, false).await
 }
 
+/// Oldest message bulk delete takes: Discord's two weeks (a protocol rule,
+/// not a bound on this server's resources).
+const BULK_DELETE_AGE_MS: u64 = 14 * 24 * 3_600 * 1_000;
+
 #[derive(Deserialize)]
 struct BulkDelete {
     messages: Vec<String>,
@@ -1804,8 +1915,37 @@ async fn bulk_delete(
         .iter()
         .map(|m| parse_id(m))
         .collect::<Result<Vec<_>, _>>()?;
-    node.shared.store.delete_messages(channel.id, &ids).await?;
-    let data = json!({"ids": body.messages, "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string()});
+    let mut distinct = ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != ids.len() {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            "messages",
+            "BASE_TYPE_BAD",
+            "Duplicate message ids.".into(),
+        ));
+    }
+    // Discord refuses the whole request if any id is older than two weeks
+    // (the age is in the id itself).
+    let oldest_ms = now_ms().saturating_sub(BULK_DELETE_AGE_MS);
+    if ids.iter().any(|id| sf(*id).unix_ms() < oldest_ms) {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Code(ErrorCode::BulkDeleteTooOld));
+    }
+    // Ids that are not messages of this channel (of another channel or
+    // guild, or none) count toward the 2-100 but are left alone, as
+    // Discord documents; only what was deleted is announced.
+    let deleted = node.shared.store.delete_messages(channel.id, &ids).await?;
+    if deleted.is_empty() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let deleted: Vec<String> = deleted.iter().map(ToString::to_string).collect();
+    let data = json!({"ids": deleted, "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string()});
     publish_plain(
         &node,
         guild_id,
@@ -1879,27 +2019,40 @@ struct NewInvite {
     max_uses: i64,
 }
 
-async fn invite_json(node: &crate::Node, invite: &InviteRow) -> Result<Value, ApiError> {
-    let guild = node.shared.store.load_guild(invite.guild_id).await?;
-    let guild_row = guild
-        .guild
+/// The invite object of `code`. Two indexed reads whatever the guild's
+/// size: the member count is the one the store keeps with every join and
+/// leave, rather than the guild owner's (asking the owner would load the
+/// whole guild, members and all, for an unauthenticated request) or a
+/// count over the members (which grows with them).
+async fn invite_json(node: &crate::Node, code: &str, with_counts: bool) -> Result<Value, ApiError> {
+    let preview = node
+        .shared
+        .store
+        .invite_preview(code)
+        .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
-    let channel = guild
-        .channels
-        .iter()
-        .find(|c| c.id == invite.channel_id)
-        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    let invite = &preview.invite;
     let inviter = node.shared.store.user(invite.inviter_id).await?;
-    Ok(json!({
+    let mut value = json!({
         "type": 0, "code": invite.code,
-        "guild": {"id": guild_row.id.to_string(), "name": guild_row.name, "icon": null, "splash": null, "banner": null,
+        "guild": {"id": invite.guild_id.to_string(), "name": preview.guild_name, "icon": null, "splash": null, "banner": null,
                   "description": null, "features": [], "verification_level": 0, "vanity_url_code": null, "nsfw_level": 0},
-        "channel": {"id": channel.id.to_string(), "type": channel.kind, "name": channel.name},
+        "channel": {"id": invite.channel_id.to_string(), "type": preview.channel_kind, "name": preview.channel_name},
         "inviter": inviter.as_ref().map(wire_user),
         "uses": invite.uses, "max_uses": invite.max_uses, "max_age": 0, "temporary": false,
         "created_at": format_unix_ms(invite.created_ms as u64), "expires_at": null,
-        "approximate_member_count": guild.members.len(),
-    }))
+    });
+    if with_counts {
+        value["approximate_member_count"] = json!(preview.member_count);
+        value["approximate_presence_count"] = json!(0);
+    }
+    Ok(value)
+}
+
+#[derive(Deserialize)]
+struct InviteQuery {
+    #[serde(default)]
+    with_counts: bool,
 }
 
 async fn create_invite(
@@ -1927,17 +2080,15 @@ async fn create_invite(
         created_ms: now_ms() as i64,
     };
     node.shared.store.create_invite(&invite).await?;
-    ok(&invite_json(&node, &invite).await?)
+    ok(&invite_json(&node, &invite.code, false).await?)
 }
 
-async fn get_invite(State(node): State<AppState>, Path(code): Path<String>) -> ApiResult {
-    let invite = node
-        .shared
-        .store
-        .invite(&code)
-        .await?
-        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
-    ok(&invite_json(&node, &invite).await?)
+async fn get_invite(
+    State(node): State<AppState>,
+    Path(code): Path<String>,
+    Query(query): Query<InviteQuery>,
+) -> ApiResult {
+    ok(&invite_json(&node, &code, query.with_counts).await?)
 }
 
 async fn accept_invite(
@@ -1956,7 +2107,7 @@ async fn accept_invite(
     }
     let guild_id = invite.guild_id;
     node.guilds.add_member(guild_id, caller).await?;
-    ok(&invite_json(&node, &invite).await?)
+    ok(&invite_json(&node, &invite.code, false).await?)
 }
 
 // ----- operator endpoints -------------------------------------------------------

@@ -94,12 +94,43 @@ pub enum GuildError {
     /// A name of the wrong length.
     #[error("invalid name")]
     InvalidName,
+    /// The guild holds `guild_roles_max` roles, or a new one would not fit
+    /// its GUILD_CREATE.
+    #[error("maximum number of roles")]
+    MaxRoles,
+    /// The guild holds `guild_channels_max` channels, or a new one would
+    /// not fit its GUILD_CREATE.
+    #[error("maximum number of channels")]
+    MaxChannels,
+    /// An edit would grow the guild's roles and channels past what its
+    /// GUILD_CREATE can carry.
+    #[error("guild at its size limit")]
+    SizeLimit(Grown),
     /// The owner is busy or gone: retry later.
     #[error("overloaded")]
     Overloaded,
     /// The store failed.
     #[error("store")]
     Store,
+}
+
+/// The field whose growth an edit was refused for ([`GuildError::SizeLimit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Grown {
+    /// A name (of the guild, a role or a channel).
+    Name,
+    /// A channel's topic.
+    Topic,
+}
+
+impl Grown {
+    /// The body field it names.
+    pub fn key(self) -> &'static str {
+        match self {
+            Grown::Name => "name",
+            Grown::Topic => "topic",
+        }
+    }
 }
 
 /// A member as the owner holds it.
@@ -192,13 +223,14 @@ pub enum GuildCall {
         /// The user.
         user: UserRow,
     },
-    /// A channel was created.
-    AddChannel {
-        /// The channel.
-        channel: ChannelRow,
-    },
-    /// The guild as `user_id` sees it (REST and GUILD_CREATE).
+    /// The guild as `user_id`'s GUILD_CREATE shows it.
     Snapshot {
+        /// Who asks (must be a member).
+        user_id: i64,
+    },
+    /// The guild object of GET /guilds/{id}: no members, channels or
+    /// voice states, so its size is bounded by the roles alone.
+    Guild {
         /// Who asks (must be a member).
         user_id: i64,
     },
@@ -261,10 +293,10 @@ pub enum GuildAnswer {
     Granted(SendGrant),
     /// To `AddMember`: whether the user was new.
     Added(bool),
-    /// To `AddChannel`.
-    Channel(Channel),
     /// To `Snapshot`.
     Guild(Box<model::Guild>),
+    /// To `Guild`.
+    RestGuild(serde_json::Value),
     /// To `Members`.
     Members(MemberPage),
     /// To `Change`.
@@ -280,6 +312,11 @@ pub enum GuildAnswer {
 /// A change to a guild.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum GuildChange {
+    /// Create a channel (id chosen by the caller).
+    CreateChannel {
+        /// The channel.
+        channel: ChannelRow,
+    },
     /// Rename, re-topic or move a channel.
     UpdateChannel {
         /// Which.
@@ -453,6 +490,56 @@ fn wire_member(entry: &MemberEntry, with_user: bool) -> Member {
     }
 }
 
+/// Counts the bytes a value encodes to, without keeping them.
+#[derive(Default)]
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(buf.len());
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Bytes `value` takes as JSON (`usize::MAX` if it cannot be encoded,
+/// so it never fits anything).
+fn encoded_len(value: &impl Serialize) -> usize {
+    let mut count = ByteCount::default();
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// Keys of a GUILD_CREATE that the REST guild object (and GUILD_UPDATE)
+/// does not carry.
+const GUILD_CREATE_ONLY_KEYS: [&str; 9] = [
+    "members",
+    "channels",
+    "threads",
+    "presences",
+    "voice_states",
+    "joined_at",
+    "large",
+    "member_count",
+    "unavailable",
+];
+
+/// The REST guild object (and GUILD_UPDATE's payload) of `guild`.
+fn rest_guild(guild: &model::Guild) -> serde_json::Value {
+    let mut value = serde_json::to_value(guild).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        for key in GUILD_CREATE_ONLY_KEYS {
+            map.remove(key);
+        }
+    }
+    value
+}
+
 /// One gateway node's stream of this guild.
 #[derive(Debug, Default)]
 struct NodeStream {
@@ -551,6 +638,11 @@ impl GuildOwner {
                     .position(|c| c.id == channel_id)
                     .ok_or(GuildError::UnknownChannel)?;
                 let mut row = self.channels[index].clone();
+                let grown = if topic.is_some() {
+                    Grown::Topic
+                } else {
+                    Grown::Name
+                };
                 if let Some(name) = name {
                     row.name = name;
                 }
@@ -560,11 +652,22 @@ impl GuildOwner {
                 if let Some(position) = position {
                     row.position = position;
                 }
-                store
-                    .update_channel(&row)
-                    .await
-                    .map_err(|_| GuildError::Store)?;
-                self.channels[index] = row.clone();
+                let old = std::mem::replace(&mut self.channels[index], row.clone());
+                if !self.fits() {
+                    self.channels[index] = old;
+                    return Err(GuildError::SizeLimit(grown));
+                }
+                match store.update_channel(&row).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.channels[index] = old;
+                        return Err(GuildError::UnknownChannel);
+                    }
+                    Err(_) => {
+                        self.channels[index] = old;
+                        return Err(GuildError::Store);
+                    }
+                }
                 let wire = wire_channel(&row, true);
                 self.publish("CHANNEL_UPDATE", intents::GUILDS, &wire);
                 Ok(Changed::Channel(wire))
@@ -576,13 +679,38 @@ impl GuildOwner {
                     .iter()
                     .position(|c| c.id == channel_id)
                     .ok_or(GuildError::UnknownChannel)?;
-                store
-                    .delete_channel(channel_id)
+                if !store
+                    .delete_channel(guild_id, channel_id)
                     .await
-                    .map_err(|_| GuildError::Store)?;
+                    .map_err(|_| GuildError::Store)?
+                {
+                    return Err(GuildError::UnknownChannel);
+                }
                 let row = self.channels.remove(index);
                 let wire = wire_channel(&row, true);
                 self.publish("CHANNEL_DELETE", intents::GUILDS, &wire);
+                Ok(Changed::Channel(wire))
+            }
+            GuildChange::CreateChannel { channel } => {
+                self.require(actor, perm::MANAGE_CHANNELS)?;
+                if self.channels.len() >= self.shared.limits.guild_channels_max {
+                    return Err(GuildError::MaxChannels);
+                }
+                let channel = ChannelRow {
+                    guild_id: Some(guild_id),
+                    ..channel
+                };
+                self.channels.push(channel.clone());
+                if !self.fits() {
+                    self.channels.pop();
+                    return Err(GuildError::MaxChannels);
+                }
+                if store.create_channel(&channel).await.is_err() {
+                    self.channels.pop();
+                    return Err(GuildError::Store);
+                }
+                let wire = wire_channel(&channel, true);
+                self.publish("CHANNEL_CREATE", intents::GUILDS, &wire);
                 Ok(Changed::Channel(wire))
             }
             GuildChange::CreateRole { role } => {
@@ -590,16 +718,25 @@ impl GuildOwner {
                 if role.permissions as u64 & !self.permissions(actor).unwrap_or(0) != 0 {
                     return Err(GuildError::MissingPermissions);
                 }
-                let mut role = role;
+                if self.roles.len() >= self.shared.limits.guild_roles_max {
+                    return Err(GuildError::MaxRoles);
+                }
+                let mut role = RoleRow { guild_id, ..role };
                 role.position = self.roles.iter().map(|r| r.position).max().unwrap_or(0) + 1;
                 if role.position >= self.rank(actor) {
                     role.position = self.rank(actor).saturating_sub(1).max(1);
                 }
-                store
-                    .upsert_role(&role)
-                    .await
-                    .map_err(|_| GuildError::Store)?;
                 self.roles.push(role.clone());
+                if !self.fits() {
+                    self.roles.pop();
+                    return Err(GuildError::MaxRoles);
+                }
+                // False: the id is another guild's role (never, for a fresh
+                // snowflake); either way nothing of it is kept here.
+                if !matches!(store.upsert_role(&role).await, Ok(true)) {
+                    self.roles.pop();
+                    return Err(GuildError::Store);
+                }
                 let wire = wire_role(&role);
                 self.publish(
                     "GUILD_ROLE_CREATE",
@@ -638,11 +775,15 @@ impl GuildOwner {
                 role.color = color.unwrap_or(role.color);
                 role.hoist = hoist.unwrap_or(role.hoist);
                 role.mentionable = mentionable.unwrap_or(role.mentionable);
-                store
-                    .upsert_role(&role)
-                    .await
-                    .map_err(|_| GuildError::Store)?;
-                self.roles[index] = role.clone();
+                let old = std::mem::replace(&mut self.roles[index], role.clone());
+                if !self.fits() {
+                    self.roles[index] = old;
+                    return Err(GuildError::SizeLimit(Grown::Name));
+                }
+                if !matches!(store.upsert_role(&role).await, Ok(true)) {
+                    self.roles[index] = old;
+                    return Err(GuildError::Store);
+                }
                 let wire = wire_role(&role);
                 self.publish(
                     "GUILD_ROLE_UPDATE",
@@ -681,6 +822,12 @@ impl GuildOwner {
                 nick,
                 roles,
             } => {
+                // A role named twice is assigned once.
+                let roles = roles.map(|mut roles| {
+                    roles.sort_unstable();
+                    roles.dedup();
+                    roles
+                });
                 let target_rank = self.rank(member_id);
                 if !self.members.contains_key(&member_id) {
                     return Err(GuildError::UnknownMember);
@@ -727,6 +874,11 @@ impl GuildOwner {
                 role_id,
                 add,
             } => {
+                // Another guild's role (or none) is unknown here, to give
+                // as much as to take.
+                if !self.roles.iter().any(|r| r.id == role_id) {
+                    return Err(GuildError::UnknownRole);
+                }
                 let current = self
                     .members
                     .get(&member_id)
@@ -749,32 +901,21 @@ impl GuildOwner {
             }
             GuildChange::UpdateGuild { name } => {
                 self.require(actor, perm::MANAGE_GUILD)?;
-                if !(2..=100).contains(&name.chars().count()) {
+                if !(2..=self.shared.limits.guild_name_chars_max).contains(&name.chars().count()) {
                     return Err(GuildError::InvalidName);
                 }
-                store
-                    .rename_guild(guild_id, &name)
-                    .await
-                    .map_err(|_| GuildError::Store)?;
-                self.guild.name = name;
-                let mut snapshot = serde_json::to_value(self.snapshot(actor)).unwrap_or_default();
-                if let Some(map) = snapshot.as_object_mut() {
-                    for key in [
-                        "members",
-                        "channels",
-                        "threads",
-                        "presences",
-                        "voice_states",
-                        "joined_at",
-                        "large",
-                        "member_count",
-                        "unavailable",
-                    ] {
-                        map.remove(key);
-                    }
+                let old = std::mem::replace(&mut self.guild.name, name.clone());
+                if !self.fits() {
+                    self.guild.name = old;
+                    return Err(GuildError::SizeLimit(Grown::Name));
                 }
-                self.publish("GUILD_UPDATE", intents::GUILDS, &snapshot);
-                Ok(Changed::Guild(snapshot))
+                if store.rename_guild(guild_id, &name).await.is_err() {
+                    self.guild.name = old;
+                    return Err(GuildError::Store);
+                }
+                let guild = rest_guild(&self.guild_object(actor, false));
+                self.publish("GUILD_UPDATE", intents::GUILDS, &guild);
+                Ok(Changed::Guild(guild))
             }
             GuildChange::DeleteGuild => {
                 if actor != self.guild.owner_id {
@@ -868,17 +1009,40 @@ impl GuildOwner {
         Ok(state)
     }
 
-    fn snapshot(&self, user_id: i64) -> model::Guild {
+    /// Bytes the guild's GUILD_CREATE may take; its roles and channels
+    /// alone never take more (see [`Self::fits`]).
+    fn room_bytes(&self) -> usize {
+        let limits = &self.shared.limits;
+        limits
+            .bus_payload_bytes_max
+            .saturating_sub(limits.guild_envelope_reserve_bytes)
+    }
+
+    /// Whether the guild with its roles and channels, as GUILD_CREATE
+    /// carries them, fits [`Self::room_bytes`]. Every change that grows
+    /// them is checked against this before it is stored, so GUILD_CREATE,
+    /// the REST guild and the channel list always fit the bus payload
+    /// bound. One encoding of at most a few hundred rows, on changes only.
+    fn fits(&self) -> bool {
+        encoded_len(&self.guild_object(self.guild.owner_id, true)) <= self.room_bytes()
+    }
+
+    /// The guild as `user_id` sees it, with channels if `with_channels`,
+    /// and no members or voice states: the part of GUILD_CREATE that does
+    /// not grow with the member count, and the REST guild object.
+    fn guild_object(&self, user_id: i64, with_channels: bool) -> model::Guild {
         let joined = self
             .members
             .get(&user_id)
             .map_or(self.guild.created_ms, |m| m.row.joined_ms);
-        let members: Vec<Member> = self
-            .members
-            .values()
-            .take(self.shared.limits.members_per_page_max)
-            .map(|m| wire_member(m, true))
-            .collect();
+        let channels = if with_channels {
+            self.channels
+                .iter()
+                .map(|c| wire_channel(c, false))
+                .collect()
+        } else {
+            vec![]
+        };
         model::Guild {
             id: sf(self.guild.id),
             name: self.guild.name.clone(),
@@ -915,22 +1079,53 @@ impl GuildOwner {
             premium_progress_bar_enabled: false,
             safety_alerts_channel_id: None,
             joined_at: format_unix_ms(joined as u64),
-            large: self.members.len() > 250,
+            large: self.members.len() > self.shared.limits.guild_create_members_max,
             unavailable: false,
             member_count: u32::try_from(self.members.len()).unwrap_or(u32::MAX),
-            voice_states: self.voice.values().cloned().collect(),
-            members,
-            channels: self
-                .channels
-                .iter()
-                .map(|c| wire_channel(c, false))
-                .collect(),
+            voice_states: vec![],
+            members: vec![],
+            channels,
             threads: vec![],
             presences: vec![],
             stage_instances: vec![],
             guild_scheduled_events: vec![],
             soundboard_sounds: vec![],
         }
+    }
+
+    /// `user_id`'s GUILD_CREATE: the guild with its channels, then members
+    /// (theirs first, at most `guild_create_members_max`) and voice states
+    /// while they fit [`Self::room_bytes`]. A guild whose members do not
+    /// all fit is `large`, so clients ask for them with op 8 (Discord sends
+    /// large guilds' members the same way).
+    fn snapshot(&self, user_id: i64) -> model::Guild {
+        let mut guild = self.guild_object(user_id, true);
+        let room = self.room_bytes();
+        let mut used = encoded_len(&guild);
+        let own = self.members.get(&user_id);
+        let others = self.members.values().filter(|m| m.user.id != user_id);
+        for entry in own
+            .into_iter()
+            .chain(others)
+            .take(self.shared.limits.guild_create_members_max)
+        {
+            let member = wire_member(entry, true);
+            // The member and the comma before it.
+            used = used.saturating_add(encoded_len(&member) + 1);
+            if used > room {
+                break;
+            }
+            guild.members.push(member);
+        }
+        for state in self.voice.values() {
+            used = used.saturating_add(encoded_len(state) + 1);
+            if used > room {
+                break;
+            }
+            guild.voice_states.push(state.clone());
+        }
+        guild.large |= guild.members.len() < self.members.len();
+        guild
     }
 
     fn encode(name: &str, data: &impl serde::Serialize) -> Option<Box<RawValue>> {
@@ -1021,12 +1216,9 @@ impl GuildOwner {
         } else {
             None
         };
-        // Leave room for the envelope around it.
-        let room = self
-            .shared
-            .limits
-            .bus_payload_bytes_max
-            .saturating_sub(1024);
+        // Never hit while changes are checked against `fits` (kept as the
+        // last guard: a GUILD_CREATE the bus would refuse is not sent).
+        let room = self.room_bytes();
         if guild_create.as_ref().is_some_and(|g| g.get().len() > room) {
             self.counters
                 .guild_create_too_large_total
@@ -1198,11 +1390,16 @@ impl GuildOwner {
                 self.announce_join(user_id);
                 Some(Ok(GuildAnswer::Added(true)))
             }
-            GuildCall::AddChannel { channel } => {
-                let wire = wire_channel(&channel, true);
-                self.channels.push(channel);
-                self.publish("CHANNEL_CREATE", intents::GUILDS, &wire);
-                Some(Ok(GuildAnswer::Channel(wire)))
+            GuildCall::Guild { user_id } => {
+                let result = if self.members.contains_key(&user_id) {
+                    let mut guild = rest_guild(&self.guild_object(user_id, false));
+                    guild["approximate_member_count"] = serde_json::json!(self.members.len());
+                    guild["approximate_presence_count"] = serde_json::json!(0);
+                    Ok(GuildAnswer::RestGuild(guild))
+                } else {
+                    Err(GuildError::MissingAccess)
+                };
+                Some(result)
             }
             GuildCall::Snapshot { user_id } => {
                 let result = if self.members.contains_key(&user_id) {
@@ -1904,22 +2101,19 @@ impl GuildDirectory {
         }
     }
 
-    /// Tells the owner about a created channel.
-    pub async fn add_channel(
+    /// The REST guild object as `user_id` sees it (GET /guilds/{id}).
+    pub async fn guild(
         &self,
         guild_id: i64,
-        channel: ChannelRow,
-    ) -> Result<Channel, GuildError> {
-        match self
-            .call(guild_id, GuildCall::AddChannel { channel })
-            .await?
-        {
-            GuildAnswer::Channel(channel) => Ok(channel),
+        user_id: i64,
+    ) -> Result<serde_json::Value, GuildError> {
+        match self.call(guild_id, GuildCall::Guild { user_id }).await? {
+            GuildAnswer::RestGuild(guild) => Ok(guild),
             other => unexpected(guild_id, &other),
         }
     }
 
-    /// The guild as `user_id` sees it.
+    /// The guild as `user_id`'s GUILD_CREATE shows it.
     pub async fn snapshot(&self, guild_id: i64, user_id: i64) -> Result<model::Guild, GuildError> {
         match self.call(guild_id, GuildCall::Snapshot { user_id }).await? {
             GuildAnswer::Guild(guild) => Ok(*guild),
@@ -2001,8 +2195,8 @@ fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {
     let kind = match answer {
         GuildAnswer::Granted(_) => "granted",
         GuildAnswer::Added(_) => "added",
-        GuildAnswer::Channel(_) => "channel",
         GuildAnswer::Guild(_) => "guild",
+        GuildAnswer::RestGuild(_) => "rest_guild",
         GuildAnswer::Members(_) => "members",
         GuildAnswer::Changed(_) => "changed",
         GuildAnswer::Voice(_) => "voice",

@@ -481,6 +481,16 @@ async fn metrics(
             "Log lines held back by the log throttle (process-wide).",
             &log::SUPPRESSED_TOTAL,
         ),
+        (
+            "guildhall_store_guild_loads_total",
+            "Whole guilds loaded from the store.",
+            &node.shared.store.counters().guild_loads_total,
+        ),
+        (
+            "guildhall_store_member_rows_loaded_total",
+            "Member rows read by whole-guild loads.",
+            &node.shared.store.counters().member_rows_loaded_total,
+        ),
     ] {
         let _ = writeln!(
             out,

@@ -1,5 +1,5 @@
 //! `Limits` overrides reach the code that enforces them: the member and
-//! message page sizes (REST and GUILD_CREATE) and the log throttle's
+//! message page sizes (REST), the members GUILD_CREATE carries, and the log throttle's
 //! interval, each set below its default and observed over real sockets.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -22,6 +22,7 @@ async fn page_size_overrides_bound_what_get_returns() {
     let limits = Limits {
         members_per_page_max: PAGE_MAX,
         messages_per_page_max: PAGE_MAX,
+        guild_create_members_max: PAGE_MAX,
         rest_rate_limit_per_window: 1_000_000,
         ..Limits::default()
     };

@@ -27,6 +27,12 @@ pub enum ErrorCode {
     UnknownApplication,
     /// 40001 Unauthorized.
     Unauthorized,
+    /// 30005 Maximum number of guild roles reached (250).
+    MaxGuildRoles,
+    /// 30013 Maximum number of guild channels reached (500).
+    MaxGuildChannels,
+    /// 50034 A message provided was too old to bulk delete.
+    BulkDeleteTooOld,
     /// 50001 Missing access.
     MissingAccess,
     /// 50006 Cannot send an empty message.
@@ -67,6 +73,9 @@ impl ErrorCode {
             ErrorCode::UnknownUser => 10013,
             ErrorCode::Unauthorized => 40001,
             ErrorCode::EntityTooLarge => 40005,
+            ErrorCode::MaxGuildRoles => 30005,
+            ErrorCode::MaxGuildChannels => 30013,
+            ErrorCode::BulkDeleteTooOld => 50034,
             ErrorCode::MissingAccess => 50001,
             ErrorCode::EmptyMessage => 50006,
             ErrorCode::MissingPermissions => 50013,
@@ -94,6 +103,9 @@ impl ErrorCode {
             ErrorCode::UnknownUser => "Unknown User",
             ErrorCode::Unauthorized => "401: Unauthorized",
             ErrorCode::EntityTooLarge => "Request entity too large",
+            ErrorCode::MaxGuildRoles => "Maximum number of guild roles reached (250)",
+            ErrorCode::MaxGuildChannels => "Maximum number of guild channels reached (500)",
+            ErrorCode::BulkDeleteTooOld => "A message provided was too old to bulk delete",
             ErrorCode::MissingAccess => "Missing Access",
             ErrorCode::EmptyMessage => "Cannot send an empty message",
             ErrorCode::MissingPermissions => "Missing Permissions",
@@ -135,7 +147,10 @@ impl ErrorCode {
             ErrorCode::EmptyMessage
             | ErrorCode::InvalidFormBody
             | ErrorCode::InvalidJson
-            | ErrorCode::MaxApplicationCommands => 400,
+            | ErrorCode::MaxApplicationCommands
+            | ErrorCode::MaxGuildRoles
+            | ErrorCode::MaxGuildChannels
+            | ErrorCode::BulkDeleteTooOld => 400,
             ErrorCode::Overloaded => 503,
         }
     }

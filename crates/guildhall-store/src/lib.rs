@@ -14,6 +14,11 @@
 //! caller waits at most [`ACQUIRE_TIMEOUT_MS`] for one (then
 //! [`StoreError::Busy`], which the API answers with 503); list queries take
 //! an explicit `limit`.
+//!
+//! Scoping: every operation on a message, a reaction, a channel, a role or
+//! a member names its container (the channel, or the guild) and touches
+//! nothing outside it, so an id from another guild can never reach a row
+//! of that guild, whatever check a caller forgot.
 
 use guildhall_limits::Limits;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -193,6 +198,33 @@ pub struct InviteRow {
     pub created_ms: i64,
 }
 
+/// What an invite preview shows: the invite, with its guild's name and
+/// member count and its channel's type and name (one indexed read; the
+/// guild's members are never loaded for it).
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct InvitePreviewRow {
+    /// The invite.
+    #[sqlx(flatten)]
+    pub invite: InviteRow,
+    /// The guild's name.
+    pub guild_name: String,
+    /// Members of the guild (kept with every join and leave).
+    pub member_count: i64,
+    /// The channel's type.
+    pub channel_kind: i64,
+    /// The channel's name.
+    pub channel_name: String,
+}
+
+/// Counters of the store, read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct StoreCounters {
+    /// Whole guilds loaded (an owner starting, or a caller that needed one).
+    pub guild_loads_total: std::sync::atomic::AtomicU64,
+    /// Member rows those loads read.
+    pub member_rows_loaded_total: std::sync::atomic::AtomicU64,
+}
+
 /// An application command row (`guild_id` 0: a global command).
 #[derive(Clone, Debug, FromRow, PartialEq, Eq)]
 pub struct CommandRow {
@@ -255,6 +287,7 @@ struct MessageWrite {
 pub struct SqliteStore {
     pool: SqlitePool,
     writes: tokio::sync::mpsc::Sender<MessageWrite>,
+    counters: std::sync::Arc<StoreCounters>,
 }
 
 impl std::fmt::Debug for MessageWrite {
@@ -372,7 +405,11 @@ impl SqliteStore {
             queue,
             limits.message_write_batch_max,
         ));
-        Ok(Self { pool, writes })
+        Ok(Self {
+            pool,
+            writes,
+            counters: std::sync::Arc::default(),
+        })
     }
 
     // ----- users and tokens -------------------------------------------------
@@ -518,7 +555,7 @@ impl SqliteStore {
         first: &ChannelRow,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO guilds (id, name, owner_id, created_ms) VALUES ($1, $2, $3, $4)")
+        sqlx::query("INSERT INTO guilds (id, name, owner_id, created_ms, member_count) VALUES ($1, $2, $3, $4, 1)")
             .bind(guild.id)
             .bind(&guild.name)
             .bind(guild.owner_id)
@@ -594,6 +631,13 @@ impl SqliteStore {
                 .bind(guild_id)
                 .fetch_all(&self.pool)
                 .await?;
+        let members: Vec<MemberRow> = members;
+        self.counters
+            .guild_loads_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters
+            .member_rows_loaded_total
+            .fetch_add(members.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(GuildState {
             guild,
             channels,
@@ -605,14 +649,23 @@ impl SqliteStore {
 
     /// Adds a member; false if already a member.
     pub async fn add_member(&self, member: &MemberRow) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
         let done = sqlx::query("INSERT INTO members (guild_id, user_id, joined_ms, nick) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
             .bind(member.guild_id)
             .bind(member.user_id)
             .bind(member.joined_ms)
             .bind(&member.nick)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
-        Ok(done.rows_affected() == 1)
+        let added = done.rows_affected() == 1;
+        if added {
+            sqlx::query("UPDATE guilds SET member_count = member_count + 1 WHERE id = $1")
+                .bind(member.guild_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(added)
     }
 
     /// Creates a channel.
@@ -707,24 +760,38 @@ impl SqliteStore {
     /// Deletes a message; false if it did not exist.
     pub async fn delete_message(&self, channel_id: i64, id: i64) -> Result<bool> {
         // The bulk path also removes the message's reactions.
-        Ok(self.delete_messages(channel_id, &[id]).await? == 1)
+        Ok(self.delete_messages(channel_id, &[id]).await?.len() == 1)
     }
 
-    /// Changes a channel's name, topic and position.
-    pub async fn update_channel(&self, channel: &ChannelRow) -> Result<()> {
-        sqlx::query("UPDATE channels SET name = $2, topic = $3, position = $4 WHERE id = $1")
-            .bind(channel.id)
-            .bind(&channel.name)
-            .bind(&channel.topic)
-            .bind(channel.position)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+    /// Changes a channel's name, topic and position (in its guild only);
+    /// false if the guild has no such channel.
+    pub async fn update_channel(&self, channel: &ChannelRow) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE channels SET name = $2, topic = $3, position = $4 WHERE id = $1 AND guild_id = $5",
+        )
+        .bind(channel.id)
+        .bind(&channel.name)
+        .bind(&channel.topic)
+        .bind(channel.position)
+        .bind(channel.guild_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
-    /// Deletes a channel with its messages, reactions and invites.
-    pub async fn delete_channel(&self, id: i64) -> Result<()> {
+    /// Deletes a guild's channel with its messages, reactions and invites;
+    /// false if the guild has no such channel.
+    pub async fn delete_channel(&self, guild_id: i64, id: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        let found: Option<(i64,)> =
+            sqlx::query_as("SELECT id FROM channels WHERE id = $1 AND guild_id = $2")
+                .bind(id)
+                .bind(guild_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if found.is_none() {
+            return Ok(false);
+        }
         sqlx::query("DELETE FROM reactions WHERE message_id IN (SELECT id FROM messages WHERE channel_id = $1)")
             .bind(id)
             .execute(&mut *tx)
@@ -746,15 +813,17 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
-    /// Creates or replaces a role.
-    pub async fn upsert_role(&self, role: &RoleRow) -> Result<()> {
-        sqlx::query(
+    /// Creates or replaces a role of `role.guild_id`; false if the id is
+    /// another guild's role (which is left as it is).
+    pub async fn upsert_role(&self, role: &RoleRow) -> Result<bool> {
+        let done = sqlx::query(
             "INSERT INTO roles (id, guild_id, name, permissions, position, color, hoist, mentionable) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE SET name = $3, \
-             permissions = $4, position = $5, color = $6, hoist = $7, mentionable = $8",
+             permissions = $4, position = $5, color = $6, hoist = $7, mentionable = $8 \
+             WHERE roles.guild_id = $2",
         )
         .bind(role.id)
         .bind(role.guild_id)
@@ -766,7 +835,7 @@ impl SqliteStore {
         .bind(role.mentionable)
         .execute(&self.pool)
         .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     /// Deletes a role and its assignments.
@@ -786,7 +855,8 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Replaces a member's nickname and roles.
+    /// Replaces a member's nickname and roles; role ids that are not the
+    /// guild's, and repeats, are not assigned.
     pub async fn update_member(
         &self,
         guild_id: i64,
@@ -808,7 +878,8 @@ impl SqliteStore {
             .await?;
         for role in roles {
             sqlx::query(
-                "INSERT INTO member_roles (guild_id, user_id, role_id) VALUES ($1, $2, $3)",
+                "INSERT INTO member_roles (guild_id, user_id, role_id) SELECT $1, $2, $3 \
+                 WHERE EXISTS (SELECT 1 FROM roles WHERE id = $3 AND guild_id = $1) ON CONFLICT DO NOTHING",
             )
             .bind(guild_id)
             .bind(user_id)
@@ -828,30 +899,44 @@ impl SqliteStore {
             .bind(user_id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("DELETE FROM members WHERE guild_id = $1 AND user_id = $2")
+        let removed = sqlx::query("DELETE FROM members WHERE guild_id = $1 AND user_id = $2")
             .bind(guild_id)
             .bind(user_id)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+        if removed == 1 {
+            sqlx::query("UPDATE guilds SET member_count = member_count - 1 WHERE id = $1")
+                .bind(guild_id)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }
 
-    /// Deletes several messages of a channel; returns how many existed.
-    pub async fn delete_messages(&self, channel_id: i64, ids: &[i64]) -> Result<u64> {
+    /// Deletes those of `ids` that are messages of `channel_id`, with
+    /// their reactions; returns the ids it deleted. Ids of other channels
+    /// (or guilds) are left alone, reactions included.
+    pub async fn delete_messages(&self, channel_id: i64, ids: &[i64]) -> Result<Vec<i64>> {
         let mut tx = self.pool.begin().await?;
-        let mut deleted = 0;
+        let mut deleted = Vec::with_capacity(ids.len());
         for id in ids {
-            sqlx::query("DELETE FROM reactions WHERE message_id = $1")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-            deleted += sqlx::query("DELETE FROM messages WHERE channel_id = $1 AND id = $2")
+            let found = sqlx::query("DELETE FROM messages WHERE channel_id = $1 AND id = $2")
                 .bind(channel_id)
                 .bind(id)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+            // Reactions only go with a message of this channel that was
+            // really deleted, never by message id alone.
+            if found == 1 {
+                sqlx::query("DELETE FROM reactions WHERE message_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                deleted.push(*id);
+            }
         }
         tx.commit().await?;
         Ok(deleted)
@@ -913,27 +998,20 @@ impl SqliteStore {
 
     // ----- reactions --------------------------------------------------------
 
-    /// Adds a reaction; false if it was there already.
-    pub async fn add_reaction(&self, message_id: i64, emoji: &str, user_id: i64) -> Result<bool> {
-        let done = sqlx::query("INSERT INTO reactions (message_id, emoji, user_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
-            .bind(message_id)
-            .bind(emoji)
-            .bind(user_id)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// Removes a reaction; false if it was not there.
-    pub async fn remove_reaction(
+    /// Adds a reaction to a message of `channel_id`; false if it was there
+    /// already or the channel has no such message.
+    pub async fn add_reaction(
         &self,
+        channel_id: i64,
         message_id: i64,
         emoji: &str,
         user_id: i64,
     ) -> Result<bool> {
         let done = sqlx::query(
-            "DELETE FROM reactions WHERE message_id = $1 AND emoji = $2 AND user_id = $3",
+            "INSERT INTO reactions (message_id, emoji, user_id) SELECT $2, $3, $4 \
+             WHERE EXISTS (SELECT 1 FROM messages WHERE id = $2 AND channel_id = $1) ON CONFLICT DO NOTHING",
         )
+        .bind(channel_id)
         .bind(message_id)
         .bind(emoji)
         .bind(user_id)
@@ -942,12 +1020,38 @@ impl SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    /// (emoji, count) of a message's reactions.
-    pub async fn reactions(&self, message_id: i64) -> Result<Vec<(String, i64)>> {
-        Ok(sqlx::query_as("SELECT emoji, COUNT(*) FROM reactions WHERE message_id = $1 GROUP BY emoji ORDER BY emoji")
-            .bind(message_id)
-            .fetch_all(&self.pool)
-            .await?)
+    /// Removes a reaction from a message of `channel_id`; false if it was
+    /// not there.
+    pub async fn remove_reaction(
+        &self,
+        channel_id: i64,
+        message_id: i64,
+        emoji: &str,
+        user_id: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "DELETE FROM reactions WHERE message_id = $2 AND emoji = $3 AND user_id = $4 \
+             AND EXISTS (SELECT 1 FROM messages WHERE id = $2 AND channel_id = $1)",
+        )
+        .bind(channel_id)
+        .bind(message_id)
+        .bind(emoji)
+        .bind(user_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// (emoji, count) of the reactions of a message of `channel_id`.
+    pub async fn reactions(&self, channel_id: i64, message_id: i64) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT r.emoji, COUNT(*) FROM reactions r JOIN messages m ON m.id = r.message_id \
+             WHERE m.channel_id = $1 AND r.message_id = $2 GROUP BY r.emoji ORDER BY r.emoji",
+        )
+        .bind(channel_id)
+        .bind(message_id)
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     // ----- direct messages --------------------------------------------------
@@ -1023,6 +1127,27 @@ impl SqliteStore {
     pub async fn invite(&self, code: &str) -> Result<Option<InviteRow>> {
         Ok(sqlx::query_as("SELECT * FROM invites WHERE code = $1")
             .bind(code)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// An invite with what its preview shows, in one indexed read (no
+    /// member is loaded: the count is the guild's kept `member_count`).
+    pub async fn invite_preview(&self, code: &str) -> Result<Option<InvitePreviewRow>> {
+        Ok(sqlx::query_as(
+            "SELECT i.*, g.name AS guild_name, g.member_count, c.kind AS channel_kind, \
+             c.name AS channel_name FROM invites i JOIN guilds g ON g.id = i.guild_id \
+             JOIN channels c ON c.id = i.channel_id WHERE i.code = $1",
+        )
+        .bind(code)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// A guild's row (not its channels, roles or members).
+    pub async fn guild(&self, id: i64) -> Result<Option<GuildRow>> {
+        Ok(sqlx::query_as("SELECT * FROM guilds WHERE id = $1")
+            .bind(id)
             .fetch_optional(&self.pool)
             .await?)
     }
@@ -1195,6 +1320,8 @@ macro_rules! store_api {
     ($( $(#[$doc:meta])* fn $name:ident<'a>(&'a self $(, $arg:ident : $ty:ty)*) -> $ret:ty; )*) => {
         /// Every operation of the store, as the roles use it.
         pub trait StoreBackend: Send + Sync + std::fmt::Debug + 'static {
+            /// The store's counters.
+            fn counters(&self) -> &StoreCounters;
             $( $(#[$doc])* fn $name<'a>(&'a self $(, $arg: $ty)*) -> BoxFuture<'a, Result<$ret>>; )*
         }
 
@@ -1202,6 +1329,9 @@ macro_rules! store_api {
         // elision would have found it.
         #[allow(clippy::needless_lifetimes)]
         impl StoreBackend for SqliteStore {
+            fn counters(&self) -> &StoreCounters {
+                &self.counters
+            }
             $( fn $name<'a>(&'a self $(, $arg: $ty)*) -> BoxFuture<'a, Result<$ret>> {
                 Box::pin(SqliteStore::$name(self $(, $arg)*))
             } )*
@@ -1209,6 +1339,10 @@ macro_rules! store_api {
 
         #[allow(clippy::needless_lifetimes)]
         impl Store {
+            /// The store's counters.
+            pub fn counters(&self) -> &StoreCounters {
+                self.backend.counters()
+            }
             $( $(#[$doc])* pub async fn $name<'a>(&'a self $(, $arg: $ty)*) -> Result<$ret> {
                 self.backend.$name($($arg),*).await
             } )*
@@ -1262,32 +1396,39 @@ store_api! {
     fn edit_message<'a>(&'a self, channel_id: i64, id: i64, content: &'a str, edited_ms: i64) -> bool;
     /// Deletes a message; false if it did not exist.
     fn delete_message<'a>(&'a self, channel_id: i64, id: i64) -> bool;
-    /// Changes a channel's name, topic and position.
-    fn update_channel<'a>(&'a self, channel: &'a ChannelRow) -> ();
-    /// Deletes a channel with its messages, reactions and invites.
-    fn delete_channel<'a>(&'a self, id: i64) -> ();
-    /// Creates or replaces a role.
-    fn upsert_role<'a>(&'a self, role: &'a RoleRow) -> ();
+    /// Changes a channel's name, topic and position (in its guild only);
+    /// false if the guild has no such channel.
+    fn update_channel<'a>(&'a self, channel: &'a ChannelRow) -> bool;
+    /// Deletes a guild's channel with its messages, reactions and invites;
+    /// false if the guild has no such channel.
+    fn delete_channel<'a>(&'a self, guild_id: i64, id: i64) -> bool;
+    /// Creates or replaces a role of `role.guild_id`; false if the id is
+    /// another guild's role (which is left as it is).
+    fn upsert_role<'a>(&'a self, role: &'a RoleRow) -> bool;
     /// Deletes a role and its assignments.
     fn delete_role<'a>(&'a self, guild_id: i64, role_id: i64) -> ();
-    /// Replaces a member's nickname and roles.
+    /// Replaces a member's nickname and roles; role ids that are not the
+    /// guild's, and repeats, are not assigned.
     fn update_member<'a>(&'a self, guild_id: i64, user_id: i64, nick: Option<&'a str>, roles: &'a [i64]) -> ();
     /// Removes a member and their roles.
     fn remove_member<'a>(&'a self, guild_id: i64, user_id: i64) -> ();
-    /// Deletes several messages of a channel; returns how many existed.
-    fn delete_messages<'a>(&'a self, channel_id: i64, ids: &'a [i64]) -> u64;
+    /// Deletes those of `ids` that are messages of `channel_id`, with
+    /// their reactions; returns the ids it deleted.
+    fn delete_messages<'a>(&'a self, channel_id: i64, ids: &'a [i64]) -> Vec<i64>;
     /// Renames a guild.
     fn rename_guild<'a>(&'a self, id: i64, name: &'a str) -> ();
     /// Deletes a guild and everything in it, in one transaction.
     fn delete_guild<'a>(&'a self, id: i64) -> ();
     /// Changes a user's display name (and username, if given and free).
     fn update_user<'a>(&'a self, id: i64, username: Option<&'a str>, global_name: Option<Option<&'a str>>) -> ();
-    /// Adds a reaction; false if it was there already.
-    fn add_reaction<'a>(&'a self, message_id: i64, emoji: &'a str, user_id: i64) -> bool;
-    /// Removes a reaction; false if it was not there.
-    fn remove_reaction<'a>(&'a self, message_id: i64, emoji: &'a str, user_id: i64) -> bool;
-    /// (emoji, count) of a message's reactions.
-    fn reactions<'a>(&'a self, message_id: i64) -> Vec<(String, i64)>;
+    /// Adds a reaction to a message of `channel_id`; false if it was there
+    /// already or the channel has no such message.
+    fn add_reaction<'a>(&'a self, channel_id: i64, message_id: i64, emoji: &'a str, user_id: i64) -> bool;
+    /// Removes a reaction from a message of `channel_id`; false if it was
+    /// not there.
+    fn remove_reaction<'a>(&'a self, channel_id: i64, message_id: i64, emoji: &'a str, user_id: i64) -> bool;
+    /// (emoji, count) of the reactions of a message of `channel_id`.
+    fn reactions<'a>(&'a self, channel_id: i64, message_id: i64) -> Vec<(String, i64)>;
     /// The DM channel between two users, creating it (with `new_id`) if
     /// needed.
     fn dm_channel<'a>(&'a self, a: i64, b: i64, new_id: i64) -> ChannelRow;
@@ -1297,6 +1438,10 @@ store_api! {
     fn create_invite<'a>(&'a self, invite: &'a InviteRow) -> ();
     /// An invite by code.
     fn invite<'a>(&'a self, code: &'a str) -> Option<InviteRow>;
+    /// An invite with what its preview shows, in one indexed read.
+    fn invite_preview<'a>(&'a self, code: &'a str) -> Option<InvitePreviewRow>;
+    /// A guild's row (not its channels, roles or members).
+    fn guild<'a>(&'a self, id: i64) -> Option<GuildRow>;
     /// Counts one use, if the invite has uses left; false otherwise.
     fn use_invite<'a>(&'a self, code: &'a str) -> bool;
     /// The commands of an application in one scope (guild 0: global).
@@ -1451,10 +1596,10 @@ mod tests {
             store.message(5, 104).await.unwrap().unwrap().content,
             "edited"
         );
-        assert!(store.add_reaction(104, "👍", 1).await.unwrap());
+        assert!(store.add_reaction(5, 104, "👍", 1).await.unwrap());
         assert!(store.delete_message(5, 104).await.unwrap());
         assert!(
-            store.reactions(104).await.unwrap().is_empty(),
+            store.reactions(5, 104).await.unwrap().is_empty(),
             "reactions go with the message"
         );
         assert!(!store.delete_message(5, 104).await.unwrap());
@@ -1517,6 +1662,193 @@ mod tests {
         assert_eq!(store.messages(5, None, 1000).await.unwrap().len(), 501);
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Two guilds of one owner: (guild id, channel id, role id, message id)
+    /// for each, every message with one reaction.
+    async fn two_guilds(store: &Store) -> [(i64, i64, i64, i64); 2] {
+        store.create_user(&user(1, "alice")).await.unwrap();
+        let mut out = [(0, 0, 0, 0); 2];
+        for (i, base) in [100, 200].into_iter().enumerate() {
+            let guild = GuildRow {
+                id: base,
+                name: format!("g{base}"),
+                owner_id: 1,
+                created_ms: 1,
+            };
+            let everyone = RoleRow {
+                id: base,
+                guild_id: base,
+                name: "@everyone".into(),
+                permissions: 0,
+                position: 0,
+                color: 0,
+                hoist: false,
+                mentionable: false,
+            };
+            let channel = ChannelRow {
+                id: base + 1,
+                guild_id: Some(base),
+                kind: 0,
+                name: "general".into(),
+                position: 0,
+                topic: None,
+            };
+            store
+                .create_guild(&guild, &everyone, &channel)
+                .await
+                .unwrap();
+            let role = RoleRow {
+                id: base + 2,
+                name: "mods".into(),
+                position: 1,
+                ..everyone
+            };
+            assert!(store.upsert_role(&role).await.unwrap());
+            let message = MessageRow {
+                id: base + 3,
+                channel_id: base + 1,
+                guild_id: Some(base),
+                author_id: 1,
+                content: "hi".into(),
+                tts: false,
+                edited_ms: None,
+            };
+            store.insert_message(&message).await.unwrap();
+            assert!(
+                store
+                    .add_reaction(base + 1, base + 3, "x", 1)
+                    .await
+                    .unwrap()
+            );
+            out[i] = (base, base + 1, base + 2, base + 3);
+        }
+        out
+    }
+
+    /// Ids of guild B passed with guild A's container touch nothing of B.
+    #[tokio::test]
+    async fn operations_are_scoped_by_channel_and_guild() {
+        let store = Store::open_in_memory().await.unwrap();
+        let [
+            (a, a_channel, _, a_message),
+            (b, b_channel, b_role, b_message),
+        ] = two_guilds(&store).await;
+        let deleted = store
+            .delete_messages(a_channel, &[b_message, a_message])
+            .await
+            .unwrap();
+        assert_eq!(deleted, [a_message]);
+        assert_eq!(
+            store.reactions(b_channel, b_message).await.unwrap(),
+            [("x".to_owned(), 1)],
+            "another channel's reactions survive a bulk delete"
+        );
+        assert!(!store.delete_message(a_channel, b_message).await.unwrap());
+        assert!(
+            !store
+                .edit_message(a_channel, b_message, "x", 2)
+                .await
+                .unwrap()
+        );
+        assert!(store.message(a_channel, b_message).await.unwrap().is_none());
+        assert!(
+            !store
+                .add_reaction(a_channel, b_message, "y", 1)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .remove_reaction(a_channel, b_message, "x", 1)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .reactions(a_channel, b_message)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let hijack = RoleRow {
+            id: b_role,
+            guild_id: a,
+            name: "hijacked".into(),
+            permissions: -1,
+            position: 9,
+            color: 0,
+            hoist: false,
+            mentionable: false,
+        };
+        assert!(!store.upsert_role(&hijack).await.unwrap());
+        let moved = ChannelRow {
+            id: b_channel,
+            guild_id: Some(a),
+            kind: 0,
+            name: "moved".into(),
+            position: 0,
+            topic: None,
+        };
+        assert!(!store.update_channel(&moved).await.unwrap());
+        assert!(!store.delete_channel(a, b_channel).await.unwrap());
+        store
+            .update_member(a, 1, None, &[b_role, b_role])
+            .await
+            .unwrap();
+        store.delete_role(a, b_role).await.unwrap();
+        let state = store.load_guild(b).await.unwrap();
+        assert_eq!(state.roles[1].name, "mods");
+        assert_eq!(state.channels[0].name, "general");
+        assert_eq!(
+            store.reactions(b_channel, b_message).await.unwrap(),
+            [("x".to_owned(), 1)]
+        );
+        assert!(store.load_guild(a).await.unwrap().member_roles.is_empty());
+    }
+
+    #[tokio::test]
+    async fn member_counts_follow_joins_and_leaves() {
+        let store = Store::open_in_memory().await.unwrap();
+        let [(a, a_channel, _, _), _] = two_guilds(&store).await;
+        let invite = InviteRow {
+            code: "abc".into(),
+            guild_id: a,
+            channel_id: a_channel,
+            inviter_id: 1,
+            uses: 0,
+            max_uses: 0,
+            created_ms: 1,
+        };
+        store.create_invite(&invite).await.unwrap();
+        let count = |store: Store| async move {
+            store
+                .invite_preview("abc")
+                .await
+                .unwrap()
+                .unwrap()
+                .member_count
+        };
+        assert_eq!(count(store.clone()).await, 1);
+        store.create_user(&user(2, "bob")).await.unwrap();
+        let bob = MemberRow {
+            guild_id: a,
+            user_id: 2,
+            joined_ms: 2,
+            nick: None,
+        };
+        assert!(store.add_member(&bob).await.unwrap());
+        assert!(!store.add_member(&bob).await.unwrap());
+        assert_eq!(count(store.clone()).await, 2);
+        store.remove_member(a, 2).await.unwrap();
+        store.remove_member(a, 2).await.unwrap();
+        assert_eq!(count(store.clone()).await, 1);
+        let preview = store.invite_preview("abc").await.unwrap().unwrap();
+        assert_eq!(preview.invite, invite);
+        assert_eq!(
+            (preview.guild_name.as_str(), preview.channel_name.as_str()),
+            ("g100", "general")
+        );
     }
 
     #[tokio::test]
