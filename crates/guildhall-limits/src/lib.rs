@@ -356,6 +356,17 @@ pub const GUILD_SUBSCRIBE_ATTEMPTS_MAX: u32 = 5;
 /// once and not retried; counted.
 pub const GUILD_SUBSCRIBE_RETRY_TASKS_MAX: usize = SESSIONS_PER_NODE_MAX;
 
+/// Longest `Retry-After` a refused upgrade is given. The spread over the
+/// refused grows with the herd; past a minute a client is better served by
+/// trying another node. When hit: the value is capped (the client may come
+/// back early and be refused again).
+pub const HANDSHAKE_RETRY_AFTER_S_MAX: u64 = 60;
+
+/// `Retry-After` of an upgrade refused because the node holds
+/// `sessions_per_node_max` sessions: sessions leave at their own pace, so
+/// a short fixed delay, and the load balancer may pick another node.
+pub const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
+
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
@@ -368,6 +379,9 @@ const _: () = assert!(RING_HISTORY_GENERATIONS_MAX >= 2);
 const _: () = assert!(HEARTBEAT_TIMEOUT_MS > HEARTBEAT_INTERVAL_MS);
 const _: () = assert!(REPLAY_BUFFER_EVENTS_MAX >= 1 && SESSION_QUEUE_MESSAGES_MAX >= 1);
 const _: () = assert!(GUILD_LOAD_WAITERS_MAX < GUILD_MAILBOX_MESSAGES_MAX);
+const _: () = assert!(
+    SESSIONS_FULL_RETRY_AFTER_S >= 1 && SESSIONS_FULL_RETRY_AFTER_S <= HANDSHAKE_RETRY_AFTER_S_MAX
+);
 
 /// The effective value of every bound. `Limits::default()` holds the constants
 /// above; a deployment overrides fields (the `[limits]` table of the config
@@ -527,6 +541,10 @@ pub struct Limits {
     pub guild_subscribe_attempts_max: u32,
     /// See [`GUILD_SUBSCRIBE_RETRY_TASKS_MAX`].
     pub guild_subscribe_retry_tasks_max: usize,
+    /// See [`HANDSHAKE_RETRY_AFTER_S_MAX`].
+    pub handshake_retry_after_s_max: u64,
+    /// See [`SESSIONS_FULL_RETRY_AFTER_S`].
+    pub sessions_full_retry_after_s: u64,
 }
 
 impl Default for Limits {
@@ -607,6 +625,8 @@ impl Default for Limits {
             event_resync_tasks_max: EVENT_RESYNC_TASKS_MAX,
             guild_subscribe_attempts_max: GUILD_SUBSCRIBE_ATTEMPTS_MAX,
             guild_subscribe_retry_tasks_max: GUILD_SUBSCRIBE_RETRY_TASKS_MAX,
+            handshake_retry_after_s_max: HANDSHAKE_RETRY_AFTER_S_MAX,
+            sessions_full_retry_after_s: SESSIONS_FULL_RETRY_AFTER_S,
         }
     }
 }
@@ -1005,6 +1025,16 @@ impl Limits {
             "guild_subscribe_retry_tasks_max",
             "must be at least 1",
         );
+        check(
+            self.handshake_retry_after_s_max >= 1,
+            "handshake_retry_after_s_max",
+            "must be at least 1",
+        );
+        check(
+            (1..=self.handshake_retry_after_s_max).contains(&self.sessions_full_retry_after_s),
+            "sessions_full_retry_after_s",
+            "must be 1 to handshake_retry_after_s_max",
+        );
         if errors.is_empty() {
             Ok(())
         } else {
@@ -1091,6 +1121,8 @@ mod tests {
             "event_resync_tasks_max",
             "guild_subscribe_attempts_max",
             "guild_subscribe_retry_tasks_max",
+            "handshake_retry_after_s_max",
+            "sessions_full_retry_after_s",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -1164,6 +1196,8 @@ mod tests {
             "event_resync_tasks_max" => l.event_resync_tasks_max = 0,
             "guild_subscribe_attempts_max" => l.guild_subscribe_attempts_max = 0,
             "guild_subscribe_retry_tasks_max" => l.guild_subscribe_retry_tasks_max = 0,
+            "handshake_retry_after_s_max" => l.handshake_retry_after_s_max = 0,
+            "sessions_full_retry_after_s" => l.sessions_full_retry_after_s = 0,
             other => panic!("unknown field {other}"),
         }
         l
