@@ -1570,13 +1570,14 @@ impl GuildDirectory {
         loads.next_arrival += 1;
         match loads.flights.join(guild_id, arrival) {
             Join::Lead => {
+                // Gauges are set under the lock, so they never go stale.
                 let in_flight = loads.flights.len();
-                drop(loads);
-                self.loads.started_total.fetch_add(1, Ordering::Relaxed);
                 self.loads.in_flight.store(in_flight, Ordering::Relaxed);
                 self.loads
                     .in_flight_peak
                     .fetch_max(in_flight, Ordering::Relaxed);
+                drop(loads);
+                self.loads.started_total.fetch_add(1, Ordering::Relaxed);
                 Some(envelope)
             }
             Join::Follow => {
