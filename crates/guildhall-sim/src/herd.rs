@@ -171,8 +171,9 @@ fn admission(rate: u64) -> HandshakeAdmission {
 }
 
 impl Node {
+    /// Sessions as the gateway counts them for its cap: those past READY.
     fn sessions(&self) -> usize {
-        (self.ready + self.held + self.identifying) as usize
+        usize::try_from(self.ready).unwrap_or(usize::MAX)
     }
 
     fn memory(&self, now: Micros, naive: bool) -> u64 {
