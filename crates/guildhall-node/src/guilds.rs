@@ -10,7 +10,10 @@
 //!
 //! The [`GuildDirectory`] finds (and if needed starts) the owner of a guild.
 //! A full mailbox is answered at once with [`GuildError::Overloaded`], which
-//! the API turns into 503: callers never queue behind a busy guild.
+//! the API turns into 503: callers never queue behind a busy guild. A guild
+//! that is not loaded is loaded once however many requests ask (single-
+//! flight), distinct guilds load at once, and the requests that arrive
+//! during a load reach the new owner in arrival order, before any later one.
 
 use crate::cluster::ClusterState;
 use crate::hub::{Hub, Slot};
