@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | [`permit`] | fail-fast permit pool with criticality classes | 000, 001 |
 //! | [`adaptive`] | adaptive concurrency limits (AIMD, Gradient2) | 000 |
+//! | [`admission`] | handshake admission: admit, hold in a reserved slot, or refuse with a spread `Retry-After` | 001 |
 //! | [`token_bucket`] | token bucket whose rate changes at run time | 002, 003 |
 //! | [`retry`] | retry budget and full-jitter exponential backoff | 000, 001 |
 //! | [`deadline`] | absolute deadlines: expired work is never started | 000 |
@@ -17,6 +18,7 @@
 //! adapters belong in the crates that do I/O.
 
 pub mod adaptive;
+pub mod admission;
 pub mod deadline;
 pub mod down;
 pub mod drain;

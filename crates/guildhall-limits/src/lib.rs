@@ -563,6 +563,17 @@ pub const GUILD_CREATE_MEMBERS_MAX: usize = 250;
 /// fits; GUILD_CREATE and every guild answer therefore always fit the bus.
 pub const GUILD_ENVELOPE_RESERVE_BYTES: usize = 32 * 1024;
 
+/// Longest `Retry-After` a refused upgrade is given. The spread over the
+/// refused grows with the herd; past a minute a client is better served by
+/// trying another node. When hit: the value is capped (the client may come
+/// back early and be refused again).
+pub const HANDSHAKE_RETRY_AFTER_S_MAX: u64 = 60;
+
+/// `Retry-After` of an upgrade refused because the node holds
+/// `sessions_per_node_max` sessions: sessions leave at their own pace, so
+/// a short fixed delay, and the load balancer may pick another node.
+pub const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
+
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
@@ -580,6 +591,9 @@ const _: () = assert!(HTTP_HEADER_BYTES_MAX >= 8_192);
 const _: () = assert!(REST_AUTH_RATE_LIMIT_PER_WINDOW <= REST_RATE_LIMIT_PER_WINDOW);
 const _: () = assert!(GUILD_ENVELOPE_RESERVE_BYTES <= BUS_PAYLOAD_BYTES_MAX / 2);
 const _: () = assert!(GUILD_CREATE_MEMBERS_MAX <= MEMBERS_PER_PAGE_MAX);
+const _: () = assert!(
+    SESSIONS_FULL_RETRY_AFTER_S >= 1 && SESSIONS_FULL_RETRY_AFTER_S <= HANDSHAKE_RETRY_AFTER_S_MAX
+);
 
 /// The effective value of every bound. `Limits::default()` holds the constants
 /// above; a deployment overrides fields (the `[limits]` table of the config
@@ -805,6 +819,10 @@ pub struct Limits {
     pub users_negative_cache_entries_max: usize,
     /// See [`USERS_NEGATIVE_CACHE_TTL_MS`].
     pub users_negative_cache_ttl_ms: u64,
+    /// See [`HANDSHAKE_RETRY_AFTER_S_MAX`].
+    pub handshake_retry_after_s_max: u64,
+    /// See [`SESSIONS_FULL_RETRY_AFTER_S`].
+    pub sessions_full_retry_after_s: u64,
 }
 
 impl Default for Limits {
@@ -918,6 +936,8 @@ impl Default for Limits {
             rest_invalid_addresses_max: REST_INVALID_ADDRESSES_MAX,
             users_negative_cache_entries_max: USERS_NEGATIVE_CACHE_ENTRIES_MAX,
             users_negative_cache_ttl_ms: USERS_NEGATIVE_CACHE_TTL_MS,
+            handshake_retry_after_s_max: HANDSHAKE_RETRY_AFTER_S_MAX,
+            sessions_full_retry_after_s: SESSIONS_FULL_RETRY_AFTER_S,
         }
     }
 }
@@ -1437,6 +1457,16 @@ impl Limits {
             "http_connections_per_ip_max",
             "must be at most http_connections_max",
         );
+        check(
+            self.handshake_retry_after_s_max >= 1,
+            "handshake_retry_after_s_max",
+            "must be at least 1",
+        );
+        check(
+            (1..=self.handshake_retry_after_s_max).contains(&self.sessions_full_retry_after_s),
+            "sessions_full_retry_after_s",
+            "must be 1 to handshake_retry_after_s_max",
+        );
         if errors.is_empty() {
             Ok(())
         } else {
@@ -1556,6 +1586,8 @@ mod tests {
             "guild_channels_max",
             "guild_create_members_max",
             "guild_envelope_reserve_bytes",
+            "handshake_retry_after_s_max",
+            "sessions_full_retry_after_s",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -1662,6 +1694,8 @@ mod tests {
             "guild_channels_max" => l.guild_channels_max = 0,
             "guild_create_members_max" => l.guild_create_members_max = 0,
             "guild_envelope_reserve_bytes" => l.guild_envelope_reserve_bytes = 0,
+            "handshake_retry_after_s_max" => l.handshake_retry_after_s_max = 0,
+            "sessions_full_retry_after_s" => l.sessions_full_retry_after_s = 0,
             other => panic!("unknown field {other}"),
         }
         l

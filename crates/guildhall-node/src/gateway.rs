@@ -32,7 +32,7 @@ use crate::state::{Shared, now_ms, sf};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use guildhall_control::token_bucket::TokenBucket;
+use guildhall_control::admission::{Decision, HandshakeAdmission, HandshakeBounds};
 use guildhall_proto::gateway::{self, CloseCode, EncodedDispatch, OneOrMany, RequestGuildMembers};
 use guildhall_proto::intents;
 use guildhall_proto::model::{PartialApplication, Ready, UnavailableGuild};
@@ -99,54 +99,43 @@ pub struct GatewayCounters {
     pub identify_to_ready_seconds: crate::histogram::Histogram,
 }
 
-/// Handshake admission: a token bucket and a bound on held upgrades.
+/// Handshake admission: the control crate's [`HandshakeAdmission`] decides
+/// (admit, hold in a reserved slot, refuse with `Retry-After`); this only
+/// carries out a hold. A client that leaves while held wastes its slot,
+/// which only admits a little below the rate.
 pub struct Admission {
-    bucket: std::sync::Mutex<TokenBucket>,
-    held: AtomicUsize,
-    held_max: usize,
-    hold_ms_max: u64,
-    sessions_max: usize,
+    decide: std::sync::Mutex<HandshakeAdmission>,
 }
 
 impl Admission {
     /// Admission for these limits.
     pub fn new(limits: &guildhall_limits::Limits) -> Self {
-        let rate = limits.handshake_rate_per_s;
         Self {
-            bucket: std::sync::Mutex::new(TokenBucket::new(now_ms(), rate, (rate / 10).max(1))),
-            held: AtomicUsize::new(0),
-            held_max: (u64::from(rate) * limits.handshake_hold_ms_max / 1000).max(1) as usize,
-            hold_ms_max: limits.handshake_hold_ms_max,
-            sessions_max: limits.sessions_per_node_max,
+            decide: std::sync::Mutex::new(HandshakeAdmission::new(HandshakeBounds {
+                rate_per_s: limits.handshake_rate_per_s,
+                hold_ms_max: limits.handshake_hold_ms_max,
+                sessions_max: limits.sessions_per_node_max,
+                sessions_full_retry_after_s: limits.sessions_full_retry_after_s,
+                retry_after_s_max: limits.handshake_retry_after_s_max,
+            })),
         }
     }
 
-    /// Waits up to the hold for a handshake token; `Err(retry_after_s)` to
-    /// refuse the upgrade.
+    /// Waits out a hold if there is one; `Err(retry_after_s)` to refuse the
+    /// upgrade.
     pub async fn admit(&self, sessions: usize) -> Result<(), u64> {
-        if sessions >= self.sessions_max {
-            return Err(5);
-        }
-        let mut waited_ms = 0;
-        loop {
-            let result = self
-                .bucket
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .try_take(now_ms(), 1);
-            match result {
-                Ok(()) => return Ok(()),
-                Err(limited) if waited_ms + limited.retry_after_ms <= self.hold_ms_max => {
-                    if self.held.fetch_add(1, Ordering::AcqRel) >= self.held_max {
-                        self.held.fetch_sub(1, Ordering::AcqRel);
-                        return Err(1);
-                    }
-                    tokio::time::sleep(Duration::from_millis(limited.retry_after_ms)).await;
-                    self.held.fetch_sub(1, Ordering::AcqRel);
-                    waited_ms += limited.retry_after_ms;
-                }
-                Err(limited) => return Err(limited.retry_after_ms.div_ceil(1000).clamp(1, 60)),
+        let decision = self
+            .decide
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .decide(now_ms(), sessions, crate::auth::random_unit());
+        match decision {
+            Decision::Admit => Ok(()),
+            Decision::Hold { wait_ms } => {
+                tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+                Ok(())
             }
+            Decision::Refuse { retry_after_s } => Err(retry_after_s),
         }
     }
 }

@@ -10,7 +10,10 @@
 //!
 //! The [`GuildDirectory`] finds (and if needed starts) the owner of a guild.
 //! A full mailbox is answered at once with [`GuildError::Overloaded`], which
-//! the API turns into 503: callers never queue behind a busy guild.
+//! the API turns into 503: callers never queue behind a busy guild. A guild
+//! that is not loaded is loaded once however many requests ask (single-
+//! flight), distinct guilds load at once, and the requests that arrive
+//! during a load reach the new owner in arrival order, before any later one.
 
 use crate::cluster::ClusterState;
 use crate::hub::{Hub, Slot};
@@ -1767,13 +1770,14 @@ impl GuildDirectory {
         loads.next_arrival += 1;
         match loads.flights.join(guild_id, arrival) {
             Join::Lead => {
+                // Gauges are set under the lock, so they never go stale.
                 let in_flight = loads.flights.len();
-                drop(loads);
-                self.loads.started_total.fetch_add(1, Ordering::Relaxed);
                 self.loads.in_flight.store(in_flight, Ordering::Relaxed);
                 self.loads
                     .in_flight_peak
                     .fetch_max(in_flight, Ordering::Relaxed);
+                drop(loads);
+                self.loads.started_total.fetch_add(1, Ordering::Relaxed);
                 Some(envelope)
             }
             Join::Follow => {

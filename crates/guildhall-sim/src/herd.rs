@@ -12,12 +12,16 @@
 //! allowed. A node above `memory_budget_mib` is OOM-killed: its sessions
 //! reconnect elsewhere and it restarts empty 20 s later.
 //!
-//! Hardened: upgrades are admitted at `identify_rate_per_node` per node;
-//! up to one second's worth is held briefly (never refuse what can be
-//! admitted soon), the rest are refused before the 101 with 503 and a
-//! `Retry-After` spread over the node's current pressure; a breaker refuses
-//! upgrades while the dependency is down; identify carries a 5 s deadline;
-//! nothing is buffered before READY (READY and GUILD_CREATE carry the state).
+//! Hardened: each node decides upgrades with the gateway's own admission
+//! type (`guildhall_control::admission::HandshakeAdmission`, with the
+//! gateway's default hold, `Retry-After` bounds and session cap) at
+//! `identify_rate_per_node`: up to `handshake_hold_ms_max` worth is held in
+//! reserved slots (never refuse what can be admitted soon), the rest are
+//! refused before the 101 with 503 and a whole-second `Retry-After` spread
+//! over the node's current pressure, which clients honour; a breaker
+//! refuses upgrades while the dependency is down; identify carries a 5 s
+//! deadline; nothing is buffered before READY (READY and GUILD_CREATE carry
+//! the state).
 //! Naive: every upgrade is accepted at once, identify waits on the stalled
 //! dependency for up to 30 s (then the client is closed and reconnects in
 //! 0.1–0.5 s, as libraries do after a close), events are buffered for
@@ -25,6 +29,7 @@
 //! through calls whose clients have already gone.
 
 use crate::sim::{MS, Micros, Queue, Rng, S, Windows, percentile, round4};
+use guildhall_control::admission::{Decision, HandshakeAdmission, HandshakeBounds};
 use serde::Serialize;
 
 /// Parameters.
@@ -137,9 +142,6 @@ struct Node {
     identifying: u64,
     /// Σ start times of sessions identifying (for buffered bytes).
     identifying_since_sum: u128,
-    next_admit: Micros,
-    refused_recent: u64,
-    refused_window: Micros,
     down_until: Micros,
     oomed: bool,
     peak: u64,
@@ -151,13 +153,29 @@ const HANDSHAKE_BYTES: u64 = 64 * KIB;
 const HELD_BYTES: u64 = 4 * KIB;
 const BUFFER_BYTES_PER_S: u64 = 10 * KIB;
 const OUTAGE_AT: Micros = 5 * S;
-const HOLD_MAX: Micros = S;
 const IDENTIFY_WORK: Micros = 5 * MS;
 const NAIVE_IDENTIFY_TIMEOUT: Micros = 30 * S;
 const HARDENED_IDENTIFY_DEADLINE: Micros = 5 * S;
 const RESTART_AFTER: Micros = 20 * S;
 
+/// The gateway's admission at `rate` upgrades per second, with the
+/// gateway's default bounds.
+fn admission(rate: u64) -> HandshakeAdmission {
+    HandshakeAdmission::new(HandshakeBounds {
+        rate_per_s: u32::try_from(rate).unwrap_or(u32::MAX),
+        hold_ms_max: guildhall_limits::HANDSHAKE_HOLD_MS_MAX,
+        sessions_max: guildhall_limits::SESSIONS_PER_NODE_MAX,
+        sessions_full_retry_after_s: guildhall_limits::SESSIONS_FULL_RETRY_AFTER_S,
+        retry_after_s_max: guildhall_limits::HANDSHAKE_RETRY_AFTER_S_MAX,
+    })
+}
+
 impl Node {
+    /// Sessions as the gateway counts them for its cap: those past READY.
+    fn sessions(&self) -> usize {
+        usize::try_from(self.ready).unwrap_or(usize::MAX)
+    }
+
     fn memory(&self, now: Micros, naive: bool) -> u64 {
         let base =
             self.ready * READY_BYTES + self.held * HELD_BYTES + self.identifying * HANDSHAKE_BYTES;
@@ -247,6 +265,7 @@ pub fn run(params: &Params, seed: u64, naive: bool) -> Report {
     let end = params.duration_s * S;
     let budget = params.memory_budget_mib * KIB * KIB;
     let mut nodes = vec![Node::default(); n_nodes as usize];
+    let mut admissions = vec![admission(rate); n_nodes as usize];
     let mut sessions: Vec<Session> = (0..params.sessions)
         .map(|i| Session {
             node: (i % u64::from(n_nodes)) as u32,
@@ -307,6 +326,7 @@ pub fn run(params: &Params, seed: u64, naive: bool) -> Report {
                             peak: node.peak,
                             ..Node::default()
                         };
+                        admissions[id] = admission(rate);
                         q.push(now + RESTART_AFTER, Ev::Restart { node: id as u32 });
                     }
                 }
@@ -360,26 +380,25 @@ pub fn run(params: &Params, seed: u64, naive: bool) -> Report {
                     continue;
                 }
                 let dependency_down = now >= OUTAGE_AT && now < outage_end + 500 * MS;
-                let wait = node.next_admit.saturating_sub(now);
-                if dependency_down || wait >= HOLD_MAX {
-                    // 503 before the 101, Retry-After spread over the
-                    // pressure this node sees (refusals in the last second).
-                    if now >= node.refused_window + S {
-                        node.refused_window = now;
-                        node.refused_recent = 0;
-                    }
-                    node.refused_recent += 1;
-                    let spread = S * (1 + node.refused_recent / rate);
-                    let retry_after = if dependency_down {
-                        S + rng.below(4 * S)
-                    } else {
-                        S + rng.below(spread)
-                    };
-                    q.push(now + retry_after, Ev::Attempt { s, epoch });
+                if dependency_down {
+                    q.push(now + S + rng.below(4 * S), Ev::Attempt { s, epoch });
                     continue;
                 }
-                let at = node.next_admit.max(now);
-                node.next_admit = at + S / rate;
+                let now_ms = now / MS;
+                let decision =
+                    admissions[node_id as usize].decide(now_ms, node.sessions(), rng.unit());
+                let wait_ms = match decision {
+                    Decision::Admit => 0,
+                    Decision::Hold { wait_ms } => wait_ms,
+                    Decision::Refuse { retry_after_s } => {
+                        // 503 before the 101; the client comes back after
+                        // the whole seconds it was told.
+                        q.push(now + retry_after_s * S, Ev::Attempt { s, epoch });
+                        continue;
+                    }
+                };
+                // The gateway sleeps `wait_ms` from the millisecond it read.
+                let at = ((now_ms + wait_ms) * MS).max(now);
                 node.held += 1;
                 sessions[s as usize].state = State::Held;
                 admitted[node_id as usize].add(at, 1);
