@@ -35,9 +35,21 @@ async fn a_guild_unavailable_at_ready_arrives_once_its_owner_is_reachable() {
     let ready = client.identify(&token, intents::GUILDS).await;
     assert_eq!(ready["d"]["guilds"][0]["id"], guild.as_str());
     assert_eq!(ready["d"]["guilds"][0]["unavailable"], true);
-    // The session's task publishes its READY subscriptions before it writes
-    // READY to the socket, so they are lost by now; healing lets only a
-    // retry through.
+    // READY reaches the socket from the writer task, which may run before
+    // the session's task publishes its subscriptions: heal only once the
+    // bus has lost one, so only a retry can get through.
+    let lost_by = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while lossy
+        .dropped_total
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < lost_by,
+            "the READY subscription was never sent"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     lossy.set_drop_per_million(0);
 
     let guild_create = client.dispatch("GUILD_CREATE").await;
