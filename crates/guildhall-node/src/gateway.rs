@@ -755,23 +755,43 @@ impl Gateway {
             s.detach(now_ms(), &outlet);
         }
         drop(member_requests);
+        let closing = finish.is_some();
         match finish {
             Some(finish) => {
                 let _ = finish_tx.send(finish);
             }
             None => drop(finish_tx),
         }
+        let mut close_sent = false;
         if !writer_done {
             // The writer finishes its batch and the close frame within the
             // stall bound, or is dropped with them.
             match tokio::time::timeout(stall, &mut writer).await {
-                Ok(Ok(end)) => self.writer_ended(end),
+                Ok(Ok(end)) => {
+                    close_sent = closing && matches!(end, WriterEnd::Finished);
+                    self.writer_ended(end);
+                }
                 Ok(Err(_)) => {}
                 Err(_) => {
                     writer.abort();
                     self.writer_ended(WriterEnd::Stalled);
                 }
             }
+        }
+        if close_sent {
+            // The close handshake: read (and discard) until the client's
+            // close frame, for a bounded time. Dropping the socket with
+            // its input unread would make the kernel send a reset, which
+            // clients may see before the close code.
+            let linger = Duration::from_millis(limits.gateway_close_linger_ms);
+            let _ = tokio::time::timeout(linger, async {
+                while let Some(Ok(frame)) = stream.next().await {
+                    if matches!(frame, Message::Close(_)) {
+                        break;
+                    }
+                }
+            })
+            .await;
         }
         self.counters.sockets_open.fetch_sub(1, Ordering::Relaxed);
     }

@@ -1,10 +1,12 @@
-//! The standing adversarial suite: seeded fuzzing of REST requests against
-//! a real node over real sockets, bounded in count and time, the way a
+//! The standing adversarial suite: seeded fuzzing of gateway frames and
+//! REST requests against a real node over real sockets, bounded in count and time, the way a
 //! hostile client or a broken library would probe it.
 //!
 //! What must hold, whatever arrives:
 //! - no panic anywhere in the server (a panic hook counts them, including
 //!   panics inside spawned tasks that would otherwise only be logged);
+//! - every gateway connection the server ends, it ends with a close frame
+//!   whose code is one Discord documents (or a WebSocket protocol code);
 //! - no REST answer is a 5xx other than 503 with `Retry-After`, and every
 //!   error answer carries Discord's `{"code", "message"}` body;
 //! - a canary guild that the fuzzer knows the ids of but holds no token
@@ -17,7 +19,7 @@
 //! The inputs come from a seed, printed first; rerun a failure with
 //! `GUILDHALL_TEST_SEED=<seed>`. CI runs the smoke size below; a longer
 //! run: `GUILDHALL_ADVERSARIAL_REST_CASES=50000
-//! GUILDHALL_ADVERSARIAL_SECONDS=600 cargo nextest run -p guildhall-node
+//! GUILDHALL_ADVERSARIAL_GATEWAY_CASES=5000 GUILDHALL_ADVERSARIAL_SECONDS=600 cargo nextest run -p guildhall-node
 //! --test adversarial`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -25,15 +27,19 @@
 mod common;
 
 use common::{Client, TestNode};
+use futures_util::{SinkExt, StreamExt};
 use guildhall_limits::Limits;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_pcg::Pcg64;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::Message;
 
 /// REST requests in the smoke size (CI).
 const REST_CASES_DEFAULT: u64 = 6_000;
+/// Gateway connections in the smoke size (CI).
+const GATEWAY_CASES_DEFAULT: u64 = 150;
 /// Wall-clock bound of each half of the suite: whatever is not done by
 /// then is skipped (the counts above normally finish well within it).
 const SECONDS_DEFAULT: u64 = 60;
@@ -41,6 +47,8 @@ const SECONDS_DEFAULT: u64 = 60;
 /// hang: generous, so a slow machine cannot fail the suite, and still far
 /// below "never answers".
 const ANSWER_TIMEOUT_MS: u64 = 15_000;
+/// Frames one fuzzed gateway connection sends.
+const FRAMES_PER_CONNECTION_MAX: usize = 6;
 
 static PANICS: AtomicU64 = AtomicU64::new(0);
 
@@ -624,6 +632,162 @@ async fn fuzzed_rest_requests_get_discord_errors_and_touch_no_other_guild() {
     assert_eq!(
         before, after,
         "the canary guild changed (seed {seed}): ids from another guild reached its state"
+    );
+    alive(&node).await;
+    assert_eq!(
+        PANICS.load(Ordering::SeqCst),
+        0,
+        "the server panicked (seed {seed})"
+    );
+    node.stop().await;
+}
+
+/// Close codes a Discord client may see: WebSocket's own (normal, going
+/// away, protocol error, invalid payload, too big) and the gateway's.
+fn documented_close(code: u16) -> bool {
+    matches!(code, 1000 | 1001 | 1002 | 1007 | 1009 | 1011)
+        || (4000..=4014).contains(&code) && code != 4006
+}
+
+/// One gateway frame a broken or hostile client might send.
+fn junk_frame(rng: &mut Pcg64, token: &str) -> Message {
+    let valid_identify = json!({"op": 2, "d": {"token": format!("Bot {token}"),
+        "intents": 513, "properties": {"os": "linux", "browser": "fuzz", "device": "fuzz"}}});
+    match rng.random_range(0..16) {
+        0 => Message::Text(json!({"op": 1, "d": null}).to_string().into()),
+        1 => Message::Text(valid_identify.to_string().into()),
+        2 => {
+            // A valid payload with bytes flipped, kept as text when it is
+            // still UTF-8.
+            let mut bytes = valid_identify.to_string().into_bytes();
+            for _ in 0..rng.random_range(1..6) {
+                let at = rng.random_range(0..bytes.len());
+                bytes[at] = rng.random();
+            }
+            match String::from_utf8(bytes) {
+                Ok(text) => Message::Text(text.into()),
+                Err(e) => Message::Binary(e.into_bytes().into()),
+            }
+        }
+        3 => Message::Text(
+            json!({"op": rng.random_range(0..20), "d": junk_string(rng)})
+                .to_string()
+                .into(),
+        ),
+        4 => Message::Text("x".repeat(rng.random_range(4_000..20_000)).into()),
+        5 => Message::Text("[".repeat(rng.random_range(100..4_000)).into()),
+        6 => {
+            let mut bytes = vec![0u8; rng.random_range(0..512)];
+            rng.fill_bytes(&mut bytes);
+            Message::Binary(bytes.into())
+        }
+        7 => Message::Text(
+            json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": junk_string(rng),
+                "seq": rng.random::<i64>()}})
+            .to_string()
+            .into(),
+        ),
+        8 => Message::Text(
+            json!({"op": 8, "d": {"guild_id": rng.random::<u64>().to_string(), "query": "",
+                "limit": rng.random_range(-1i64..2_000)}})
+            .to_string()
+            .into(),
+        ),
+        9 => Message::Text(
+            json!({"op": 3, "d": {"status": junk_string(rng), "since": null, "activities": [],
+                "afk": rng.random_bool(0.5)}})
+            .to_string()
+            .into(),
+        ),
+        10 => Message::Text(
+            json!({"op": 4, "d": {"guild_id": rng.random::<u64>().to_string(),
+                "channel_id": rng.random::<u64>().to_string(), "self_mute": false, "self_deaf": 1}})
+            .to_string()
+            .into(),
+        ),
+        11 => Message::Text(
+            json!({"op": 2, "d": {"token": format!("Bot {token}"), "intents": rng.random::<i64>(),
+                "properties": {}, "shard": [rng.random::<u32>(), rng.random_range(0u32..4)],
+                "large_threshold": rng.random::<i64>(), "compress": rng.random_bool(0.5)}})
+            .to_string()
+            .into(),
+        ),
+        12 => Message::Text(
+            json!({"op": 2, "d": {"token": junk_string(rng)}})
+                .to_string()
+                .into(),
+        ),
+        13 => Message::Ping(vec![1, 2, 3].into()),
+        14 => Message::Text(json!(junk_string(rng)).to_string().into()),
+        _ => Message::Text("{\"op\": 1, \"d\": 1".into()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fuzzed_gateway_frames_get_documented_close_codes() {
+    count_panics();
+    let seed = seed();
+    eprintln!("adversarial gateway seed {seed} (rerun with GUILDHALL_TEST_SEED={seed})");
+    let cases = env_u64("GUILDHALL_ADVERSARIAL_GATEWAY_CASES", GATEWAY_CASES_DEFAULT);
+    let deadline = Instant::now()
+        + Duration::from_secs(env_u64("GUILDHALL_ADVERSARIAL_SECONDS", SECONDS_DEFAULT));
+    let node = TestNode::with_limits(limits()).await;
+    let (token, _) = node.register("fuzzbot").await;
+    node.guild(&token, "fuzzed").await;
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let (mut connections, mut closes, mut open_at_end) = (0u64, 0u64, 0u64);
+    while connections < cases && Instant::now() < deadline {
+        connections += 1;
+        let case = format!("connection {connections} (seed {seed})");
+        let (mut ws, _) =
+            tokio_tungstenite::connect_async(format!("{}/?v=10&encoding=json", node.ws))
+                .await
+                .unwrap_or_else(|e| panic!("{case}: upgrade refused: {e}"));
+        let mut sent = Vec::new();
+        let mut ended = None;
+        for _ in 0..rng.random_range(1..=FRAMES_PER_CONNECTION_MAX) {
+            let frame = junk_frame(&mut rng, &token);
+            sent.push(format!("{:.80}", format!("{frame:?}")));
+            if ws.send(frame).await.is_err() {
+                break;
+            }
+        }
+        // Read what the server answers until it closes or goes quiet.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(300), ws.next()).await {
+                Err(_) => break,
+                Ok(Some(Ok(Message::Close(frame)))) => {
+                    ended = Some(frame.map(|f| u16::from(f.code)));
+                    break;
+                }
+                Ok(Some(Ok(_))) => continue,
+                Ok(Some(Err(e))) => {
+                    panic!("{case}: dropped without a close frame: {e}; sent {sent:?}")
+                }
+                Ok(None) => panic!("{case}: dropped without a close frame; sent {sent:?}"),
+            }
+        }
+        match ended {
+            Some(Some(code)) => {
+                closes += 1;
+                assert!(
+                    documented_close(code),
+                    "{case}: close code {code}; sent {sent:?}"
+                );
+            }
+            Some(None) => panic!("{case}: close frame without a code; sent {sent:?}"),
+            None => {
+                open_at_end += 1;
+                let _ = ws.close(None).await;
+            }
+        }
+    }
+    eprintln!(
+        "gateway: {connections} connections; {closes} closed by the server, {open_at_end} still open"
+    );
+    assert!(
+        connections >= cases.min(20),
+        "only {connections} connections in the time bound"
     );
     alive(&node).await;
     assert_eq!(
