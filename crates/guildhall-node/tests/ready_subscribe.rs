@@ -14,6 +14,7 @@ use common::{Client, TestNode};
 use guildhall_cluster::bus::{DroppingBus, LocalBus};
 use guildhall_limits::Limits;
 use guildhall_proto::intents;
+use serde_json::json;
 use std::sync::Arc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,9 +36,13 @@ async fn a_guild_unavailable_at_ready_arrives_once_its_owner_is_reachable() {
     let ready = client.identify(&token, intents::GUILDS).await;
     assert_eq!(ready["d"]["guilds"][0]["id"], guild.as_str());
     assert_eq!(ready["d"]["guilds"][0]["unavailable"], true);
-    // The session's task publishes its READY subscriptions before it writes
-    // READY to the socket, so they are lost by now; healing lets only a
-    // retry through.
+    // READY is queued before the session's task publishes its READY
+    // subscriptions, and the socket's writer may send it first, so READY
+    // alone does not say they are lost yet. The task reads the next frame
+    // only once that is done: the ACK to this heartbeat comes after them.
+    // Healing then lets only a retry through.
+    client.send(json!({"op": 1, "d": null})).await;
+    while client.next().await.unwrap()["op"] != 11 {}
     lossy.set_drop_per_million(0);
 
     let guild_create = client.dispatch("GUILD_CREATE").await;
