@@ -534,6 +534,14 @@ pub const NICK_CHARS_MAX: usize = 32;
 /// named after it). When hit: 400 with 50035 on `name`.
 pub const APPLICATION_NAME_CHARS_MAX: usize = 32;
 
+/// Longest application description, in characters (Discord's 400). When
+/// hit: 400 with 50035 on `description`, nothing stored.
+pub const APPLICATION_DESCRIPTION_CHARS_MAX: usize = 400;
+
+/// Most guilds one GET /users/@me/guilds returns (Discord's 200, also its
+/// default). When hit: a larger `limit` is 400 with 50035 on `limit`.
+pub const USER_GUILDS_PER_PAGE_MAX: usize = 200;
+
 /// Longest string nonce of a message, in characters (Discord: up to 25).
 /// The nonce is echoed in every MESSAGE_CREATE, so an unbounded one would
 /// multiply by the guild's fanout. When hit: 400 with 50035 on `nonce`.
@@ -761,6 +769,10 @@ pub struct Limits {
     pub nick_chars_max: usize,
     /// See [`APPLICATION_NAME_CHARS_MAX`].
     pub application_name_chars_max: usize,
+    /// See [`APPLICATION_DESCRIPTION_CHARS_MAX`].
+    pub application_description_chars_max: usize,
+    /// See [`USER_GUILDS_PER_PAGE_MAX`].
+    pub user_guilds_per_page_max: usize,
     /// See [`MESSAGE_NONCE_CHARS_MAX`].
     pub message_nonce_chars_max: usize,
     /// See [`MESSAGE_EMBEDS_MAX`].
@@ -908,6 +920,8 @@ impl Default for Limits {
             channel_topic_chars_max: CHANNEL_TOPIC_CHARS_MAX,
             nick_chars_max: NICK_CHARS_MAX,
             application_name_chars_max: APPLICATION_NAME_CHARS_MAX,
+            application_description_chars_max: APPLICATION_DESCRIPTION_CHARS_MAX,
+            user_guilds_per_page_max: USER_GUILDS_PER_PAGE_MAX,
             message_nonce_chars_max: MESSAGE_NONCE_CHARS_MAX,
             message_embeds_max: MESSAGE_EMBEDS_MAX,
             guild_roles_max: GUILD_ROLES_MAX,
@@ -1328,6 +1342,16 @@ impl Limits {
         ] {
             check(value >= 2, field, "must be at least 2");
         }
+        check(
+            self.application_description_chars_max >= 1,
+            "application_description_chars_max",
+            "must be at least 1",
+        );
+        check(
+            self.user_guilds_per_page_max >= 1,
+            "user_guilds_per_page_max",
+            "must be at least 1",
+        );
         for (value, field) in [
             (self.channel_topic_chars_max, "channel_topic_chars_max"),
             (self.message_nonce_chars_max, "message_nonce_chars_max"),
@@ -1597,6 +1621,8 @@ mod tests {
             "channel_topic_chars_max",
             "nick_chars_max",
             "application_name_chars_max",
+            "application_description_chars_max",
+            "user_guilds_per_page_max",
             "message_nonce_chars_max",
             "message_embeds_max",
             "guild_roles_max",
@@ -1706,6 +1732,8 @@ mod tests {
             "channel_topic_chars_max" => l.channel_topic_chars_max = 0,
             "nick_chars_max" => l.nick_chars_max = 0,
             "application_name_chars_max" => l.application_name_chars_max = 0,
+            "application_description_chars_max" => l.application_description_chars_max = 0,
+            "user_guilds_per_page_max" => l.user_guilds_per_page_max = 0,
             "message_nonce_chars_max" => l.message_nonce_chars_max = 0,
             "message_embeds_max" => l.message_embeds_max = 0,
             "guild_roles_max" => l.guild_roles_max = 0,

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::intents;
-use guildhall_proto::model::{Message, User};
+use guildhall_proto::model::Message;
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{
     ApplicationRow, ChannelRow, GuildRow, InviteRow, MessageRow, RoleRow, StoreError, UserRow,
@@ -498,32 +498,195 @@ async fn get_user(
     }
 }
 
-fn application_json(app: &ApplicationRow, owner: &User, bot: &User) -> Value {
-    json!({
-        "id": app.id.to_string(), "name": app.name, "description": "", "icon": null,
-        "bot_public": true, "bot_require_code_grant": false, "owner": owner, "verify_key": "",
-        "flags": app.flags, "bot": bot, "team": null,
-    })
+/// The application object: what is stored, what follows from it (the
+/// guild count through its bot), and Discord's constants for what this
+/// server does not have (no team, no redirect URIs, no interactions
+/// endpoint, guild install only). `verify_key` is empty: interactions
+/// reach bots over the gateway, never signed over HTTP.
+async fn application_object(node: &crate::Node, app: &ApplicationRow) -> ApiResult {
+    let store = &node.shared.store;
+    let owner = store.user(app.owner_id).await?.ok_or(ApiError::Internal)?;
+    let bot = store
+        .user(app.bot_user_id)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    let guilds = store.guild_count_of(app.bot_user_id).await?;
+    ok(&json!({
+        "id": app.id.to_string(), "name": app.name, "description": app.description, "icon": null,
+        "bot_public": true, "bot_require_code_grant": false, "owner": wire_user(&owner),
+        "verify_key": "", "flags": app.flags, "bot": wire_user(&bot), "team": null,
+        "summary": "", "approximate_guild_count": guilds, "approximate_user_install_count": 0,
+        "redirect_uris": [], "interactions_endpoint_url": null,
+        "role_connections_verification_url": null, "tags": [],
+        "integration_types_config": {"0": {}},
+    }))
 }
 
-async fn my_application(State(node): State<AppState>, Caller(user): Caller) -> ApiResult {
-    let app = node
-        .shared
+/// The caller's own application: its bot's (Discord's `@me`).
+async fn my_application_row(
+    node: &crate::Node,
+    user: &UserRow,
+) -> Result<ApplicationRow, ApiError> {
+    node.shared
         .store
         .application_by_bot(user.id)
         .await?
-        .ok_or(ApiError::Code(ErrorCode::UnknownApplication))?;
-    let owner = node
+        .ok_or(ApiError::Code(ErrorCode::UnknownApplication))
+}
+
+async fn my_application(State(node): State<AppState>, Caller(user): Caller) -> ApiResult {
+    let app = my_application_row(&node, &user).await?;
+    application_object(&node, &app).await
+}
+
+/// PATCH /applications/@me: the description, and the `_LIMITED`
+/// privileged-intent flags (the only flags Discord lets the API change).
+/// The other documented fields (icon, interactions endpoint, install
+/// settings, tags, event webhooks) describe things this server does not
+/// have, so a request setting one is refused on that field rather than
+/// answered as if it had been stored.
+async fn edit_my_application(
+    State(node): State<AppState>,
+    Caller(user): Caller,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let app = my_application_row(&node, &user).await?;
+    let Value::Object(body) = body else {
+        return Err(ApiError::Field(
+            "body",
+            "DICT_TYPE_CONVERT",
+            "Only dictionaries may be used in a DictType.".into(),
+        ));
+    };
+    for field in [
+        "icon",
+        "cover_image",
+        "interactions_endpoint_url",
+        "custom_install_url",
+        "role_connections_verification_url",
+        "install_params",
+        "integration_types_config",
+        "tags",
+        "event_webhooks_url",
+        "event_webhooks_status",
+        "event_webhooks_types",
+    ] {
+        if body.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::Field(
+                field,
+                "APPLICATION_FIELD_UNSUPPORTED",
+                "This server does not support this field.".into(),
+            ));
+        }
+    }
+    let description = match body.get("description") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => {
+            check_chars(
+                &node,
+                "description",
+                text,
+                0,
+                node.shared.limits.application_description_chars_max,
+            )?;
+            Some(text.clone())
+        }
+        Some(_) => {
+            return Err(ApiError::Field(
+                "description",
+                "BASE_TYPE_STRING",
+                "Could not interpret the value as string.".into(),
+            ));
+        }
+    };
+    let flags = match body.get("flags") {
+        None | Some(Value::Null) => None,
+        Some(value) => match value.as_i64() {
+            Some(flags) if flags & !app_flags::DEFAULT == app.flags & !app_flags::DEFAULT => {
+                Some(flags)
+            }
+            _ => {
+                return Err(ApiError::Field(
+                    "flags",
+                    "APPLICATION_FLAGS_INVALID",
+                    "Only the limited privileged-intent flags can be changed.".into(),
+                ));
+            }
+        },
+    };
+    let store = &node.shared.store;
+    if let Some(description) = &description {
+        store
+            .set_application_description(app.id, description)
+            .await?;
+    }
+    if let Some(flags) = flags {
+        store.set_application_flags(app.id, flags).await?;
+    }
+    let app = store.application(app.id).await?.ok_or(ApiError::Internal)?;
+    application_object(&node, &app).await
+}
+
+/// Query of GET /users/@me/guilds.
+#[derive(Deserialize)]
+struct UserGuildsQuery {
+    before: Option<String>,
+    after: Option<String>,
+    limit: Option<i64>,
+    with_counts: Option<String>,
+}
+
+/// GET /users/@me/guilds: the caller's guilds as partial guild objects
+/// with their permissions there, paged by id (`after`, or the page just
+/// below `before`), at most `user_guilds_per_page_max` (Discord's 200).
+/// One store query, whatever the page: no guild is loaded for it.
+async fn my_guilds(
+    State(node): State<AppState>,
+    Caller(user): Caller,
+    Query(query): Query<UserGuildsQuery>,
+) -> ApiResult {
+    let id_of = |raw: &Option<String>| raw.as_deref().map(parse_id).transpose();
+    let (after, before) = (id_of(&query.after)?, id_of(&query.before)?);
+    let page_max = node.shared.limits.user_guilds_per_page_max;
+    let limit = match query.limit {
+        None => page_max,
+        Some(n) if (1..=page_max as i64).contains(&n) => n as usize,
+        Some(_) => {
+            return Err(ApiError::Field(
+                "limit",
+                "NUMBER_TYPE_MAX",
+                format!("int value should be between 1 and {page_max}."),
+            ));
+        }
+    };
+    let with_counts = matches!(query.with_counts.as_deref(), Some("true" | "True" | "1"));
+    let rows = node
         .shared
         .store
-        .user(app.owner_id)
-        .await?
-        .ok_or(ApiError::Internal)?;
-    ok(&application_json(
-        &app,
-        &wire_user(&owner),
-        &wire_user(&user),
-    ))
+        .user_guilds(
+            user.id,
+            after.unwrap_or(0),
+            before.unwrap_or(i64::MAX),
+            limit as i64,
+            before.is_some() && after.is_none(),
+        )
+        .await?;
+    let guilds: Vec<Value> = rows
+        .iter()
+        .map(|g| {
+            let owner = g.owner_id == user.id;
+            let permissions = crate::guilds::perm::effective(owner, g.role_permissions as u64);
+            let mut guild = json!({
+                "id": g.id.to_string(), "name": g.name, "icon": null, "banner": null,
+                "owner": owner, "permissions": permissions.to_string(), "features": [],
+            });
+            if with_counts {
+                guild["approximate_member_count"] = json!(g.member_count);
+            }
+            guild
+        })
+        .collect();
+    ok(&guilds)
 }
 
 #[derive(Deserialize)]
@@ -569,6 +732,7 @@ pub async fn create_application_for(
         owner_id: owner.id,
         bot_user_id: id,
         flags: app_flags::DEFAULT,
+        description: String::new(),
     };
     node.shared.store.create_application(&app, &bot).await?;
     Ok((app, bot))
@@ -579,12 +743,8 @@ async fn create_application(
     Caller(owner): Caller,
     JsonBody(body): JsonBody<NewApplication>,
 ) -> ApiResult {
-    let (app, bot) = create_application_for(&node, &owner, &body.name).await?;
-    ok(&application_json(
-        &app,
-        &wire_user(&owner),
-        &wire_user(&bot),
-    ))
+    let (app, _) = create_application_for(&node, &owner, &body.name).await?;
+    application_object(&node, &app).await
 }
 
 async fn owned_application(
@@ -640,17 +800,7 @@ async fn edit_application(
         .application(app.id)
         .await?
         .ok_or(ApiError::Internal)?;
-    let bot = node
-        .shared
-        .store
-        .user(app.bot_user_id)
-        .await?
-        .ok_or(ApiError::Internal)?;
-    ok(&application_json(
-        &app,
-        &wire_user(&caller),
-        &wire_user(&bot),
-    ))
+    application_object(&node, &app).await
 }
 
 #[derive(Deserialize)]
@@ -2216,6 +2366,11 @@ pub fn routes() -> Router<AppState> {
         .route("/users/@me/channels", post(create_dm))
         .route("/users/@me/guilds/{id}", axum::routing::delete(leave_guild))
         .route("/oauth2/applications/@me", get(my_application))
+        .route(
+            "/applications/@me",
+            get(my_application).patch(edit_my_application),
+        )
+        .route("/users/@me/guilds", get(my_guilds))
         .route("/oauth2/authorize", post(oauth2_authorize))
         .route("/applications", post(create_application))
         .route("/applications/{id}", axum::routing::patch(edit_application))

@@ -38,6 +38,17 @@ use tokio::sync::mpsc;
 
 /// Permission bits used here.
 pub mod perm {
+    /// The guild permissions of a member from the union of `@everyone`'s
+    /// and their roles' bits: everything for the owner or an
+    /// administrator, else the union.
+    pub fn effective(is_owner: bool, role_bits: u64) -> u64 {
+        if is_owner || role_bits & ADMINISTRATOR != 0 {
+            u64::MAX
+        } else {
+            role_bits
+        }
+    }
+
     /// Every permission.
     pub const ADMINISTRATOR: u64 = 1 << 3;
     /// See a channel.
@@ -577,20 +588,13 @@ pub struct GuildOwner {
 impl GuildOwner {
     fn permissions(&self, user_id: i64) -> Option<u64> {
         let entry = self.members.get(&user_id)?;
-        if self.guild.owner_id == user_id {
-            return Some(u64::MAX);
-        }
         let mut bits = 0u64;
         for role in &self.roles {
             if role.id == self.guild.id || entry.roles.contains(&role.id) {
                 bits |= role.permissions as u64;
             }
         }
-        Some(if bits & perm::ADMINISTRATOR != 0 {
-            u64::MAX
-        } else {
-            bits
-        })
+        Some(perm::effective(self.guild.owner_id == user_id, bits))
     }
 
     /// The highest role position of `user_id` (the owner outranks all).

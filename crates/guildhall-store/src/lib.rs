@@ -94,6 +94,25 @@ pub struct ApplicationRow {
     pub bot_user_id: i64,
     /// Application flags (privileged intents allowed live here).
     pub flags: i64,
+    /// Description (at most 400 characters).
+    pub description: String,
+}
+
+/// A guild as the current user's guild list shows it: the row, the kept
+/// member count, and the user's permissions there (owner, or the union of
+/// `@everyone` and their roles).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserGuildRow {
+    /// Id.
+    pub id: i64,
+    /// Name.
+    pub name: String,
+    /// Owner.
+    pub owner_id: i64,
+    /// Members (kept with every join and leave).
+    pub member_count: i64,
+    /// The union of the permission bits of `@everyone` and the user's roles.
+    pub role_permissions: i64,
 }
 
 /// A guild row.
@@ -504,12 +523,13 @@ impl SqliteStore {
             .bind(bot.created_ms)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("INSERT INTO applications (id, name, owner_id, bot_user_id, flags) VALUES ($1, $2, $3, $4, $5)")
+        sqlx::query("INSERT INTO applications (id, name, owner_id, bot_user_id, flags, description) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(app.id)
             .bind(&app.name)
             .bind(app.owner_id)
             .bind(app.bot_user_id)
             .bind(app.flags)
+            .bind(&app.description)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -532,6 +552,72 @@ impl SqliteStore {
                 .fetch_optional(&self.pool)
                 .await?,
         )
+    }
+
+    /// Sets an application's description.
+    pub async fn set_application_description(&self, id: i64, description: &str) -> Result<()> {
+        sqlx::query("UPDATE applications SET description = $2 WHERE id = $1")
+            .bind(id)
+            .bind(description)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// How many guilds `user_id` is a member of (an application's
+    /// `approximate_guild_count`, through its bot).
+    pub async fn guild_count_of(&self, user_id: i64) -> Result<i64> {
+        let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM members WHERE user_id = $1")
+            .bind(user_id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(count)
+    }
+
+    /// A page of the guilds `user_id` is a member of, ordered by id: those
+    /// after `after` and before `before` (exclusive), at most `limit`; with
+    /// `newest_first`, the `limit` just below `before`. One query: the page,
+    /// then each guild's `@everyone` and the user's roles, folded here.
+    pub async fn user_guilds(
+        &self,
+        user_id: i64,
+        after: i64,
+        before: i64,
+        limit: i64,
+        newest_first: bool,
+    ) -> Result<Vec<UserGuildRow>> {
+        let order = if newest_first { "DESC" } else { "ASC" };
+        // Safe: `order` is one of two literals; every value is bound.
+        let sql = format!(
+            "WITH page AS (SELECT guild_id FROM members WHERE user_id = $1 AND guild_id > $2 \
+             AND guild_id < $3 ORDER BY guild_id {order} LIMIT $4) \
+             SELECT g.id, g.name, g.owner_id, g.member_count, r.permissions FROM page p \
+             JOIN guilds g ON g.id = p.guild_id LEFT JOIN roles r ON r.guild_id = g.id AND \
+             (r.id = g.id OR EXISTS (SELECT 1 FROM member_roles mr WHERE mr.guild_id = g.id \
+             AND mr.user_id = $1 AND mr.role_id = r.id)) ORDER BY g.id"
+        );
+        let rows: Vec<(i64, String, i64, i64, Option<i64>)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(user_id)
+                .bind(after)
+                .bind(before)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+        let mut out: Vec<UserGuildRow> = Vec::new();
+        for (id, name, owner_id, member_count, permissions) in rows {
+            match out.last_mut() {
+                Some(last) if last.id == id => last.role_permissions |= permissions.unwrap_or(0),
+                _ => out.push(UserGuildRow {
+                    id,
+                    name,
+                    owner_id,
+                    member_count,
+                    role_permissions: permissions.unwrap_or(0),
+                }),
+            }
+        }
+        Ok(out)
     }
 
     /// Sets an application's flags.
@@ -1373,6 +1459,12 @@ store_api! {
     fn application_by_bot<'a>(&'a self, bot_user_id: i64) -> Option<ApplicationRow>;
     /// Sets an application's flags.
     fn set_application_flags<'a>(&'a self, id: i64, flags: i64) -> ();
+    /// Sets an application's description.
+    fn set_application_description<'a>(&'a self, id: i64, description: &'a str) -> ();
+    /// How many guilds a user is a member of.
+    fn guild_count_of<'a>(&'a self, user_id: i64) -> i64;
+    /// A page of the guilds a user is a member of, with their permissions.
+    fn user_guilds<'a>(&'a self, user_id: i64, after: i64, before: i64, limit: i64, newest_first: bool) -> Vec<UserGuildRow>;
     /// Creates a guild with its `@everyone` role, its first channel and its
     /// owner as the first member, in one transaction.
     fn create_guild<'a>(&'a self, guild: &'a GuildRow, everyone: &'a RoleRow, first: &'a ChannelRow) -> ();
