@@ -26,7 +26,7 @@
 
 mod common;
 
-use common::{Client, TestNode};
+use common::{Client, TestNode, seed};
 use futures_util::{SinkExt, StreamExt};
 use guildhall_limits::Limits;
 use rand::{Rng, RngCore, SeedableRng};
@@ -65,18 +65,6 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
-}
-
-fn seed() -> u64 {
-    std::env::var("GUILDHALL_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        })
 }
 
 fn limits() -> Limits {

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{Client, TestNode};
+use common::{Client, TestNode, seed};
 use futures_util::StreamExt;
 use guildhall_cluster::bus::{DroppingBus, LocalBus};
 use guildhall_limits::Limits;
@@ -27,18 +27,6 @@ const MESSAGES: usize = 150;
 /// not an assertion: the loop below retries a bounded number of times).
 const QUIET_MS: u64 = 300;
 const HEAL_ATTEMPTS_MAX: usize = 40;
-
-fn seed() -> u64 {
-    std::env::var("GUILDHALL_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        })
-}
 
 /// Reads dispatches until the socket is quiet: (name, content) each.
 async fn drain(client: &mut Client, into: &mut Vec<(String, String)>) {

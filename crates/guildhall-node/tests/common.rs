@@ -337,3 +337,17 @@ impl Client {
         }
     }
 }
+
+/// The seed of a seeded test: `GUILDHALL_TEST_SEED` if set (to rerun a
+/// failure), else the clock. Tests print it first.
+pub fn seed() -> u64 {
+    std::env::var("GUILDHALL_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
