@@ -117,9 +117,20 @@ impl HandshakeAdmission {
             };
         }
         let now_ns = now_ms.saturating_mul(NS_PER_MS);
+        let hold_ns = self.bounds.hold_ms_max.saturating_mul(NS_PER_MS);
+        // A reserved slot is never more than a hold and one interval ahead
+        // of the clock; one further ahead means the clock stepped back.
+        // Start again from now rather than refuse every upgrade until the
+        // clock catches up.
+        if self.next_slot_ns
+            > now_ns
+                .saturating_add(hold_ns)
+                .saturating_add(self.interval_ns)
+        {
+            self.next_slot_ns = now_ns;
+        }
         let slot_ns = self.next_slot_ns.max(now_ns);
         let wait_ns = slot_ns - now_ns;
-        let hold_ns = self.bounds.hold_ms_max.saturating_mul(NS_PER_MS);
         if wait_ns <= hold_ns {
             self.next_slot_ns = slot_ns.saturating_add(self.interval_ns);
             return match wait_ns.div_ceil(NS_PER_MS) {
@@ -164,6 +175,19 @@ mod tests {
             sessions_full_retry_after_s: 5,
             retry_after_s_max: 60,
         }
+    }
+
+    #[test]
+    fn a_clock_that_steps_back_does_not_refuse_everyone() {
+        let mut admission = HandshakeAdmission::new(bounds(10, 100));
+        for _ in 0..2 {
+            let decision = admission.decide(10_000_000, 0, 0.5);
+            assert!(!matches!(decision, Decision::Refuse { .. }), "{decision:?}");
+        }
+        // The clock goes back an hour: the next upgrade is still admitted
+        // or held, never refused until the clock catches up.
+        let decision = admission.decide(10_000_000 - 3_600_000, 0, 0.5);
+        assert!(!matches!(decision, Decision::Refuse { .. }), "{decision:?}");
     }
 
     /// Runs `steps` of (ms since the previous upgrade, unit) and returns

@@ -277,8 +277,9 @@ pub const USERS_CACHE_TTL_MS: u64 = 30_000;
 pub const REST_RATE_WINDOW_MS: u64 = 1_000;
 
 /// Rate-limit buckets tracked at once. When hit: expired buckets are
-/// forgotten; if none has expired, new callers share one overflow bucket
-/// (they are limited together, never let through unlimited).
+/// forgotten; if none has expired, the oldest window is forgotten (that
+/// caller starts afresh early). Never one overflow bucket shared by every
+/// newcomer: whoever filled the map could exhaust it for everyone.
 pub const REST_RATE_BUCKETS_MAX: usize = 100_000;
 
 // ---------------------------------------------------------------------------
@@ -409,10 +410,14 @@ pub const GATEWAY_IDENTIFY_TIMEOUT_MS: u64 = 20_000;
 pub const GATEWAY_SHARDS_MAX: u32 = 65_536;
 
 /// Op 8 requests one session runs at once. Each runs in a task of its own,
-/// paced by the session's queue, so one is enough for any library (they
-/// chunk one guild at a time). When hit: the request is answered with a
-/// RATE_LIMITED dispatch (opcode 8, with its guild and nonce), counted.
-pub const SESSION_MEMBER_REQUESTS_MAX: usize = 1;
+/// paced by the session's queue (it waits while the queue is half full),
+/// so many at once cost waiting tasks, not memory. Libraries do send
+/// several together: discord.py asks for every guild's members at READY
+/// before it awaits any, and gives each five seconds. 120 is the inbound
+/// budget of a minute, so a session cannot hold more than it could send.
+/// When hit: the request is answered with a RATE_LIMITED dispatch (opcode
+/// 8, with its guild and nonce), counted.
+pub const SESSION_MEMBER_REQUESTS_MAX: usize = GATEWAY_INBOUND_PER_MINUTE_MAX as usize;
 // HTTP edge, password hashing and REST callers (hardening: the HTTP edge)
 // ---------------------------------------------------------------------------
 
@@ -493,8 +498,10 @@ pub const REST_INVALID_REQUESTS_MAX: u32 = 10_000;
 pub const REST_INVALID_WINDOW_MS: u64 = 600_000;
 
 /// Client addresses whose invalid requests are counted at once. When hit:
-/// expired windows are forgotten; if none has expired, new addresses share
-/// one overflow window (limited together, never unlimited).
+/// expired windows are forgotten; if none has expired, the oldest is (an
+/// address with many others behind it may escape its ban early; a shared
+/// overflow window would let one attacker with many addresses ban every
+/// newcomer).
 pub const REST_INVALID_ADDRESSES_MAX: usize = 100_000;
 
 /// Token digests remembered as invalid, so a repeated bad token costs no

@@ -113,7 +113,6 @@ struct Partition {
     /// Permits of the node's resync tasks (`event_resync_tasks_max`, shared
     /// by every partition).
     resync_tasks: Arc<Semaphore>,
-    resync_tasks_max: usize,
 }
 
 /// Subscribes this node's partitions and starts their tasks.
@@ -143,7 +142,6 @@ pub fn start(
             due: BTreeSet::new(),
             due_at: HashMap::new(),
             resync_tasks: resync_tasks.clone(),
-            resync_tasks_max: limits.event_resync_tasks_max,
         };
         tasks.push(tokio::spawn(partition.run(subscription)));
     }
@@ -305,10 +303,10 @@ impl Partition {
                 self.resync_at(guild_id, later);
                 continue;
             };
-            let running = self
-                .resync_tasks_max
-                .saturating_sub(self.resync_tasks.available_permits());
-            self.counters.resync_tasks.store(running, Ordering::Relaxed);
+            // Counted up here and down where the task ends, never stored:
+            // partitions on other workers share the gauge, and a store
+            // racing a task's end would let it drift or wrap.
+            let running = self.counters.resync_tasks.fetch_add(1, Ordering::Relaxed) + 1;
             self.counters
                 .resync_tasks_peak
                 .fetch_max(running, Ordering::Relaxed);
@@ -363,7 +361,6 @@ mod tests {
             due: BTreeSet::new(),
             due_at: HashMap::new(),
             resync_tasks: Arc::new(Semaphore::new(permits)),
-            resync_tasks_max: 1,
         }
     }
 

@@ -64,8 +64,6 @@ pub struct Decision {
     pub reset_after_ms: u64,
 }
 
-const OVERFLOW_KEY: u64 = u64::MAX;
-
 impl Windows {
     fn new(window_ms: u64, buckets_max: usize) -> Self {
         Self {
@@ -90,14 +88,25 @@ impl Windows {
         }
     }
 
+    /// Makes room for a new key when the map is full by forgetting the
+    /// oldest window. Sharing one overflow window among every newcomer
+    /// would let whoever filled the map (with made-up ids or a range of
+    /// addresses) lock out every caller that came after; forgetting the
+    /// oldest only lets that one caller start a fresh window early.
+    fn make_room(&mut self) {
+        while self.map.len() >= self.buckets_max {
+            let Some((key, start_ms)) = self.expiry.pop_front() else {
+                return;
+            };
+            if self.map.get(&key).is_some_and(|w| w.start_ms == start_ms) {
+                self.map.remove(&key);
+            }
+        }
+    }
+
     /// The live window of `key`, if any.
     fn peek(&mut self, key: u64, now_ms: u64) -> Option<Window> {
         self.expire(now_ms);
-        let key = if self.map.contains_key(&key) || self.map.len() < self.buckets_max {
-            key
-        } else {
-            OVERFLOW_KEY
-        };
         self.map
             .get(&key)
             .copied()
@@ -107,11 +116,9 @@ impl Windows {
     /// Counts one request of `key` against `limit` at `now_ms`.
     fn check(&mut self, key: u64, limit: u32, now_ms: u64) -> Decision {
         self.expire(now_ms);
-        let key = if self.map.contains_key(&key) || self.map.len() < self.buckets_max {
-            key
-        } else {
-            OVERFLOW_KEY
-        };
+        if !self.map.contains_key(&key) {
+            self.make_room();
+        }
         let window_ms = self.window_ms;
         let window = match self.map.entry(key) {
             Entry::Occupied(entry) => entry.into_mut(),
@@ -436,16 +443,28 @@ mod tests {
         for key in 0..3 {
             assert!(windows.check(key, 1, 0).allowed);
         }
-        assert!(windows.check(100, 1, 1).allowed, "overflow bucket");
+        // Full: a newcomer gets its own window, and the oldest is forgotten
+        // (never one window shared by every newcomer, which whoever filled
+        // the map could exhaust for everyone).
         assert!(
-            !windows.check(101, 1, 2).allowed,
-            "new keys share the overflow bucket"
+            windows.check(100, 1, 1).allowed,
+            "a newcomer has its own window"
         );
+        assert!(windows.check(101, 1, 2).allowed, "so does the next one");
+        assert!(
+            !windows.check(100, 1, 3).allowed,
+            "and each is still limited"
+        );
+        assert!(windows.map.len() <= 3);
+        assert!(!windows.map.contains_key(&0) && !windows.map.contains_key(&1));
         assert!(
             windows.check(102, 1, 1_001).allowed,
             "expired buckets are forgotten"
         );
-        assert_eq!(windows.map.len(), 1, "every earlier window ended by 1_001");
+        assert!(
+            windows.map.len() <= 2,
+            "every window of time 0 ended by 1_001"
+        );
         assert!(windows.expiry.len() <= 2 * 3);
     }
 

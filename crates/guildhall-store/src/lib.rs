@@ -1270,7 +1270,11 @@ impl SqliteStore {
     /// scope holds `kind_max` of its type. One transaction, so two
     /// concurrent creates cannot both pass the count.
     pub async fn upsert_command(&self, row: &CommandRow, kind_max: i64) -> Result<CommandUpsert> {
-        let mut tx = self.pool.begin().await?;
+        // IMMEDIATE takes the write lock before the reads: a deferred
+        // transaction that read and then wrote after a concurrent create
+        // committed would fail with SQLITE_BUSY_SNAPSHOT, or two creates
+        // of one name would both pass the existence check.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let existing: Option<(i64,)> = sqlx::query_as("SELECT id FROM application_commands WHERE application_id = $1 AND guild_id = $2 AND kind = $3 AND name = $4")
             .bind(row.application_id)
             .bind(row.guild_id)
@@ -1341,7 +1345,7 @@ impl SqliteStore {
         guild_id: i64,
         rows: &[CommandRow],
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query("DELETE FROM application_commands WHERE application_id = $1 AND guild_id = $2")
             .bind(application_id)
             .bind(guild_id)
