@@ -19,7 +19,11 @@
 //! `guildhall-loadgen --serve-raw-baseline ADDR` runs the raw broadcast
 //! baseline instead (see `raw`); run the same load against it and against
 //! Guildhall, alternating, and report Guildhall's figures as ratios.
+//!
+//! `guildhall-loadgen probe SCENARIO --base HOST:PORT --server-pid PID` runs
+//! one adversarial probe instead (see `probe`).
 
+mod probe;
 mod raw;
 
 use anyhow::{Context, Result, bail};
@@ -34,6 +38,8 @@ use tokio_tungstenite::tungstenite::Message;
 
 #[derive(Parser)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// host:port of the server.
     #[arg(long, default_value = "127.0.0.1:8080")]
     base: String,
@@ -56,6 +62,12 @@ struct Args {
     /// generating load.
     #[arg(long)]
     serve_raw_baseline: Option<String>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// One adversarial probe, printing one JSON object of figures.
+    Probe(probe::ProbeArgs),
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -122,7 +134,10 @@ async fn open_session(
 }
 
 fn main() -> Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Some(Command::Probe(probe)) = args.command.take() {
+        return probe::run(probe);
+    }
     if let Some(listen) = &args.serve_raw_baseline {
         return raw::serve(listen);
     }
