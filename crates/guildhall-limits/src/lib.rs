@@ -413,6 +413,20 @@ pub const GATEWAY_SHARDS_MAX: u32 = 65_536;
 /// chunk one guild at a time). When hit: the request is answered with a
 /// RATE_LIMITED dispatch (opcode 8, with its guild and nonce), counted.
 pub const SESSION_MEMBER_REQUESTS_MAX: usize = 1;
+
+/// Gateway sockets that compress at once (`compress=zlib-stream` in the
+/// URL, or IDENTIFY's `compress: true`). Each holds a deflate compressor
+/// for its lifetime; the rust backend's window is fixed at zlib's largest
+/// (32 KiB, 15 bits, which every client inflater accepts), and with its
+/// hash chains, match buffer and output buffer a compressor is about
+/// 320 KiB, some twenty idle sessions' worth. Compressing clients are bots
+/// (hikari always asks; discord.py, discord.js and twilight do not), so
+/// 2,048 (about 640 MiB at most) is far above a node's bots while keeping
+/// a node of compressing clients within memory. When hit: a
+/// `compress=zlib-stream` upgrade is refused with 503 and `Retry-After`
+/// before the 101, and an IDENTIFY's `compress: true` is served plain
+/// (Discord: "not all payloads will be compressed"); both counted.
+pub const GATEWAY_COMPRESSORS_MAX: usize = 2_048;
 // HTTP edge, password hashing and REST callers (hardening: the HTTP edge)
 // ---------------------------------------------------------------------------
 
@@ -801,6 +815,8 @@ pub struct Limits {
     pub gateway_shards_max: u32,
     /// See [`SESSION_MEMBER_REQUESTS_MAX`].
     pub session_member_requests_max: usize,
+    /// See [`GATEWAY_COMPRESSORS_MAX`].
+    pub gateway_compressors_max: usize,
     /// See [`HTTP_HEADER_READ_TIMEOUT_MS`].
     pub http_header_read_timeout_ms: u64,
     /// See [`HTTP_HEADER_BYTES_MAX`].
@@ -933,6 +949,7 @@ impl Default for Limits {
             gateway_identify_timeout_ms: GATEWAY_IDENTIFY_TIMEOUT_MS,
             gateway_shards_max: GATEWAY_SHARDS_MAX,
             session_member_requests_max: SESSION_MEMBER_REQUESTS_MAX,
+            gateway_compressors_max: GATEWAY_COMPRESSORS_MAX,
             http_header_read_timeout_ms: HTTP_HEADER_READ_TIMEOUT_MS,
             http_header_bytes_max: HTTP_HEADER_BYTES_MAX,
             http_body_read_timeout_ms: HTTP_BODY_READ_TIMEOUT_MS,
@@ -1382,6 +1399,11 @@ impl Limits {
             "must be at least 1 (or op 8 could never be served)",
         );
         check(
+            self.gateway_compressors_max >= 1,
+            "gateway_compressors_max",
+            "must be at least 1 (or a client that only speaks zlib-stream could never connect)",
+        );
+        check(
             self.heartbeat_timeout_ms > self.heartbeat_interval_ms,
             "heartbeat_timeout_ms",
             "must exceed heartbeat_interval_ms (or every session times out)",
@@ -1577,6 +1599,7 @@ mod tests {
             "gateway_identify_timeout_ms",
             "gateway_shards_max",
             "session_member_requests_max",
+            "gateway_compressors_max",
             "http_header_read_timeout_ms",
             "http_header_bytes_max",
             "http_body_read_timeout_ms",
@@ -1686,6 +1709,7 @@ mod tests {
             "gateway_identify_timeout_ms" => l.gateway_identify_timeout_ms = 0,
             "gateway_shards_max" => l.gateway_shards_max = 0,
             "session_member_requests_max" => l.session_member_requests_max = 0,
+            "gateway_compressors_max" => l.gateway_compressors_max = 0,
             "http_header_read_timeout_ms" => l.http_header_read_timeout_ms = 0,
             "http_header_bytes_max" => l.http_header_bytes_max = 0,
             "http_body_read_timeout_ms" => l.http_body_read_timeout_ms = 0,
