@@ -420,9 +420,9 @@ pub const SESSION_MEMBER_REQUESTS_MAX: usize = 1;
 /// (32 KiB, 15 bits, which every client inflater accepts), and with its
 /// hash chains, match buffer and output buffer a compressor is about
 /// 320 KiB, some twenty idle sessions' worth. Compressing clients are bots
-/// (hikari always asks; discord.py, discord.js and twilight do not), so
-/// 2,048 (about 640 MiB at most) is far above a node's bots while keeping
-/// a node of compressing clients within memory. When hit: a
+/// (hikari and discord.py ask for zlib-stream by default; discord.js and
+/// twilight do not), so 2,048 (about 640 MiB at most) is far above a
+/// node's bots while keeping a node of compressing clients within memory. When hit: a
 /// `compress=zlib-stream` upgrade is refused with 503 and `Retry-After`
 /// before the 101, and an IDENTIFY's `compress: true` is served plain
 /// (Discord: "not all payloads will be compressed"); both counted.
