@@ -414,12 +414,14 @@ pub const GATEWAY_SHARDS_MAX: u32 = 65_536;
 /// RATE_LIMITED dispatch (opcode 8, with its guild and nonce), counted.
 pub const SESSION_MEMBER_REQUESTS_MAX: usize = 1;
 
-/// Gateway sockets that compress at once (`compress=zlib-stream` in the
-/// URL, or IDENTIFY's `compress: true`). Each holds a deflate compressor
-/// for its lifetime; the rust backend's window is fixed at zlib's largest
-/// (32 KiB, 15 bits, which every client inflater accepts), and with its
-/// hash chains, match buffer and output buffer a compressor is about
-/// 320 KiB, some twenty idle sessions' worth. Compressing clients are bots
+/// Gateway sockets that compress at once (`compress=zlib-stream` or
+/// `zstd-stream` in the URL, or IDENTIFY's `compress: true`). Each holds a
+/// compressor for its lifetime. Deflate's window is fixed by the rust
+/// backend at zlib's largest (32 KiB, 15 bits, which every client inflater
+/// accepts), and with its hash chains, match buffer and output buffer a
+/// deflate compressor is about 320 KiB, some twenty idle sessions' worth;
+/// zstd's is held to the same 32 KiB window (under 512 KiB with its
+/// buffers, where its default window alone is 512 KiB). Compressing clients are bots
 /// (hikari and discord.py ask for zlib-stream by default; discord.js and
 /// twilight do not), so 2,048 (about 640 MiB at most) is far above a
 /// node's bots while keeping a node of compressing clients within memory. When hit: a

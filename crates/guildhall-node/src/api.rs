@@ -2316,15 +2316,20 @@ pub async fn gateway_or_404(
             .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         return response;
     }
-    // A zlib-stream socket's compressor lives as long as the socket, so
+    // A zlib-stream or zstd-stream socket's compressor lives as long as the socket, so
     // its place is taken before the 101; none free is a refused upgrade
     // (clients back off from those) rather than a socket that cannot speak.
     let transport = match wire.transport {
         crate::compress::Transport::None => None,
-        crate::compress::Transport::ZlibStream => {
+        stream => {
             let max = node.shared.limits.gateway_compressors_max;
-            match gateway.counters.compressors.acquire(max) {
-                Some(permit) => Some(crate::compress::Deflater::new(permit)),
+            let compressor = gateway
+                .counters
+                .compressors
+                .acquire(max)
+                .and_then(|permit| crate::compress::Stream::new(stream, permit).ok().flatten());
+            match compressor {
+                Some(compressor) => Some(compressor),
                 None => {
                     gateway
                         .counters

@@ -5,9 +5,10 @@
 //! [`guildhall_proto::gateway::EncodedDispatch`]); compression cannot be
 //! shared, because a zlib stream's state is the connection's own, so it
 //! happens last, in each socket's writer. Compressors are counted
-//! ([`Permit`], at most `gateway_compressors_max` at once): each holds
-//! about 320 KiB (the rust backend's fixed 32 KiB window, its hash chains
-//! and buffers) for as long as its socket lives.
+//! ([`Permit`], at most `gateway_compressors_max` at once): a deflate one
+//! holds about 320 KiB (the rust backend's fixed 32 KiB window, its hash
+//! chains and buffers), a zstd one is held to a 32 KiB window as well
+//! ([`ZSTD_WINDOW_LOG`]), for as long as its socket lives.
 //!
 //! Nothing here inflates: clients send plain JSON in Discord's protocol,
 //! so client input is never decompressed, and a compressed client frame is
@@ -22,6 +23,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// repetitive enough that the fastest level already shrinks it severalfold.
 const LEVEL: u32 = 1;
 
+/// zstd-stream's window: 2^15 = 32 KiB, zlib's, so a zstd socket costs
+/// about what a zlib one does (under 512 KiB, a test holds it; zstd's
+/// default window for level 1 is 512 KiB alone, and its streaming buffers
+/// grow with the window). Any decoder accepts it.
+pub const ZSTD_WINDOW_LOG: u32 = 15;
+
 /// The `compress` query parameter of the gateway URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -31,6 +38,9 @@ pub enum Transport {
     /// `zlib-stream`: one zlib stream per connection, every frame a
     /// binary frame ending with a sync flush (`00 00 ff ff`).
     ZlibStream,
+    /// `zstd-stream`: one zstd frame per connection, every message a
+    /// flushed block (decodable as it arrives) in a binary frame.
+    ZstdStream,
 }
 
 /// What the gateway URL's query asks for.
@@ -53,8 +63,6 @@ pub enum QueryRefusal {
     EtfEncoding,
     /// `encoding` other than `json` or `etf`.
     UnknownEncoding,
-    /// `compress=zstd-stream`: not offered here.
-    Zstd,
     /// `compress` other than `zlib-stream` or `zstd-stream`.
     UnknownCompress,
 }
@@ -67,10 +75,9 @@ impl QueryRefusal {
                 "encoding=etf is not supported by this server; connect with encoding=json"
             }
             QueryRefusal::UnknownEncoding => "encoding must be json",
-            QueryRefusal::Zstd => {
-                "compress=zstd-stream is not supported by this server; use zlib-stream or none"
+            QueryRefusal::UnknownCompress => {
+                "compress must be zlib-stream or zstd-stream, or absent"
             }
-            QueryRefusal::UnknownCompress => "compress must be zlib-stream, or absent",
         }
     }
 }
@@ -95,7 +102,7 @@ pub fn parse_query(query: Option<&str>) -> Result<WireQuery, QueryRefusal> {
             },
             "compress" => match value {
                 "zlib-stream" => wire.transport = Transport::ZlibStream,
-                "zstd-stream" => return Err(QueryRefusal::Zstd),
+                "zstd-stream" => wire.transport = Transport::ZstdStream,
                 _ => return Err(QueryRefusal::UnknownCompress),
             },
             _ => {}
@@ -171,6 +178,94 @@ impl Deflater {
     pub fn whole(&mut self, input: &[u8]) -> Result<Vec<u8>, DeflateError> {
         self.compress.reset();
         deflate(&mut self.compress, input, FlushCompress::Finish)
+    }
+}
+
+/// A `zstd-stream` socket's compressor, with its counted place.
+pub struct ZstdStream {
+    context: zstd_safe::CCtx<'static>,
+    _permit: Permit,
+}
+
+impl ZstdStream {
+    /// Level 1 (as for deflate: one run per event per socket) and a
+    /// [`ZSTD_WINDOW_LOG`] window.
+    pub fn new(permit: Permit) -> Result<Self, DeflateError> {
+        use zstd_safe::CParameter;
+        let mut context = zstd_safe::CCtx::try_create().ok_or(DeflateError)?;
+        context
+            .set_parameter(CParameter::CompressionLevel(1))
+            .map_err(|_| DeflateError)?;
+        context
+            .set_parameter(CParameter::WindowLog(ZSTD_WINDOW_LOG))
+            .map_err(|_| DeflateError)?;
+        Ok(Self {
+            context,
+            _permit: permit,
+        })
+    }
+
+    /// `input` on the connection's one zstd frame, flushed (the frame is
+    /// never ended: Discord's "does not end a zstd frame"), into a buffer
+    /// of zstd's worst case for `input` plus a block header.
+    pub fn message(&mut self, input: &[u8]) -> Result<Vec<u8>, DeflateError> {
+        let bound = zstd_safe::compress_bound(input.len()) + 64;
+        let mut out: Vec<u8> = Vec::with_capacity(bound);
+        let mut source = zstd_safe::InBuffer::around(input);
+        // Each call either finishes the flush or fills the buffer; a few
+        // rounds at most, bounded so nothing can spin.
+        for _ in 0..8 {
+            let position = out.len();
+            let mut sink = zstd_safe::OutBuffer::around_pos(&mut out, position);
+            let left = self
+                .context
+                .compress_stream2(
+                    &mut sink,
+                    &mut source,
+                    zstd_safe::zstd_sys::ZSTD_EndDirective::ZSTD_e_flush,
+                )
+                .map_err(|_| DeflateError)?;
+            if left == 0 && source.pos() == input.len() {
+                return Ok(out);
+            }
+            if out.len() >= out.capacity() {
+                return Err(DeflateError);
+            }
+        }
+        Err(DeflateError)
+    }
+
+    /// The context's memory, as zstd counts it.
+    pub fn memory_bytes(&self) -> usize {
+        self.context.sizeof()
+    }
+}
+
+/// A transport compressor: every frame of its socket goes through it.
+pub enum Stream {
+    /// `zlib-stream`.
+    Zlib(Deflater),
+    /// `zstd-stream`.
+    Zstd(ZstdStream),
+}
+
+impl Stream {
+    /// The compressor `transport` asks for, in `permit`'s place; `None`
+    /// for no transport compression.
+    pub fn new(transport: Transport, permit: Permit) -> Result<Option<Self>, DeflateError> {
+        Ok(match transport {
+            Transport::None => None,
+            Transport::ZlibStream => Some(Stream::Zlib(Deflater::new(permit))),
+            Transport::ZstdStream => Some(Stream::Zstd(ZstdStream::new(permit)?)),
+        })
+    }
+
+    /// One message on the connection's stream.
+    pub fn message(&mut self, input: &[u8]) -> Result<Vec<u8>, DeflateError> {
+        match self {
+            Stream::Zlib(deflater) => deflater.stream(input),
+            Stream::Zstd(zstd) => zstd.message(input),
+        }
     }
 }
 
@@ -263,6 +358,38 @@ mod tests {
     }
 
     #[test]
+    fn zstd_messages_decode_as_they_arrive_on_one_frame_within_the_window() {
+        let compressors = Arc::new(Compressors::default());
+        let Some(permit) = compressors.acquire(1) else {
+            panic!("a permit")
+        };
+        let Ok(mut zstd) = ZstdStream::new(permit) else {
+            panic!("a context")
+        };
+        let Some(mut decoder) = zstd_safe::DCtx::try_create() else {
+            panic!("a decoder")
+        };
+        for i in 0..50 {
+            let text = format!(r#"{{"op":0,"s":{i},"d":"{}"}}"#, "z".repeat(i * 900));
+            let Ok(frame) = zstd.message(text.as_bytes()) else {
+                panic!("compress")
+            };
+            let mut out: Vec<u8> = Vec::with_capacity(text.len() + 64);
+            let mut source = zstd_safe::InBuffer::around(&frame);
+            let mut sink = zstd_safe::OutBuffer::around(&mut out);
+            let Ok(_) = decoder.decompress_stream(&mut sink, &mut source) else {
+                panic!("decompress")
+            };
+            assert_eq!(source.pos(), frame.len());
+            drop(sink);
+            assert_eq!(out, text.as_bytes());
+        }
+        // The window bound holds the context near a deflate compressor's
+        // size rather than zstd's default (several MiB with its buffers).
+        assert!(zstd.memory_bytes() < 512 * 1024, "{}", zstd.memory_bytes());
+    }
+
+    #[test]
     fn permits_are_bounded_and_released() {
         let compressors = Arc::new(Compressors::default());
         let first = compressors.acquire(1);
@@ -289,7 +416,10 @@ mod tests {
         }
         assert_eq!(ok("encoding=etf"), Err(QueryRefusal::EtfEncoding));
         assert_eq!(ok("encoding=xml"), Err(QueryRefusal::UnknownEncoding));
-        assert_eq!(ok("compress=zstd-stream"), Err(QueryRefusal::Zstd));
+        assert_eq!(
+            ok("compress=zstd-stream").map(|w| w.transport),
+            Ok(Transport::ZstdStream)
+        );
         assert_eq!(ok("compress=true"), Err(QueryRefusal::UnknownCompress));
         assert_eq!(ok("v=10&other=1").map(|w| w.version_ok), Ok(true));
     }

@@ -24,7 +24,7 @@
 //! Compression is the writer's last step ([`Encoder`]): the frame is
 //! encoded once per event for all sessions, and a socket that asked for
 //! `compress=zlib-stream` (or identified with `compress: true`) runs it
-//! through its own deflate compressor, at most `gateway_compressors_max`
+//! through its own compressor (`zstd-stream` too), at most `gateway_compressors_max`
 //! of them per node.
 //!
 //! Op 8 runs in a task of its own per request (at most
@@ -32,7 +32,7 @@
 //! RATE_LIMITED), paced by the session's queue so its chunks never make the
 //! session a slow consumer, while the writer keeps draining.
 
-use crate::compress::{Deflater, Transport, WireQuery};
+use crate::compress::{Deflater, Stream, Transport, WireQuery};
 use crate::guilds::{GuildCall, GuildDirectory, MemberPage, wire_user};
 use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Inlet, Outlet, Slot};
 use crate::state::{Shared, now_ms, sf};
@@ -104,7 +104,7 @@ pub struct GatewayCounters {
     pub resumed_total: AtomicU64,
     /// Live deflate compressors (`gateway_compressors_max`).
     pub compressors: Arc<crate::compress::Compressors>,
-    /// `compress=zlib-stream` upgrades refused: no compressor free.
+    /// Transport-compressed upgrades refused: no compressor free.
     pub compressed_upgrades_refused_total: AtomicU64,
     /// IDENTIFYs with `compress: true` served plain: no compressor free.
     pub payload_compression_declined_total: AtomicU64,
@@ -280,8 +280,9 @@ enum WriterEnd {
 
 /// How a socket's writer turns a frame's text into a WebSocket message.
 struct Encoder {
-    /// `compress=zlib-stream`: every frame, on the connection's one stream.
-    transport: Option<Deflater>,
+    /// `compress=zlib-stream` or `zstd-stream`: every frame, on the
+    /// connection's one stream.
+    transport: Option<Stream>,
     /// IDENTIFY's `compress: true`: each dispatch a zlib stream of its own.
     payload: Option<Deflater>,
     /// Where the socket task hands over the payload compressor. It does so
@@ -291,8 +292,8 @@ struct Encoder {
 
 impl Encoder {
     fn message(&mut self, text: String, dispatch: bool) -> Result<Message, axum::Error> {
-        if let Some(deflater) = &mut self.transport {
-            let bytes = deflater.stream(text.as_bytes()).map_err(axum::Error::new)?;
+        if let Some(stream) = &mut self.transport {
+            let bytes = stream.message(text.as_bytes()).map_err(axum::Error::new)?;
             return Ok(Message::Binary(bytes.into()));
         }
         if !dispatch {
@@ -660,15 +661,15 @@ impl Gateway {
 
     /// Runs one socket until it closes. `unattached` is the socket's
     /// admission reservation, released once it has a hub session; `wire`
-    /// is what its URL asked for, and `transport` its zlib-stream
-    /// compressor when it asked for one (taken before the upgrade, so a
+    /// is what its URL asked for, and `transport` its zlib-stream or
+    /// zstd-stream compressor when it asked for one (taken before the upgrade, so a
     /// node without a free compressor refuses it with 503).
     pub async fn run(
         self: Arc<Self>,
         socket: WebSocket,
         mut unattached: Unattached,
         wire: WireQuery,
-        transport: Option<Deflater>,
+        transport: Option<Stream>,
     ) {
         self.counters.sockets_open.fetch_add(1, Ordering::Relaxed);
         let limits = &self.shared.limits;

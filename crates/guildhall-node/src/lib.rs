@@ -221,13 +221,13 @@ async fn metrics(
     line(
         "guildhall_gateway_compressors",
         "gauge",
-        "Deflate compressors alive (zlib-stream sockets and payload-compressing sessions).",
+        "Compressors alive (zlib-stream and zstd-stream sockets, payload-compressing sessions).",
         gw.compressors.open.load(Ordering::Relaxed) as u64,
     );
     line(
         "guildhall_compressed_upgrades_refused_total",
         "counter",
-        "zlib-stream upgrades refused with 503 (gateway_compressors_max compressors alive).",
+        "zlib-stream and zstd-stream upgrades refused with 503 (gateway_compressors_max compressors alive).",
         gw.compressed_upgrades_refused_total.load(Ordering::Relaxed),
     );
     line(
@@ -240,7 +240,7 @@ async fn metrics(
     line(
         "guildhall_gateway_query_refused_total",
         "counter",
-        "Upgrades refused with 400 for an encoding or compress value not offered (etf, zstd-stream, unknown).",
+        "Upgrades refused with 400 for an encoding or compress value not offered (etf, unknown).",
         gw.query_refused_total.load(Ordering::Relaxed),
     );
     line(
