@@ -184,7 +184,6 @@ async fn zstd_stream_carries_hello_ready_guild_create_and_messages_on_one_frame(
             frame.len(),
             "each message decodes as it arrives"
         );
-        drop(sink);
         serde_json::from_slice(&out).unwrap()
     };
     assert_eq!(next(&mut client).await["op"], 10);
