@@ -49,7 +49,8 @@ for library, command in [
     # read them back; hikari's bot does it over zlib-stream and binary frames.
     if library == "discord.py":
         ok = ok and seen.get("synced") == ["Quote", "echo"] and seen.get("fetched_guild") == ["Quote", "echo"] \
-            and seen.get("synced_guild") == ["Quote", "echo"] and seen.get("echo_options") == ["text", "times"]
+            and seen.get("synced_guild") == ["Quote", "echo"] and seen.get("echo_options") == ["text", "times"] \
+            and seen.get("compression") == "zstd-stream" and seen.get("compressors") == 1
     elif library == "discord.js":
         ok = ok and seen.get("synced") == ["Profile", "echo"] and seen.get("fetched") == ["Profile", "echo"]
     else:

@@ -11,6 +11,10 @@ use std::process::{Command, ExitCode, Stdio};
 const DISCORD_PY: &str = "discord.py==2.7.1";
 const DISCORD_JS: &str = "discord.js@14.28.1";
 const HIKARI: &str = "hikari==2.7.0";
+/// With zstandard installed discord.py asks for `compress=zstd-stream`
+/// (hikari 2.7.0 only looks for `backports.zstd`, so it stays on
+/// zlib-stream): the stage covers both transport compressions.
+const ZSTANDARD: &str = "zstandard==0.25.0";
 
 fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
     eprintln!("xtask: $ {program} {}", args.join(" "));
@@ -31,7 +35,7 @@ fn ensure_libraries(dir: &Path) -> bool {
     let venv = dir.join("venv");
     let python = venv.join("bin/python");
     let marker = dir.join("installed");
-    let wanted = format!("{DISCORD_PY} {DISCORD_JS} {HIKARI}");
+    let wanted = format!("{DISCORD_PY} {DISCORD_JS} {HIKARI} {ZSTANDARD}");
     if std::fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {
         return true;
     }
@@ -47,6 +51,7 @@ fn ensure_libraries(dir: &Path) -> bool {
                 "--disable-pip-version-check",
                 DISCORD_PY,
                 HIKARI,
+                ZSTANDARD,
             ],
             &[],
         )
