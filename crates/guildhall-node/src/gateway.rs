@@ -431,6 +431,8 @@ impl Gateway {
         }
     }
 
+    // Each argument is a different part of what READY says or where it
+    // goes; a struct for one caller would only rename them.
     #[allow(clippy::too_many_arguments)]
     async fn ready(
         &self,
