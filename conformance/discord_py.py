@@ -38,9 +38,21 @@ def owner_post(content):
     urllib.request.urlopen(request, timeout=10).read()
 
 
+def compressors():
+    """The server's live compressors: 1 while this bot's socket is open."""
+    with urllib.request.urlopen(f"http://{base}/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("guildhall_gateway_compressors "):
+                return int(line.split()[1])
+    return None
+
+
 @client.event
 async def on_ready():
     guild = client.guilds[0]
+    # With zstandard installed, discord.py asks for zstd-stream.
+    seen.update(compression=discord.utils._ActiveDecompressionContext.COMPRESSION_TYPE,
+                compressors=await asyncio.get_running_loop().run_in_executor(None, compressors))
     seen.update(user=str(client.user), guild=guild.name, members=len(guild.members),
                 channels=[c.name for c in guild.channels])
     # Registration as bots do it on start: the global tree, then a copy of

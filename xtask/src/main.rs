@@ -10,6 +10,11 @@ use std::process::{Command, ExitCode, Stdio};
 /// must not change what CI tests without a commit saying so).
 const DISCORD_PY: &str = "discord.py==2.7.1";
 const DISCORD_JS: &str = "discord.js@14.28.1";
+const HIKARI: &str = "hikari==2.7.0";
+/// With zstandard installed discord.py asks for `compress=zstd-stream`
+/// (hikari 2.7.0 only looks for `backports.zstd`, so it stays on
+/// zlib-stream): the stage covers both transport compressions.
+const ZSTANDARD: &str = "zstandard==0.25.0";
 
 fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
     eprintln!("xtask: $ {program} {}", args.join(" "));
@@ -30,7 +35,7 @@ fn ensure_libraries(dir: &Path) -> bool {
     let venv = dir.join("venv");
     let python = venv.join("bin/python");
     let marker = dir.join("installed");
-    let wanted = format!("{DISCORD_PY} {DISCORD_JS}");
+    let wanted = format!("{DISCORD_PY} {DISCORD_JS} {HIKARI} {ZSTANDARD}");
     if std::fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {
         return true;
     }
@@ -45,6 +50,8 @@ fn ensure_libraries(dir: &Path) -> bool {
                 "--quiet",
                 "--disable-pip-version-check",
                 DISCORD_PY,
+                HIKARI,
+                ZSTANDARD,
             ],
             &[],
         )
@@ -65,10 +72,22 @@ fn ensure_libraries(dir: &Path) -> bool {
     ok && std::fs::write(&marker, wanted).is_ok()
 }
 
-/// discord.py and discord.js against a real server (see conformance/).
+/// Where cargo puts what it builds: `CARGO_TARGET_DIR` when set (relative
+/// to the working directory, as cargo reads it), else the workspace's
+/// `target`.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => root.join("target"),
+    }
+}
+
+/// discord.py, discord.js and hikari against a real server (see
+/// conformance/).
 fn conformance(build: bool) -> bool {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dir = root.join("target/conformance");
+    let target = target_dir(&root);
+    let dir = target.join("conformance");
     if std::fs::create_dir_all(&dir).is_err() || !ensure_libraries(&dir) {
         eprintln!("xtask: installing the conformance libraries failed");
         return false;
@@ -87,7 +106,7 @@ fn conformance(build: bool) -> bool {
     }
     let data = std::env::temp_dir().join(format!("guildhall-conformance-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let binary = root.join("target/debug/guildhall");
+    let binary = target.join("debug/guildhall");
     let mut server = match Command::new(&binary)
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data)

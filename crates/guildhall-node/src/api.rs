@@ -13,7 +13,7 @@ use crate::guilds::{Changed, GuildCall, GuildChange, GuildError, perm, wire_chan
 use crate::state::{now_ms, sf};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, RawQuery, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -2427,6 +2427,7 @@ pub fn routes() -> Router<AppState> {
 /// connection (`/`, `/resume/`, `//`, with any query); anything else is 404.
 pub async fn gateway_or_404(
     State(node): State<AppState>,
+    RawQuery(query): RawQuery,
     upgrade: Result<
         axum::extract::ws::WebSocketUpgrade,
         axum::extract::ws::rejection::WebSocketUpgradeRejection,
@@ -2436,6 +2437,23 @@ pub async fn gateway_or_404(
         return not_found().await;
     };
     let gateway: Arc<Gateway> = node.gateway.clone();
+    // What the socket would speak is settled before anything is reserved
+    // for it: a query asking for what is not offered is refused with 400.
+    let wire = match crate::compress::parse_query(query.as_deref()) {
+        Ok(wire) => wire,
+        Err(refusal) => {
+            gateway
+                .counters
+                .query_refused_total
+                .fetch_add(1, Ordering::Relaxed);
+            let body = ErrorBody {
+                code: 0,
+                message: refusal.message().to_owned(),
+                errors: None,
+            };
+            return json_response(StatusCode::BAD_REQUEST, &body);
+        }
+    };
     // Reserved before admission counts, so an unidentified socket holds its
     // place (and concurrent upgrades see each other) until it has a session.
     let unattached = gateway.reserve();
@@ -2453,6 +2471,38 @@ pub async fn gateway_or_404(
             .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
         return response;
     }
+    // A zlib-stream or zstd-stream socket's compressor lives as long as the socket, so
+    // its place is taken before the 101; none free is a refused upgrade
+    // (clients back off from those) rather than a socket that cannot speak.
+    let transport = match wire.transport {
+        crate::compress::Transport::None => None,
+        stream => {
+            let max = node.shared.limits.gateway_compressors_max;
+            let compressor = gateway
+                .counters
+                .compressors
+                .acquire(max)
+                .and_then(|permit| crate::compress::Stream::new(stream, permit).ok().flatten());
+            match compressor {
+                Some(compressor) => Some(compressor),
+                None => {
+                    gateway
+                        .counters
+                        .compressed_upgrades_refused_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    let mut response = json_response(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &ErrorBody::new(ErrorCode::Overloaded),
+                    );
+                    let retry_after_s = node.shared.limits.sessions_full_retry_after_s;
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+                    return response;
+                }
+            }
+        }
+    };
     // 4 KiB buffers: a client payload is at most 4 KiB, larger server frames
     // are written through; measured 16.5 KiB RSS per idle session with 4 KiB
     // buffers against 20.5 KiB with 8 KiB (docs/benchmarks.md).
@@ -2461,5 +2511,5 @@ pub async fn gateway_or_404(
         .write_buffer_size(4 * 1024)
         .max_message_size(64 * 1024)
         .max_frame_size(64 * 1024)
-        .on_upgrade(move |socket| gateway.run(socket, unattached))
+        .on_upgrade(move |socket| gateway.run(socket, unattached, wire, transport))
 }

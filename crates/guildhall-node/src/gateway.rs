@@ -21,11 +21,18 @@
 //! the writer's close at most that long too, so a session told to close is
 //! gone within the bound whatever the client does.
 //!
+//! Compression is the writer's last step ([`Encoder`]): the frame is
+//! encoded once per event for all sessions, and a socket that asked for
+//! `compress=zlib-stream` (or identified with `compress: true`) runs it
+//! through its own compressor (`zstd-stream` too), at most `gateway_compressors_max`
+//! of them per node.
+//!
 //! Op 8 runs in a task of its own per request (at most
 //! `session_member_requests_max` per session; more are answered with
 //! RATE_LIMITED), paced by the session's queue so its chunks never make the
 //! session a slow consumer, while the writer keeps draining.
 
+use crate::compress::{Deflater, Stream, Transport, WireQuery};
 use crate::guilds::{GuildCall, GuildDirectory, MemberPage, wire_user};
 use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Inlet, Outlet, Slot};
 use crate::state::{Shared, now_ms, sf};
@@ -95,6 +102,14 @@ pub struct GatewayCounters {
     pub ready_total: AtomicU64,
     /// RESUMED sent.
     pub resumed_total: AtomicU64,
+    /// Live deflate compressors (`gateway_compressors_max`).
+    pub compressors: Arc<crate::compress::Compressors>,
+    /// Transport-compressed upgrades refused: no compressor free.
+    pub compressed_upgrades_refused_total: AtomicU64,
+    /// IDENTIFYs with `compress: true` served plain: no compressor free.
+    pub payload_compression_declined_total: AtomicU64,
+    /// Upgrades refused with 400 for their `encoding` or `compress`.
+    pub query_refused_total: AtomicU64,
     /// IDENTIFY received → READY queued.
     pub identify_to_ready_seconds: crate::histogram::Histogram,
 }
@@ -160,22 +175,27 @@ pub struct Gateway {
     pub presence: Arc<crate::presence::PresenceCounters>,
 }
 
+/// Who a token is, with the privileged intents they may use and their
+/// application's flags (0 for a user; READY's `application.flags`, read
+/// here once with the intents they decide).
 async fn authenticate(
     shared: &Shared,
     users: &Arc<crate::users::Users>,
     token: &str,
-) -> Result<(UserRow, Identity), AuthFailure> {
+) -> Result<(UserRow, Identity, i64), AuthFailure> {
     let digest = crate::auth::token_digest(token);
     let user = match users.by_token(digest).await {
         Ok(Some(user)) => user,
         Ok(None) => return Err(AuthFailure::BadToken),
         Err(_) => return Err(AuthFailure::Overloaded),
     };
+    let mut app_flags = 0;
     let allowed = if user.bot {
         let flags = match shared.store.application_by_bot(user.id).await {
             Ok(app) => app.map_or(0, |a| a.flags),
             Err(_) => return Err(AuthFailure::Overloaded),
         };
+        app_flags = flags;
         let mut allowed = 0;
         if flags & app_flags::PRESENCE != 0 {
             allowed |= intents::GUILD_PRESENCES;
@@ -194,7 +214,7 @@ async fn authenticate(
         user_id: sf(user.id),
         privileged_intents_allowed: allowed,
     };
-    Ok((user, identity))
+    Ok((user, identity, app_flags))
 }
 
 /// A socket counted against admission while it has no hub session
@@ -258,13 +278,58 @@ enum WriterEnd {
     Stalled,
 }
 
+/// How a socket's writer turns a frame's text into a WebSocket message.
+struct Encoder {
+    /// `compress=zlib-stream` or `zstd-stream`: every frame, on the
+    /// connection's one stream.
+    transport: Option<Stream>,
+    /// IDENTIFY's `compress: true`: each dispatch a zlib stream of its own.
+    payload: Option<Deflater>,
+    /// Where the socket task hands over the payload compressor. It does so
+    /// before it queues READY, so the writer has it by the first dispatch.
+    payload_handover: Option<oneshot::Receiver<Deflater>>,
+}
+
+impl Encoder {
+    fn message(&mut self, text: String, dispatch: bool) -> Result<Message, axum::Error> {
+        if let Some(stream) = &mut self.transport {
+            let bytes = stream.message(text.as_bytes()).map_err(axum::Error::new)?;
+            return Ok(Message::Binary(bytes.into()));
+        }
+        if !dispatch {
+            return Ok(Message::Text(Utf8Bytes::from(text)));
+        }
+        if self.payload.is_none()
+            && let Some(handover) = &mut self.payload_handover
+        {
+            match handover.try_recv() {
+                Ok(deflater) => {
+                    self.payload = Some(deflater);
+                    self.payload_handover = None;
+                }
+                Err(oneshot::error::TryRecvError::Closed) => self.payload_handover = None,
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+        }
+        match &mut self.payload {
+            Some(deflater) => {
+                let bytes = deflater.whole(text.as_bytes()).map_err(axum::Error::new)?;
+                Ok(Message::Binary(bytes.into()))
+            }
+            None => Ok(Message::Text(Utf8Bytes::from(text))),
+        }
+    }
+}
+
 /// A socket's writer: drains the socket's queue in batches until told to
-/// finish, with every batch and the close frame under `stall`.
+/// finish, with every batch and the close frame under `stall`. Frames go
+/// through `encoder` (plain, zlib-stream or payload-compressed).
 async fn write(
     mut sink: SplitSink<WebSocket, Message>,
     mut inlet: Inlet,
     mut finish: oneshot::Receiver<Finish>,
     stall: Duration,
+    mut encoder: Encoder,
 ) -> WriterEnd {
     loop {
         tokio::select! {
@@ -275,7 +340,7 @@ async fn write(
                 };
                 let closing = async {
                     if let Some(text) = last {
-                        sink.feed(Message::Text(Utf8Bytes::from_static(text))).await?;
+                        sink.feed(encoder.message(text.to_owned(), false)?).await?;
                     }
                     sink.send(Message::Close(Some(close))).await
                 };
@@ -293,8 +358,9 @@ async fn write(
                     while let Some(outbound) = next.take() {
                         written += outbound.len_bytes();
                         entries += 1;
+                        let dispatch = !matches!(outbound, Outbound::Text(_));
                         for text in outbound.into_frames() {
-                            sink.feed(Message::Text(Utf8Bytes::from(text))).await?;
+                            sink.feed(encoder.message(text, dispatch)?).await?;
                         }
                         if entries < WRITE_BATCH_FRAMES_MAX {
                             next = inlet.try_recv();
@@ -365,9 +431,13 @@ impl Gateway {
         }
     }
 
+    // Each argument is a different part of what READY says or where it
+    // goes; a struct for one caller would only rename them.
+    #[allow(clippy::too_many_arguments)]
     async fn ready(
         &self,
         identity: Identity,
+        app_flags: i64,
         intents: u64,
         shard: Option<[u32; 2]>,
         user: &UserRow,
@@ -407,7 +477,8 @@ impl Gateway {
             shard,
             application: PartialApplication {
                 id: sf(application_id),
-                flags: 0,
+                // Flags are bits; a negative stored value is no set of them.
+                flags: u64::try_from(app_flags).unwrap_or(0),
             },
             private_channels: vec![],
             relationships: vec![],
@@ -521,6 +592,25 @@ impl Gateway {
         }
     }
 
+    /// IDENTIFY's `compress: true` on a socket without transport
+    /// compression: hands the writer a compressor for its dispatches, or
+    /// (none free) leaves them plain, which Discord allows ("not all
+    /// payloads will be compressed").
+    fn payload_compression(&self, handover: Option<oneshot::Sender<Deflater>>) {
+        let Some(handover) = handover else { return };
+        let max = self.shared.limits.gateway_compressors_max;
+        match self.counters.compressors.acquire(max) {
+            Some(permit) => {
+                let _ = handover.send(Deflater::new(permit));
+            }
+            None => {
+                self.counters
+                    .payload_compression_declined_total
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Op 3 (and READY, and the session's end): one message to the
     /// presence role, which fans the user's status out to their guilds.
     /// Never awaited: presence is off the session's critical path.
@@ -572,8 +662,17 @@ impl Gateway {
     }
 
     /// Runs one socket until it closes. `unattached` is the socket's
-    /// admission reservation, released once it has a hub session.
-    pub async fn run(self: Arc<Self>, socket: WebSocket, mut unattached: Unattached) {
+    /// admission reservation, released once it has a hub session; `wire`
+    /// is what its URL asked for, and `transport` its zlib-stream or
+    /// zstd-stream compressor when it asked for one (taken before the upgrade, so a
+    /// node without a free compressor refuses it with 503).
+    pub async fn run(
+        self: Arc<Self>,
+        socket: WebSocket,
+        mut unattached: Unattached,
+        wire: WireQuery,
+        transport: Option<Stream>,
+    ) {
         self.counters.sockets_open.fetch_add(1, Ordering::Relaxed);
         let limits = &self.shared.limits;
         let config = SessionConfig {
@@ -592,15 +691,33 @@ impl Gateway {
         let (control_tx, mut control_rx) = mpsc::channel::<Control>(CONTROL_CHANNEL_CAPACITY);
         let (sink, mut stream) = socket.split();
         let (finish_tx, finish_rx) = oneshot::channel::<Finish>();
-        let mut writer = tokio::spawn(write(sink, inlet, finish_rx, stall));
+        // Payload compression is never used with transport compression
+        // (Discord: "Payload compression will be disabled if you use
+        // transport compression"), so there is nothing to hand over then.
+        let (payload_tx, payload_rx) = oneshot::channel::<Deflater>();
+        let mut payload_tx = (wire.transport == Transport::None).then_some(payload_tx);
+        let encoder = Encoder {
+            transport,
+            payload: None,
+            payload_handover: Some(payload_rx),
+        };
+        let mut writer = tokio::spawn(write(sink, inlet, finish_rx, stall, encoder));
         let mut writer_done = false;
         // Op 8 tasks of this socket: dropped (aborted) with it.
         let mut member_requests = JoinSet::new();
         let (mut session, hello) = Session::new(config, now_ms());
         let mut slot: Option<Arc<Slot>> = None;
-        let mut pending: VecDeque<Command> = VecDeque::from([hello]);
+        // A version this gateway does not speak is closed at once, before
+        // HELLO: the client could not rely on anything that follows.
+        let first = if wire.version_ok {
+            hello
+        } else {
+            Command::Close(CloseCode::InvalidApiVersion)
+        };
+        let mut pending: VecDeque<Command> = VecDeque::from([first]);
         let mut scratch = Vec::new();
         let mut user: Option<UserRow> = None;
+        let mut app_flags = 0i64;
         let mut identify_started: Option<std::time::Instant> = None;
         // A quarter of the shorter deadline, so either is noticed within a
         // quarter of its length.
@@ -627,10 +744,14 @@ impl Gateway {
                     Command::Authenticate(identify) => {
                         identify_started = Some(std::time::Instant::now());
                         let result = authenticate(&self.shared, &self.users, &identify.token).await;
-                        let result = result.map(|(row, identity)| {
+                        let result = result.map(|(row, identity, flags)| {
                             user = Some(row);
+                            app_flags = flags;
                             identity
                         });
+                        if result.is_ok() && identify.compress == Some(true) {
+                            self.payload_compression(payload_tx.take());
+                        }
                         session.identified(now_ms(), result, &mut scratch);
                         pending.extend(scratch.drain(..));
                     }
@@ -641,7 +762,15 @@ impl Gateway {
                     } => {
                         let Some(row) = user.clone() else { continue };
                         match self
-                            .ready(identity, intents, shard, &row, &outlet, &control_tx)
+                            .ready(
+                                identity,
+                                app_flags,
+                                intents,
+                                shard,
+                                &row,
+                                &outlet,
+                                &control_tx,
+                            )
                             .await
                         {
                             Ok(s) => {
@@ -660,7 +789,7 @@ impl Gateway {
                             authenticate(&self.shared, &self.users, &resume.token).await,
                             self.hub.get(&resume.session_id),
                         ) {
-                            (Ok((_, identity)), Some(s))
+                            (Ok((_, identity, _)), Some(s))
                                 if s.user_id == identity.user_id.get() as i64 =>
                             {
                                 match s.resume(resume.seq, outlet.clone(), control_tx.clone()) {
@@ -730,8 +859,8 @@ impl Gateway {
                         session.on_text(now_ms(), text.as_bytes(), &mut scratch);
                         pending.extend(scratch.drain(..));
                     }
-                    Some(Ok(Message::Binary(_))) => {
-                        session.on_binary(&mut scratch);
+                    Some(Ok(Message::Binary(bytes))) => {
+                        session.on_binary(now_ms(), &bytes, &mut scratch);
                         pending.extend(scratch.drain(..));
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}

@@ -8,6 +8,7 @@
 //!   over the bus.
 //! - [`api`]: REST v10.
 //! - [`commands`]: application commands (REST).
+//! - [`compress`]: gateway compression (the URL's query, the writer's deflate).
 //! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`auth`]: passwords and tokens.
@@ -22,6 +23,7 @@ pub mod api;
 pub mod auth;
 pub mod cluster;
 pub mod commands;
+pub mod compress;
 pub mod events;
 pub mod gateway;
 pub mod guilds;
@@ -215,6 +217,31 @@ async fn metrics(
         "counter",
         "Sockets closed with 1002, 1007 or 1009 for a frame the WebSocket layer refused.",
         gw.protocol_error_closes_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_gateway_compressors",
+        "gauge",
+        "Compressors alive (zlib-stream and zstd-stream sockets, payload-compressing sessions).",
+        gw.compressors.open.load(Ordering::Relaxed) as u64,
+    );
+    line(
+        "guildhall_compressed_upgrades_refused_total",
+        "counter",
+        "zlib-stream and zstd-stream upgrades refused with 503 (gateway_compressors_max compressors alive).",
+        gw.compressed_upgrades_refused_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_payload_compression_declined_total",
+        "counter",
+        "IDENTIFYs asking for payload compression served plain (gateway_compressors_max compressors alive).",
+        gw.payload_compression_declined_total
+            .load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_gateway_query_refused_total",
+        "counter",
+        "Upgrades refused with 400 for an encoding or compress value not offered (etf, unknown).",
+        gw.query_refused_total.load(Ordering::Relaxed),
     );
     line(
         "guildhall_member_requests_refused_total",

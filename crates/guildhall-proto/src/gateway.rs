@@ -149,8 +149,9 @@ pub struct Identify {
     /// Client properties.
     #[serde(default)]
     pub properties: ConnectionProperties,
-    /// Ignored: compression is negotiated by URL, and plain JSON works with
-    /// every library even when they ask for it.
+    /// Payload compression: `true` asks for dispatches as zlib streams of
+    /// their own in binary frames; ignored on a socket with transport
+    /// compression (the URL's `compress`), as Discord does.
     #[serde(default)]
     pub compress: Option<bool>,
     /// Members above which a guild is "large".

@@ -21,8 +21,9 @@
 //! - a `shard` with `shard_id >= num_shards`, `num_shards` of 0 or above
 //!   `shards_max`: 4010;
 //! - more than `inbound_per_minute_max` payloads in a minute: 4008;
-//! - a payload that does not parse, is too large, or is binary: 4002; an
-//!   op clients may not send: 4001.
+//! - a payload that does not parse or is too large (text or binary frame
+//!   alike), or a binary frame that is not UTF-8: 4002; an op clients may
+//!   not send: 4001.
 
 use guildhall_proto::Snowflake;
 use guildhall_proto::gateway::{
@@ -231,11 +232,18 @@ impl Session {
         }
     }
 
-    /// A binary frame: compression and ETF are not offered, so 4002.
-    pub fn on_binary(&mut self, out: &mut Vec<Command>) {
-        if self.phase != Phase::Closed {
-            self.close(CloseCode::DecodeError, out);
+    /// A binary frame: JSON like a text frame (hikari sends its payloads
+    /// in binary frames), under the same size bound. Clients send plain
+    /// JSON in Discord's protocol (ETF is not offered, and nothing a client
+    /// sends is ever inflated), so bytes that are not UTF-8 are 4002.
+    pub fn on_binary(&mut self, now_ms: u64, payload: &[u8], out: &mut Vec<Command>) {
+        if self.phase == Phase::Closed {
+            return;
         }
+        if payload.len() > self.config.payload_bytes_max || std::str::from_utf8(payload).is_err() {
+            return self.close(CloseCode::DecodeError, out);
+        }
+        self.on_text(now_ms, payload, out);
     }
 
     /// Time passes: closes a session whose heartbeats stopped, or that
@@ -611,10 +619,24 @@ mod tests {
     }
 
     #[test]
-    fn binary_frames_close_with_4002() {
-        let (mut s, _) = Session::new(SessionConfig::default(), 0);
+    fn binary_frames_are_json_and_close_with_4002_when_not_utf8_or_too_large() {
+        let mut s = ready_session();
         let mut out = Vec::new();
-        s.on_binary(&mut out);
+        s.on_binary(2, br#"{"op":1,"d":null}"#, &mut out);
+        assert_eq!(closed_with(&out), None);
+        assert!(matches!(out.as_slice(), [Command::Send(_)]));
+        let mut s = ready_session();
+        let mut out = Vec::new();
+        s.on_binary(2, &[0x78, 0x9c, 0xff, 0xfe], &mut out);
         assert_eq!(closed_with(&out), Some(4002));
+        let mut s = ready_session();
+        let mut out = Vec::new();
+        let large = format!(r#"{{"op":1,"d":null,"x":"{}"}}"#, "a".repeat(5000));
+        s.on_binary(2, large.as_bytes(), &mut out);
+        assert_eq!(closed_with(&out), Some(4002));
+        let (mut fresh, _) = Session::new(SessionConfig::default(), 0);
+        let mut out = Vec::new();
+        fresh.on_binary(1, IDENTIFY.as_bytes(), &mut out);
+        assert!(matches!(out.as_slice(), [Command::Authenticate(_)]));
     }
 }
