@@ -323,7 +323,15 @@ impl Slot {
             }
         }
         state.out = Some(out);
-        state.control = Some(control);
+        // A socket still attached (a client that resumed from a second
+        // connection without closing the first) is told to close: its
+        // session lives on the new socket now, and left alone its
+        // heartbeats would keep it, and its task, alive with nothing to
+        // deliver. Best effort: a full control channel is a socket that is
+        // closing already.
+        if let Some(previous) = state.control.replace(control) {
+            let _ = previous.try_send(Control::Close(CloseCode::UnknownError));
+        }
         state.detached_at_ms = None;
         Ok(())
     }

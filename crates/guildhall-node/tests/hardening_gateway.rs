@@ -372,3 +372,46 @@ async fn websocket_protocol_errors_get_a_close_frame_with_the_right_code() {
     );
     node.stop().await;
 }
+
+/// A RESUME from a second connection while the first is still open moves
+/// the session and closes the first (resumable), so a forgotten socket
+/// does not live on on its heartbeats holding nothing; the session then
+/// delivers on the new socket only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_elsewhere_closes_the_socket_that_held_the_session() {
+    let node = TestNode::with_limits(Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        ..Limits::default()
+    })
+    .await;
+    let (token, _) = node.register("owner").await;
+    let (_, channel) = node.guild(&token, "moved").await;
+    let mut first = Client::connect(&node.ws).await;
+    let ready = first
+        .identify(&token, intents::GUILDS | intents::GUILD_MESSAGES)
+        .await;
+    let session_id = ready["d"]["session_id"].as_str().unwrap().to_owned();
+    let guild_create = first.dispatch("GUILD_CREATE").await;
+    let seq = guild_create["s"].as_u64().unwrap();
+
+    let mut second = Client::connect(&node.ws).await;
+    assert_eq!(second.next().await.unwrap()["op"], 10);
+    second
+        .send(json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": session_id, "seq": seq}}))
+        .await;
+    assert_eq!(second.dispatch("RESUMED").await["t"], "RESUMED");
+    assert_eq!(first.close_code().await, Some(4000));
+
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel}/messages"),
+            Some(&token),
+            Some(json!({"content": "here now"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let created = second.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(created["d"]["content"], "here now");
+    node.stop().await;
+}
