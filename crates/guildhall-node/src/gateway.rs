@@ -726,6 +726,10 @@ impl Gateway {
             .min(limits.gateway_identify_timeout_ms);
         let mut tick = tokio::time::interval(Duration::from_millis((deadline_ms / 4).max(250)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Once a session is attached the identify deadline is over: back to
+        // a quarter of the heartbeat interval, half the wake-ups per socket
+        // for the rest of its life.
+        let mut tick_relaxed = false;
         // Nothing below awaits the socket's sink: frames are queued, and a
         // full queue is a slow consumer like a full dispatch queue.
         let finish: Option<Finish> = 'socket: loop {
@@ -836,6 +840,15 @@ impl Gateway {
                         }
                     }
                 }
+            }
+            if !tick_relaxed && slot.is_some() {
+                tick_relaxed = true;
+                let quarter_ms = (limits.heartbeat_interval_ms / 4).max(250);
+                tick = tokio::time::interval_at(
+                    tokio::time::Instant::now() + Duration::from_millis(quarter_ms),
+                    Duration::from_millis(quarter_ms),
+                );
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             }
             tokio::select! {
                 biased;

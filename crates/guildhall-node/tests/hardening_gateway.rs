@@ -415,3 +415,31 @@ async fn a_resume_elsewhere_closes_the_socket_that_held_the_session() {
     assert_eq!(created["d"]["content"], "here now");
     node.stop().await;
 }
+
+/// An identified session whose heartbeats stop is closed with 4009 once
+/// its heartbeat timeout passes (the socket's clock keeps running after
+/// READY at a quarter of the heartbeat interval).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identified_session_without_heartbeats_times_out_with_4009() {
+    let node = TestNode::with_limits(Limits {
+        heartbeat_interval_ms: 1_000,
+        heartbeat_timeout_ms: 1_500,
+        ..Limits::default()
+    })
+    .await;
+    let (token, _) = node.register("quiet").await;
+    node.guild(&token, "quiet").await;
+    let mut client = Client::connect(&node.ws).await;
+    let hello = client.next().await.unwrap();
+    assert_eq!(hello["d"]["heartbeat_interval"], 1_000);
+    client
+        .send(
+            json!({"op": 2, "d": {"token": format!("Bot {token}"), "intents": intents::GUILDS,
+            "properties": {"os": "linux", "browser": "test", "device": "test"}}}),
+        )
+        .await;
+    client.dispatch("READY").await;
+    // No heartbeat from here on.
+    assert_eq!(client.close_code().await, Some(4009));
+    node.stop().await;
+}
