@@ -59,11 +59,9 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Busy => ApiError::Overloaded,
-            StoreError::Conflict(_) => ApiError::Field(
-                "username",
-                "USERNAME_ALREADY_TAKEN",
-                "Username is unavailable.".into(),
-            ),
+            // The only unique keys a handler can collide on without
+            // checking first are usernames (commands map their own).
+            StoreError::Conflict(_) => taken(),
             StoreError::Database(e) => {
                 crate::throttled!(error, "api.store_failed", error = %e, "store failed");
                 ApiError::Internal
@@ -240,8 +238,9 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let lookup = match parts.extensions.get::<TokenLookup>() {
-            Some(TokenLookup(lookup)) => lookup.clone(),
+        // Taken, not cloned: nothing after the extractor reads it.
+        let lookup = match parts.extensions.remove::<TokenLookup>() {
+            Some(TokenLookup(lookup)) => lookup,
             None => {
                 let Some(token) = bearer(&parts.headers) else {
                     return Err(ApiError::Unauthorized);
@@ -1622,10 +1621,13 @@ async fn patch_guild(
     let guild_id = parse_id(&id)?;
     match patch::<String>(body.get("name"))?.flatten() {
         Some(name) => {
+            // Trimmed once, as creation trims: the name checked is the
+            // name stored.
+            let name = name.trim().to_owned();
             check_chars(
                 &node,
                 "name",
-                name.trim(),
+                &name,
                 2,
                 node.shared.limits.guild_name_chars_max,
             )?;
