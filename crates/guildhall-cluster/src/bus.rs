@@ -14,10 +14,10 @@
 //! event streams carry them and resynchronise on a gap).
 //!
 //! ```
-//! use guildhall_cluster::bus::{Bus, LocalBus, request};
+//! use guildhall_cluster::bus::{Bus, LocalBus};
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let bus = LocalBus::new(1 << 20);
-//! let mut service = bus.subscribe("echo", None, 16).unwrap();
+//! let mut service = bus.subscribe("echo", None, 16).await.unwrap();
 //! tokio::spawn({
 //!     let bus = bus.clone();
 //!     async move {
@@ -27,7 +27,7 @@
 //!         }
 //!     }
 //! });
-//! let answer = request(&bus, "echo", "hi".into(), std::time::Duration::from_secs(5)).await.unwrap();
+//! let answer = bus.request("echo", "hi".into(), std::time::Duration::from_secs(5)).await.unwrap();
 //! assert_eq!(&answer.payload[..], b"hi");
 //! # });
 //! ```
@@ -53,6 +53,18 @@ pub struct Message {
     pub reply: Option<String>,
     /// The body (an envelope of `guildhall_proto::bus`).
     pub payload: Bytes,
+    /// For a request: when its caller stops waiting. The deadline travels
+    /// with the request (across processes as the time left, in a header),
+    /// so a server never starts work whose answer nobody will read.
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+impl Message {
+    /// Whether the caller has already given up on this request.
+    pub fn expired(&self) -> bool {
+        self.deadline
+            .is_some_and(|deadline| deadline <= tokio::time::Instant::now())
+    }
 }
 
 /// What can go wrong.
@@ -73,6 +85,10 @@ pub enum BusError {
     /// The bus holds its maximum of subjects.
     #[error("too many subjects")]
     SubjectsFull,
+    /// The connection to the bus is down (the client reconnects on its
+    /// own; meanwhile callers fail fast instead of queuing).
+    #[error("bus disconnected")]
+    Disconnected,
 }
 
 /// Counters of a bus, read by `/metrics`.
@@ -91,6 +107,12 @@ pub struct BusStats {
 }
 
 /// A message bus.
+///
+/// `publish` never waits (a real transport queues it on a bounded
+/// outbound buffer and refuses with [`BusError::Full`] when that is full);
+/// `subscribe` and `request` are asynchronous because on a real transport
+/// they are round trips: a subscription is live once `subscribe` returns.
+#[async_trait::async_trait]
 pub trait Bus: Send + Sync + std::fmt::Debug + 'static {
     /// Delivers `payload` to every plain subscriber of `subject` and to one
     /// member of each queue group. Never waits.
@@ -98,14 +120,20 @@ pub trait Bus: Send + Sync + std::fmt::Debug + 'static {
     /// Subscribes to `subject` (exact match), alone or in `queue_group`,
     /// holding at most `capacity_messages` undelivered messages. Dropping
     /// the subscription unsubscribes.
-    fn subscribe(
+    async fn subscribe(
         &self,
         subject: &str,
         queue_group: Option<&str>,
         capacity_messages: usize,
     ) -> Result<Subscription, BusError>;
-    /// A fresh, unique subject for replies.
-    fn new_inbox(&self) -> String;
+    /// Publishes `payload` to `subject` and waits at most `timeout` for one
+    /// answer. The server sees the deadline ([`Message::deadline`]).
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Message, BusError>;
     /// Counters.
     fn stats(&self) -> &BusStats;
 }
@@ -156,29 +184,6 @@ impl Subscription {
     /// Whether no message waits.
     pub fn is_empty(&self) -> bool {
         self.receiver.is_empty()
-    }
-}
-
-/// Publishes `payload` to `subject` with a fresh reply inbox and waits at
-/// most `timeout` for the answer.
-pub async fn request(
-    bus: &dyn Bus,
-    subject: &str,
-    payload: Bytes,
-    timeout: Duration,
-) -> Result<Message, BusError> {
-    let inbox = bus.new_inbox();
-    let mut answers = bus.subscribe(&inbox, None, 1)?;
-    bus.publish(subject, Some(&inbox), payload)?;
-    match tokio::time::timeout(timeout, answers.next()).await {
-        Ok(Some(answer)) => Ok(answer),
-        Ok(None) => Err(BusError::NoResponders),
-        Err(_) => {
-            bus.stats()
-                .request_timeouts_total
-                .fetch_add(1, Ordering::Relaxed);
-            Err(BusError::Timeout)
-        }
     }
 }
 
@@ -283,8 +288,14 @@ impl LocalBus {
     }
 }
 
-impl Bus for LocalBus {
-    fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
+impl LocalBus {
+    fn deliver(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        payload: Bytes,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<(), BusError> {
         let stats = &self.inner.stats;
         if payload.len() > self.inner.payload_bytes_max {
             stats.too_large_total.fetch_add(1, Ordering::Relaxed);
@@ -300,6 +311,7 @@ impl Bus for LocalBus {
             subject: subject.to_owned(),
             reply: reply.map(str::to_owned),
             payload,
+            deadline,
         };
         let mut dropped = 0u64;
         // Plain subscribers each get a copy (a refcount on the payload).
@@ -337,7 +349,7 @@ impl Bus for LocalBus {
         Ok(())
     }
 
-    fn subscribe(
+    fn subscribe_now(
         &self,
         subject: &str,
         queue_group: Option<&str>,
@@ -382,6 +394,45 @@ impl Bus for LocalBus {
             "_INBOX.{}",
             self.inner.next_id.fetch_add(1, Ordering::Relaxed)
         )
+    }
+}
+
+#[async_trait::async_trait]
+impl Bus for LocalBus {
+    fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
+        self.deliver(subject, reply, payload, None)
+    }
+
+    async fn subscribe(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+    ) -> Result<Subscription, BusError> {
+        self.subscribe_now(subject, queue_group, capacity_messages)
+    }
+
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Message, BusError> {
+        let inbox = self.new_inbox();
+        let mut answers = self.subscribe_now(&inbox, None, 1)?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        self.deliver(subject, Some(&inbox), payload, Some(deadline))?;
+        match tokio::time::timeout_at(deadline, answers.next()).await {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => Err(BusError::NoResponders),
+            Err(_) => {
+                self.inner
+                    .stats
+                    .request_timeouts_total
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(BusError::Timeout)
+            }
+        }
     }
 
     fn stats(&self) -> &BusStats {
@@ -434,6 +485,7 @@ fn splitmix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+#[async_trait::async_trait]
 impl Bus for DroppingBus {
     fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
         if subject.starts_with(&self.prefix) {
@@ -449,7 +501,7 @@ impl Bus for DroppingBus {
         self.inner.publish(subject, reply, payload)
     }
 
-    fn subscribe(
+    async fn subscribe(
         &self,
         subject: &str,
         queue_group: Option<&str>,
@@ -457,10 +509,17 @@ impl Bus for DroppingBus {
     ) -> Result<Subscription, BusError> {
         self.inner
             .subscribe(subject, queue_group, capacity_messages)
+            .await
     }
 
-    fn new_inbox(&self) -> String {
-        self.inner.new_inbox()
+    /// Requests are not dropped: the wrapper targets the numbered streams.
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Message, BusError> {
+        self.inner.request(subject, payload, timeout).await
     }
 
     fn stats(&self) -> &BusStats {
@@ -484,10 +543,10 @@ mod tests {
     fn plain_subscribers_each_get_a_copy_and_groups_one() {
         rt().block_on(async {
             let bus = LocalBus::new(1024);
-            let mut a = bus.subscribe("s", None, 8).unwrap();
-            let mut b = bus.subscribe("s", None, 8).unwrap();
-            let mut g1 = bus.subscribe("s", Some("workers"), 8).unwrap();
-            let mut g2 = bus.subscribe("s", Some("workers"), 8).unwrap();
+            let mut a = bus.subscribe_now("s", None, 8).unwrap();
+            let mut b = bus.subscribe_now("s", None, 8).unwrap();
+            let mut g1 = bus.subscribe_now("s", Some("workers"), 8).unwrap();
+            let mut g2 = bus.subscribe_now("s", Some("workers"), 8).unwrap();
             for i in 0..4u8 {
                 bus.publish("s", None, Bytes::from(vec![i])).unwrap();
             }
@@ -506,8 +565,8 @@ mod tests {
     fn a_full_subscriber_drops_and_counts_without_blocking_others() {
         rt().block_on(async {
             let bus = LocalBus::new(1024);
-            let slow = bus.subscribe("s", None, 2).unwrap();
-            let mut fast = bus.subscribe("s", None, 16).unwrap();
+            let slow = bus.subscribe_now("s", None, 2).unwrap();
+            let mut fast = bus.subscribe_now("s", None, 16).unwrap();
             let results: Vec<_> = (0..5)
                 .map(|_| bus.publish("s", None, Bytes::from_static(b"x")))
                 .collect();
@@ -530,7 +589,7 @@ mod tests {
     #[test]
     fn bytes_are_bounded_as_well_as_messages() {
         let bus = LocalBus::new(100);
-        let sub = bus.subscribe("s", None, 1000).unwrap();
+        let sub = bus.subscribe_now("s", None, 1000).unwrap();
         // 64 × 100 bytes at most, however many messages the bound allows.
         let accepted = (0..200)
             .filter(|_| bus.publish("s", None, Bytes::from(vec![0u8; 100])).is_ok())
@@ -546,7 +605,7 @@ mod tests {
     #[test]
     fn dropping_a_subscription_unsubscribes() {
         let bus = LocalBus::new(1024);
-        let sub = bus.subscribe("s", None, 1).unwrap();
+        let sub = bus.subscribe_now("s", None, 1).unwrap();
         assert!(bus.publish("s", None, Bytes::new()).is_ok());
         drop(sub);
         assert_eq!(
@@ -560,13 +619,14 @@ mod tests {
     fn a_request_without_an_answer_times_out_and_leaves_no_inbox() {
         rt().block_on(async {
             let bus = LocalBus::new(1024);
-            let _silent = bus.subscribe("svc", None, 4).unwrap();
-            let error = request(&bus, "svc", Bytes::new(), Duration::from_millis(1))
+            let _silent = bus.subscribe_now("svc", None, 4).unwrap();
+            let error = bus
+                .request("svc", Bytes::new(), Duration::from_millis(1))
                 .await
                 .unwrap_err();
             assert_eq!(error, BusError::Timeout);
             assert_eq!(
-                request(&bus, "nobody", Bytes::new(), Duration::from_secs(1))
+                bus.request("nobody", Bytes::new(), Duration::from_secs(1))
                     .await
                     .unwrap_err(),
                 BusError::NoResponders
@@ -577,12 +637,33 @@ mod tests {
     }
 
     #[test]
+    fn a_request_carries_its_deadline_to_the_server() {
+        rt().block_on(async {
+            let bus = LocalBus::new(1024);
+            let mut server = bus.subscribe_now("svc", None, 4).unwrap();
+            let caller = {
+                let bus = bus.clone();
+                tokio::spawn(async move {
+                    bus.request("svc", Bytes::new(), Duration::from_secs(30))
+                        .await
+                })
+            };
+            let request = server.next().await.unwrap();
+            let left = request.deadline.unwrap() - tokio::time::Instant::now();
+            assert!(left <= Duration::from_secs(30) && !request.expired());
+            bus.publish(request.reply.as_deref().unwrap(), None, Bytes::new())
+                .unwrap();
+            assert!(caller.await.unwrap().is_ok());
+        });
+    }
+
+    #[test]
     fn the_dropping_bus_is_reproducible_from_its_seed() {
         let run = |seed| {
-            let local: Arc<dyn Bus> = Arc::new(LocalBus::new(1024));
-            let bus = DroppingBus::new(local, "ev.", 100_000, seed);
-            let sub = bus.subscribe("ev.1", None, 10_000).unwrap();
-            let _other = bus.subscribe("other", None, 10_000).unwrap();
+            let local = LocalBus::new(1024);
+            let sub = local.subscribe_now("ev.1", None, 10_000).unwrap();
+            let _other = local.subscribe_now("other", None, 10_000).unwrap();
+            let bus = DroppingBus::new(Arc::new(local), "ev.", 100_000, seed);
             for _ in 0..1000 {
                 bus.publish("ev.1", None, Bytes::new()).unwrap();
                 bus.publish("other", None, Bytes::new()).unwrap();

@@ -18,5 +18,5 @@ pub mod registry;
 pub mod view;
 
 pub use bus::{Bus, BusError, LocalBus, Subscription};
-pub use registry::{LeaseId, LocalRegistry, Registry, RegistryError};
+pub use registry::{LeaseId, Listing, LocalRegistry, Registry, RegistryError, Watch, WatchEvent};
 pub use view::RegistryView;

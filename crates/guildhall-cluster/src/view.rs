@@ -64,6 +64,13 @@ impl RegistryView {
 mod tests {
     use super::*;
     use crate::{LocalRegistry, Registry};
+
+    fn list(registry: &LocalRegistry) -> BTreeMap<String, Vec<u8>> {
+        futures_util::FutureExt::now_or_never(registry.list(INSTANCE_PREFIX))
+            .and_then(Result::ok)
+            .unwrap_or_default()
+            .entries
+    }
     use guildhall_proto::cluster::{INSTANCE_PREFIX, Role, instance_key};
 
     fn announce(registry: &LocalRegistry, node: &str) -> Announcement {
@@ -75,8 +82,7 @@ mod tests {
             started_ms: 1,
         };
         registry
-            .put_with_lease(&instance_key(node), a.encode().unwrap(), 10_000, 0)
-            .unwrap();
+            .put_raw(&instance_key(node), a.encode().unwrap());
         a
     }
 
@@ -89,7 +95,7 @@ mod tests {
         let good_a = announce(&registry, "a");
         let good_b = announce(&registry, "b");
         let mut view = RegistryView::default();
-        view.apply(&registry.list(INSTANCE_PREFIX, 1).1);
+        view.apply(&list(&registry));
         let expected: Vec<Announcement> = vec![good_a.clone(), good_b.clone()];
         let corruptions: Vec<Vec<u8>> = vec![
             vec![],
@@ -109,7 +115,7 @@ mod tests {
             injected += 1;
             for _ in 0..3 {
                 // Watch events and re-lists see the same bad value again.
-                view.apply(&registry.list(INSTANCE_PREFIX, 2).1);
+                view.apply(&list(&registry));
                 assert_eq!(view.instances().cloned().collect::<Vec<_>>(), expected);
             }
         }
@@ -117,12 +123,12 @@ mod tests {
         // A fresh watcher (a restart) has no last good value to keep: it
         // sees no instance under the corrupt keys, and never a bad one.
         let mut fresh = RegistryView::default();
-        fresh.apply(&registry.list(INSTANCE_PREFIX, 3).1);
+        fresh.apply(&list(&registry));
         assert!(fresh.instances().all(|a| a == &good_a || a == &good_b));
         // A valid rewrite is adopted; a key whose lease ended disappears.
         announce(&registry, "a");
         registry.delete(&instance_key("b"));
-        view.apply(&registry.list(INSTANCE_PREFIX, 4).1);
+        view.apply(&list(&registry));
         assert_eq!(view.instances().cloned().collect::<Vec<_>>(), vec![good_a]);
     }
 }
