@@ -26,6 +26,17 @@ pub const RING_VNODES_PER_MEMBER: u32 = 160;
 /// membership table (new members are rejected, existing ones keep their place).
 pub const RING_MEMBERS_MAX: usize = 4096;
 
+/// Registry entries (under the instance prefix, corrupt ones included) a node
+/// mirrors from its watch. When hit: a new key is ignored and counted as
+/// rejected (`registry_overflow`); keys already known keep updating, so a
+/// flood of bogus keys cannot grow a node's memory or displace real members.
+pub const REGISTRY_ENTRIES_MAX: usize = 16_384;
+
+/// Registry changes buffered between the watch and the node's view. When
+/// hit: the watch ends and the node lists the prefix again (nothing is lost,
+/// a burst costs one re-list).
+pub const REGISTRY_WATCH_EVENTS_MAX: usize = 1_024;
+
 /// Bounded-load slack ε in permille: no member holds more than
 /// ⌈(1 + ε) × average⌉ keys. 250 (ε = 0.25) is the value the bounded-load
 /// literature and resilience.md use: low movement, and failover spreads.
@@ -646,6 +657,10 @@ pub struct Limits {
     pub ring_vnodes_per_member: u32,
     /// See [`RING_MEMBERS_MAX`].
     pub ring_members_max: usize,
+    /// See [`REGISTRY_ENTRIES_MAX`].
+    pub registry_entries_max: usize,
+    /// See [`REGISTRY_WATCH_EVENTS_MAX`].
+    pub registry_watch_events_max: usize,
     /// See [`RING_LOAD_EPSILON_PERMILLE`].
     pub ring_load_epsilon_permille: u32,
     /// See [`RING_HISTORY_GENERATIONS_MAX`].
@@ -877,6 +892,8 @@ impl Default for Limits {
         Self {
             ring_vnodes_per_member: RING_VNODES_PER_MEMBER,
             ring_members_max: RING_MEMBERS_MAX,
+            registry_entries_max: REGISTRY_ENTRIES_MAX,
+            registry_watch_events_max: REGISTRY_WATCH_EVENTS_MAX,
             ring_load_epsilon_permille: RING_LOAD_EPSILON_PERMILLE,
             ring_history_generations_max: RING_HISTORY_GENERATIONS_MAX,
             lease_ttl_ms: LEASE_TTL_MS,
@@ -1033,6 +1050,16 @@ impl Limits {
         check(
             self.ring_members_max >= 1,
             "ring_members_max",
+            "must be at least 1",
+        );
+        check(
+            self.registry_entries_max >= 1,
+            "registry_entries_max",
+            "must be at least 1",
+        );
+        check(
+            self.registry_watch_events_max >= 1,
+            "registry_watch_events_max",
             "must be at least 1",
         );
         check(
@@ -1562,6 +1589,8 @@ mod tests {
         let fields = [
             "ring_vnodes_per_member",
             "ring_members_max",
+            "registry_entries_max",
+            "registry_watch_events_max",
             "ring_load_epsilon_permille",
             "ring_history_generations_max",
             "lease_ttl_ms",
@@ -1674,6 +1703,8 @@ mod tests {
         match field {
             "ring_vnodes_per_member" => l.ring_vnodes_per_member = 0,
             "ring_members_max" => l.ring_members_max = 0,
+            "registry_entries_max" => l.registry_entries_max = 0,
+            "registry_watch_events_max" => l.registry_watch_events_max = 0,
             "ring_load_epsilon_permille" => l.ring_load_epsilon_permille = 0,
             "ring_history_generations_max" => l.ring_history_generations_max = 0,
             "lease_ttl_ms" => l.lease_ttl_ms = 0,

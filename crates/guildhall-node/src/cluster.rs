@@ -7,7 +7,7 @@
 //! In embedded mode the registry is in-process and the ring has one member.
 
 use crate::state::now_ms;
-use guildhall_cluster::{LeaseId, Registry, RegistryView};
+use guildhall_cluster::{LeaseId, Registry, RegistryView, Watch, WatchEvent};
 use guildhall_limits::Limits;
 use guildhall_proto::cluster::{Announcement, INSTANCE_PREFIX, Role, instance_key};
 use guildhall_ring::MemberId;
@@ -36,6 +36,13 @@ pub struct ClusterState {
     pub gateways: RwLock<Arc<Vec<String>>>,
     /// Names of the guilds nodes, by ring member id.
     pub guild_nodes: RwLock<Arc<BTreeMap<MemberId, String>>>,
+    /// Full listings of the registry (the first, and one after each watch
+    /// that ended).
+    pub relists_total: AtomicU64,
+    /// Registry calls of the watcher that failed (unreachable registry).
+    pub registry_errors_total: AtomicU64,
+    /// Registry keys ignored beyond `registry_entries_max`.
+    pub overflow_total: AtomicU64,
 }
 
 impl Default for ClusterState {
@@ -48,6 +55,9 @@ impl Default for ClusterState {
             lease: AtomicU64::new(0),
             gateways: RwLock::new(Arc::new(Vec::new())),
             guild_nodes: RwLock::new(Arc::new(BTreeMap::new())),
+            relists_total: AtomicU64::new(0),
+            registry_errors_total: AtomicU64::new(0),
+            overflow_total: AtomicU64::new(0),
         }
     }
 }
@@ -80,6 +90,12 @@ impl ClusterState {
             .cloned()
     }
 
+    /// Registry keys beyond `registry_entries_max`, counted with the
+    /// rejected entries.
+    fn overflowed(&self, keys: u64) {
+        self.overflow_total.fetch_add(keys, Ordering::Relaxed);
+    }
+
     fn set_gateways(&self, nodes: Vec<String>) {
         *self
             .gateways
@@ -88,15 +104,31 @@ impl ClusterState {
     }
 }
 
-fn announce(registry: &dyn Registry, announcement: &Announcement, ttl_ms: u64) -> Option<LeaseId> {
+async fn announce(
+    registry: &dyn Registry,
+    announcement: &Announcement,
+    ttl_ms: u64,
+) -> Option<LeaseId> {
     let bytes = announcement.encode().ok()?;
-    registry
-        .put_with_lease(&instance_key(&announcement.node), bytes, ttl_ms, now_ms())
-        .ok()
+    match registry
+        .put_with_lease(&instance_key(&announcement.node), bytes, ttl_ms)
+        .await
+    {
+        Ok(lease) => Some(lease),
+        Err(error) => {
+            crate::throttled!(
+                warn,
+                "cluster.announce_failed",
+                %error,
+                "announcing in the registry failed; retrying at the next renewal"
+            );
+            None
+        }
+    }
 }
 
 /// Announces this node and starts the keep-alive and watch tasks.
-pub fn start(
+pub async fn start(
     registry: Arc<dyn Registry>,
     announcement: Announcement,
     limits: &Limits,
@@ -104,7 +136,7 @@ pub fn start(
 ) {
     let ttl_ms = limits.lease_ttl_ms;
     let renew_ms = limits.lease_renew_interval_ms.max(1);
-    if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms) {
+    if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms).await {
         state.lease.store(lease, Ordering::Relaxed);
     }
     // This node knows itself before its first listing.
@@ -112,24 +144,45 @@ pub fn start(
         state.set_gateways(vec![announcement.node.clone()]);
     }
     // Keep-alive: its own task, doing nothing else, so no backlog elsewhere
-    // can make this node miss its renewals.
+    // can make this node miss its renewals (seed 004).
     {
         let (registry, state, announcement) =
             (registry.clone(), state.clone(), announcement.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 let lease = state.lease.load(Ordering::Relaxed);
-                if registry.keep_alive(lease, now_ms()).is_err() {
-                    crate::throttled!(
-                        warn,
-                        "cluster.lease_lost",
-                        lease,
-                        "lease lost, announcing again"
-                    );
-                    if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms) {
-                        state.lease.store(lease, Ordering::Relaxed);
+                let renewed = if lease == 0 {
+                    Err(guildhall_cluster::RegistryError::UnknownLease)
+                } else {
+                    registry.keep_alive(lease).await
+                };
+                match renewed {
+                    Ok(()) => {}
+                    // The registry is unreachable: the lease may still be
+                    // live; try again next tick rather than piling leases.
+                    Err(guildhall_cluster::RegistryError::Unavailable) => {
+                        crate::throttled!(
+                            warn,
+                            "cluster.keep_alive_unavailable",
+                            lease,
+                            "registry unavailable; keeping the lease on the next tick"
+                        );
+                    }
+                    Err(_) => {
+                        crate::throttled!(
+                            warn,
+                            "cluster.lease_lost",
+                            lease,
+                            "lease lost, announcing again"
+                        );
+                        if let Some(lease) =
+                            announce(registry.as_ref(), &announcement, ttl_ms).await
+                        {
+                            state.lease.store(lease, Ordering::Relaxed);
+                        }
                     }
                 }
             }
@@ -146,20 +199,69 @@ pub fn start(
     };
     let vnodes = limits.ring_vnodes_per_member;
     let ring_members_max = limits.ring_members_max;
+    let entries_max = limits.registry_entries_max;
+    let watch_events_max = limits.registry_watch_events_max;
     tokio::spawn(async move {
         let mut membership = Membership::new(config, now_ms());
         let mut view = RegistryView::default();
-        let mut changes = registry.subscribe();
+        // The raw entries under the prefix, kept current by the watch and
+        // replaced by each full listing; the view validates them.
+        let mut mirror: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let mut watch: Option<Watch> = None;
         let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut effects = Vec::new();
         loop {
+            if watch.is_none() {
+                // (Re-)list, then watch from the listing's revision: after a
+                // compaction, a reconnect or a burst the watcher could not
+                // keep up with, nothing is missed. A registry that cannot be
+                // reached leaves the last view in place until the next tick.
+                match registry.list(INSTANCE_PREFIX).await {
+                    Ok(listing) => {
+                        state.relists_total.fetch_add(1, Ordering::Relaxed);
+                        mirror = listing.entries;
+                        let overflow = mirror.len().saturating_sub(entries_max);
+                        if overflow > 0 {
+                            let keep: Vec<String> =
+                                mirror.keys().take(entries_max).cloned().collect();
+                            mirror.retain(|k, _| keep.binary_search(k).is_ok());
+                            state.overflowed(overflow as u64);
+                        }
+                        watch = registry
+                            .watch(INSTANCE_PREFIX, listing.revision, watch_events_max)
+                            .await
+                            .ok();
+                    }
+                    Err(error) => {
+                        state.registry_errors_total.fetch_add(1, Ordering::Relaxed);
+                        crate::throttled!(
+                            warn,
+                            "cluster.list_failed",
+                            %error,
+                            "listing the registry failed; keeping the last view"
+                        );
+                    }
+                }
+            }
             tokio::select! {
-                _ = changes.changed() => {}
+                event = next_event(&mut watch) => match event {
+                    Some(WatchEvent::Put { key, value }) => {
+                        if mirror.contains_key(&key) || mirror.len() < entries_max {
+                            mirror.insert(key, value);
+                        } else {
+                            state.overflowed(1);
+                        }
+                    }
+                    Some(WatchEvent::Delete { key }) => {
+                        mirror.remove(&key);
+                    }
+                    None => watch = None,
+                },
                 _ = tick.tick() => {}
             }
             let now = now_ms();
-            let (_, listing) = registry.list(INSTANCE_PREFIX, now);
-            for (key, reason) in view.apply(&listing) {
+            for (key, reason) in view.apply(&mirror) {
                 crate::throttled!(
                     warn,
                     "cluster.rejected_entry",
@@ -174,7 +276,14 @@ pub fn start(
             *state
                 .rejected
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = view.rejected().clone();
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = {
+                let mut rejected = view.rejected().clone();
+                let overflow = state.overflow_total.load(Ordering::Relaxed);
+                if overflow > 0 {
+                    rejected.insert("registry_overflow", overflow);
+                }
+                rejected
+            };
             let mut gateways: Vec<String> = view
                 .instances()
                 .filter(|a| a.roles.contains(&Role::Gateway))
@@ -240,10 +349,22 @@ pub fn start(
     });
 }
 
+/// The watch's next change; never, while there is no watch (the loop
+/// lists again at its next tick).
+async fn next_event(watch: &mut Option<Watch>) -> Option<WatchEvent> {
+    match watch {
+        Some(watch) => watch.next().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Graceful leave: the lease ends now, so peers move work at once.
-pub fn leave(registry: &dyn Registry, state: &ClusterState) {
+pub async fn leave(registry: &dyn Registry, state: &ClusterState) {
     let lease = state.lease.swap(0, Ordering::Relaxed);
-    if lease != 0 {
-        registry.revoke(lease);
+    if lease != 0
+        && let Err(error) = registry.revoke(lease).await
+    {
+        // The lease will expire on its own within its TTL.
+        tracing::warn!(%error, lease, "revoking the lease failed");
     }
 }

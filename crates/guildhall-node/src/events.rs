@@ -116,7 +116,7 @@ struct Partition {
 }
 
 /// Subscribes this node's partitions and starts their tasks.
-pub fn start(
+pub async fn start(
     bus: &dyn Bus,
     node_name: &str,
     limits: &guildhall_limits::Limits,
@@ -127,11 +127,13 @@ pub fn start(
     let mut tasks = Vec::new();
     let resync_tasks = Arc::new(Semaphore::new(limits.event_resync_tasks_max));
     for partition in 0..limits.gateway_event_partitions {
-        let subscription = bus.subscribe(
-            &gateway_events_subject(node_name, partition),
-            None,
-            limits.bus_subscription_messages_max,
-        )?;
+        let subscription = bus
+            .subscribe(
+                &gateway_events_subject(node_name, partition),
+                None,
+                limits.bus_subscription_messages_max,
+            )
+            .await?;
         let partition = Partition {
             hub: hub.clone(),
             guilds: guilds.clone(),

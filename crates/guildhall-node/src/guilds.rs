@@ -1995,7 +1995,9 @@ impl GuildDirectory {
         let subject = guild_requests_subject(&self.owner_node(guild_id));
         let bytes = self.request_bytes(guild_id, call)?;
         let timeout = Duration::from_millis(self.shared.limits.guild_reply_timeout_ms);
-        let message = guildhall_cluster::bus::request(self.bus.as_ref(), &subject, bytes, timeout)
+        let message = self
+            .bus
+            .request(&subject, bytes, timeout)
             .await
             .map_err(|_| GuildError::Overloaded)?;
         match serde_json::from_slice::<GuildReply>(&message.payload) {
@@ -2018,14 +2020,17 @@ impl GuildDirectory {
     /// task of its own (at most `guild_requests_in_flight_max` guilds load at
     /// once); its requests wait behind the load in arrival order (at most
     /// `guild_load_waiters_max`). Beyond either bound: `Overloaded` at once.
-    pub fn serve(
+    pub async fn serve(
         self: &Arc<Self>,
     ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
-        let mut requests = self.bus.subscribe(
-            &guild_requests_subject(&self.node_name),
-            None,
-            self.shared.limits.bus_subscription_messages_max,
-        )?;
+        let mut requests = self
+            .bus
+            .subscribe(
+                &guild_requests_subject(&self.node_name),
+                None,
+                self.shared.limits.bus_subscription_messages_max,
+            )
+            .await?;
         let directory = self.clone();
         Ok(tokio::spawn(async move {
             while let Some(message) = requests.next().await {

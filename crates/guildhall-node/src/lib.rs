@@ -737,6 +737,7 @@ pub async fn run(
     ));
     let guilds_role = guilds
         .serve()
+        .await
         .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let event_counters = Arc::new(events::EventCounters::default());
     let event_tasks = events::start(
@@ -747,11 +748,13 @@ pub async fn run(
         guilds.clone(),
         event_counters.clone(),
     )
+    .await
     .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let users = users::Users::new(shared.store.clone(), &config.limits, bus.clone());
     let presence_counters = Arc::new(presence::PresenceCounters::default());
     let users_role = users
         .serve(&config.limits)
+        .await
         .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let gateway = Arc::new(gateway::Gateway {
         shared: shared.clone(),
@@ -770,6 +773,7 @@ pub async fn run(
         presence_counters,
         &config.limits,
     )
+    .await
     .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
     let node = Arc::new(Node {
         rate: ratelimit::RateLimiter::new(&config.limits),
@@ -808,7 +812,8 @@ pub async fn run(
         announcement,
         &config.limits,
         node.cluster.clone(),
-    );
+    )
+    .await;
     let rest = api::routes()
         .route_layer(axum::middleware::from_fn_with_state(
             node.clone(),
@@ -849,7 +854,7 @@ pub async fn run(
     tokio::spawn(async move {
         shutdown.await;
         drain(&drain_node).await;
-        cluster::leave(drain_node.registry.as_ref(), &drain_node.cluster);
+        cluster::leave(drain_node.registry.as_ref(), &drain_node.cluster).await;
         let _ = drained_tx.send(());
     });
     let served = http::serve(

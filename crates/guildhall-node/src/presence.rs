@@ -87,18 +87,20 @@ fn visible(sessions: &[(String, String)]) -> &str {
 }
 
 /// Runs this node's presence role.
-pub fn serve(
+pub async fn serve(
     bus: Arc<dyn Bus>,
     store: Store,
     guilds: Arc<GuildDirectory>,
     counters: Arc<PresenceCounters>,
     limits: &guildhall_limits::Limits,
 ) -> Result<tokio::task::JoinHandle<()>, BusError> {
-    let mut updates = bus.subscribe(
-        PRESENCE_SUBJECT,
-        Some(PRESENCE_QUEUE_GROUP),
-        limits.bus_subscription_messages_max,
-    )?;
+    let mut updates = bus
+        .subscribe(
+            PRESENCE_SUBJECT,
+            Some(PRESENCE_QUEUE_GROUP),
+            limits.bus_subscription_messages_max,
+        )
+        .await?;
     let sessions_max = limits.presence_sessions_max;
     let guilds_max = limits.ready_guilds_max as i64;
     Ok(tokio::spawn(async move {

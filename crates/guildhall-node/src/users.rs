@@ -97,7 +97,8 @@ pub async fn ask(
     timeout: Duration,
 ) -> Result<Vec<UserRow>, UsersError> {
     let bytes = serde_json::to_vec(&UsersRequest::new(call)).map_err(|_| UsersError::Overloaded)?;
-    let message = guildhall_cluster::bus::request(bus, USERS_SUBJECT, bytes.into(), timeout)
+    let message = bus
+        .request(USERS_SUBJECT, bytes.into(), timeout)
         .await
         .map_err(|_| UsersError::Overloaded)?;
     match serde_json::from_slice::<UsersReply>(&message.payload) {
@@ -429,16 +430,18 @@ impl Users {
     /// Serves the role's requests from the bus until the bus goes away:
     /// token lookups (the callers' L1 cache and single-flight sit in front)
     /// and batch loads.
-    pub fn serve(
+    pub async fn serve(
         self: &Arc<Self>,
         limits: &guildhall_limits::Limits,
     ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
         let bus = self.bus.clone();
-        let mut requests = bus.subscribe(
-            USERS_SUBJECT,
-            Some(USERS_QUEUE_GROUP),
-            limits.bus_subscription_messages_max,
-        )?;
+        let mut requests = bus
+            .subscribe(
+                USERS_SUBJECT,
+                Some(USERS_QUEUE_GROUP),
+                limits.bus_subscription_messages_max,
+            )
+            .await?;
         let users = self.clone();
         let batch_max = limits.users_batch_ids_max;
         Ok(tokio::spawn(async move {
@@ -643,7 +646,7 @@ mod tests {
             limits.bus_payload_bytes_max,
         ));
         let users = Users::new(store, &limits, bus);
-        let _role = users.serve(&limits).unwrap();
+        let _role = users.serve(&limits).await.unwrap();
         let hits = || users.counters.cache_hits_total.load(Ordering::Relaxed);
         let ids: Vec<i64> = (1..=12).collect();
         let mut first: Vec<i64> = users
@@ -685,7 +688,7 @@ mod tests {
             limits.bus_payload_bytes_max,
         ));
         let users = Users::new(store, &limits, bus);
-        let _role = users.serve(&limits).unwrap();
+        let _role = users.serve(&limits).await.unwrap();
         let lookups: Vec<_> = (0..200)
             .map(|_| {
                 let users = users.clone();

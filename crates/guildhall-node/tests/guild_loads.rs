@@ -14,12 +14,12 @@ mod common;
 
 use bytes::Bytes;
 use common::TestNode;
-use guildhall_cluster::bus::{BusStats, LocalBus};
+use guildhall_cluster::bus::{BusStats, LocalBus, Message};
 use guildhall_cluster::{Bus, BusError, LocalRegistry, Subscription};
 use guildhall_limits::Limits;
 use serde_json::{Value, json};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Polls of a condition before the test gives up (× `POLL_MS`).
@@ -30,49 +30,35 @@ const POLL_MS: u64 = 20;
 #[derive(Debug)]
 struct GatedBus {
     inner: Arc<LocalBus>,
-    closed: AtomicBool,
-    held: Mutex<Vec<(String, Option<String>, Bytes)>>,
+    open: tokio::sync::watch::Sender<bool>,
+    held: AtomicUsize,
 }
 
 impl GatedBus {
     fn new(limits: &Limits) -> Self {
         Self {
             inner: Arc::new(LocalBus::new(limits.bus_payload_bytes_max)),
-            closed: AtomicBool::new(true),
-            held: Mutex::new(Vec::new()),
+            open: tokio::sync::watch::Sender::new(false),
+            held: AtomicUsize::new(0),
         }
     }
 
     fn held(&self) -> usize {
-        self.held.lock().unwrap().len()
+        self.held.load(Ordering::SeqCst)
     }
 
     fn open(&self) {
-        let mut held = self.held.lock().unwrap();
-        self.closed.store(false, Ordering::SeqCst);
-        for (subject, reply, payload) in held.drain(..) {
-            self.inner
-                .publish(&subject, reply.as_deref(), payload)
-                .unwrap();
-        }
+        self.open.send_replace(true);
     }
 }
 
+#[async_trait::async_trait]
 impl Bus for GatedBus {
     fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
-        let is_load =
-            subject == "users.requests" && payload.windows(6).any(|w| w == b"\"Load\"".as_slice());
-        if is_load {
-            let mut held = self.held.lock().unwrap();
-            if self.closed.load(Ordering::SeqCst) {
-                held.push((subject.to_owned(), reply.map(str::to_owned), payload));
-                return Ok(());
-            }
-        }
         self.inner.publish(subject, reply, payload)
     }
 
-    fn subscribe(
+    async fn subscribe(
         &self,
         subject: &str,
         queue_group: Option<&str>,
@@ -80,10 +66,24 @@ impl Bus for GatedBus {
     ) -> Result<Subscription, BusError> {
         self.inner
             .subscribe(subject, queue_group, capacity_messages)
+            .await
     }
 
-    fn new_inbox(&self) -> String {
-        self.inner.new_inbox()
+    async fn request(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Message, BusError> {
+        let is_load =
+            subject == "users.requests" && payload.windows(6).any(|w| w == b"\"Load\"".as_slice());
+        if is_load && !*self.open.borrow() {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let mut open = self.open.subscribe();
+            let _ = open.wait_for(|open| *open).await;
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.inner.request(subject, payload, timeout).await
     }
 
     fn stats(&self) -> &BusStats {

@@ -995,18 +995,23 @@ async fn shutdown_revokes_the_lease_at_once() {
     let registry = std::sync::Arc::new(LocalRegistry::default());
     let node = TestNode::with(guildhall_limits::Limits::default(), Some(registry.clone())).await;
     metrics_until(&node, "guildhall_registry_instances 1").await;
-    let now = guildhall_node::state::now_ms();
     assert!(
         registry
-            .list(INSTANCE_PREFIX, now)
-            .1
+            .list(INSTANCE_PREFIX)
+            .await
+            .unwrap()
+            .entries
             .contains_key(&instance_key("test-node"))
     );
     node.stop().await;
     // Well inside the 15 s lease TTL: only a revoke can have removed it.
-    let now = guildhall_node::state::now_ms();
     assert!(
-        registry.list(INSTANCE_PREFIX, now).1.is_empty(),
+        registry
+            .list(INSTANCE_PREFIX)
+            .await
+            .unwrap()
+            .entries
+            .is_empty(),
         "graceful leave revokes the lease"
     );
 }
