@@ -2312,7 +2312,8 @@ async fn admin_create_bot(
     )
 }
 
-async fn not_found() -> Response {
+/// Discord's 404 body (also the fallback of a node that serves no gateway).
+pub async fn not_found() -> Response {
     json_response(
         StatusCode::NOT_FOUND,
         &json!({"message": "404: Not Found", "code": 0}),

@@ -37,6 +37,7 @@ pub mod state;
 pub mod users;
 
 use guildhall_limits::Limits;
+use guildhall_proto::cluster::Role;
 use guildhall_store::Store;
 use std::future::Future;
 use std::path::PathBuf;
@@ -63,6 +64,45 @@ pub struct NodeConfig {
     /// The bus; `None`: a private in-process one (embedded mode). Tests
     /// pass a shared one, or one that injects faults.
     pub bus: Option<Arc<dyn guildhall_cluster::Bus>>,
+    /// The roles this process runs (embedded mode: all of them). A role
+    /// that is not listed is not served here: its bus subjects have no
+    /// subscriber in this process and its routes answer 404, so other
+    /// processes of the cluster must run it.
+    pub roles: Vec<Role>,
+    /// The gateway URL clients are sent to (`GET /gateway`, READY's
+    /// `resume_gateway_url`): a load balancer's address in a cluster.
+    /// `None`: this node's own listener.
+    pub public_gateway_url: Option<String>,
+}
+
+/// The roles a process can run; embedded mode runs all of them.
+pub const ROLES_ALL: [Role; 5] = [
+    Role::Gateway,
+    Role::Api,
+    Role::Guilds,
+    Role::Users,
+    Role::Presence,
+];
+
+impl NodeConfig {
+    /// Embedded mode's configuration: every role, in-process bus and
+    /// registry, the store in `data_dir`.
+    pub fn embedded(data_dir: PathBuf) -> Self {
+        Self {
+            data_dir,
+            limits: Limits::default(),
+            worker_id: 1,
+            node_name: "node-1".to_owned(),
+            registry: None,
+            bus: None,
+            roles: ROLES_ALL.to_vec(),
+            public_gateway_url: None,
+        }
+    }
+
+    fn runs(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
 }
 
 /// What can stop a node from starting.
@@ -718,7 +758,10 @@ pub async fn run(
     let shared = Arc::new(state::Shared::new(
         store,
         config.limits.clone(),
-        format!("ws://{addr}"),
+        config
+            .public_gateway_url
+            .clone()
+            .unwrap_or_else(|| format!("ws://{addr}")),
         config.worker_id,
     ));
     let hub = Arc::new(hub::Hub::new(&config.limits));
@@ -735,27 +778,35 @@ pub async fn run(
         cluster_state.clone(),
         config.node_name.clone(),
     ));
-    let guilds_role = guilds
-        .serve()
-        .await
-        .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
+    let bus_error = |e: guildhall_cluster::BusError| {
+        NodeError::Serve(std::io::Error::other(format!("bus: {e}")))
+    };
+    // Each role subscribes before the node serves anything, so no request
+    // reaches a subject nobody listens on yet.
+    let mut roles = Vec::new();
+    if config.runs(Role::Guilds) {
+        roles.push(guilds.serve().await.map_err(bus_error)?);
+    }
     let event_counters = Arc::new(events::EventCounters::default());
-    let event_tasks = events::start(
-        bus.as_ref(),
-        &config.node_name,
-        &config.limits,
-        hub.clone(),
-        guilds.clone(),
-        event_counters.clone(),
-    )
-    .await
-    .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
+    if config.runs(Role::Gateway) {
+        roles.extend(
+            events::start(
+                bus.as_ref(),
+                &config.node_name,
+                &config.limits,
+                hub.clone(),
+                guilds.clone(),
+                event_counters.clone(),
+            )
+            .await
+            .map_err(bus_error)?,
+        );
+    }
     let users = users::Users::new(shared.store.clone(), &config.limits, bus.clone());
     let presence_counters = Arc::new(presence::PresenceCounters::default());
-    let users_role = users
-        .serve(&config.limits)
-        .await
-        .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
+    if config.runs(Role::Users) {
+        roles.push(users.serve(&config.limits).await.map_err(bus_error)?);
+    }
     let gateway = Arc::new(gateway::Gateway {
         shared: shared.clone(),
         hub: hub.clone(),
@@ -766,15 +817,19 @@ pub async fn run(
         bus: bus.clone(),
         presence: presence_counters.clone(),
     });
-    let presence_role = presence::serve(
-        bus.clone(),
-        shared.store.clone(),
-        guilds.clone(),
-        presence_counters,
-        &config.limits,
-    )
-    .await
-    .map_err(|e| NodeError::Serve(std::io::Error::other(format!("bus: {e}"))))?;
+    if config.runs(Role::Presence) {
+        roles.push(
+            presence::serve(
+                bus.clone(),
+                shared.store.clone(),
+                guilds.clone(),
+                presence_counters,
+                &config.limits,
+            )
+            .await
+            .map_err(bus_error)?,
+        );
+    }
     let node = Arc::new(Node {
         rate: ratelimit::RateLimiter::new(&config.limits),
         shared,
@@ -798,12 +853,7 @@ pub async fn run(
     let announcement = guildhall_proto::cluster::Announcement {
         schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,
         node: config.node_name.clone(),
-        roles: vec![
-            guildhall_proto::cluster::Role::Gateway,
-            guildhall_proto::cluster::Role::Api,
-            guildhall_proto::cluster::Role::Guilds,
-            guildhall_proto::cluster::Role::Users,
-        ],
+        roles: config.roles.clone(),
         addr: addr.to_string(),
         started_ms: state::now_ms(),
     };
@@ -820,13 +870,19 @@ pub async fn run(
             ratelimit::layer,
         ))
         .layer(axum::middleware::map_response(api::discord_error_bodies));
-    let app = axum::Router::new()
-        .nest("/api/v10", rest.clone())
-        .nest("/api/v9", rest)
+    let mut app = axum::Router::new();
+    if config.runs(Role::Api) {
+        app = app.nest("/api/v10", rest.clone()).nest("/api/v9", rest);
+    }
+    let app = app
         .route("/metrics", axum::routing::get(metrics))
-        .route("/healthz", axum::routing::get(healthz))
-        .fallback(api::gateway_or_404)
-        .with_state(node.clone());
+        .route("/healthz", axum::routing::get(healthz));
+    let app = if config.runs(Role::Gateway) {
+        app.fallback(api::gateway_or_404)
+    } else {
+        app.fallback(api::not_found)
+    }
+    .with_state(node.clone());
     let reaper = {
         let node = node.clone();
         tokio::spawn(async move {
@@ -868,11 +924,8 @@ pub async fn run(
     )
     .await;
     reaper.abort();
-    for task in event_tasks {
+    for task in roles {
         task.abort();
     }
-    guilds_role.abort();
-    users_role.abort();
-    presence_role.abort();
     served.map_err(NodeError::Serve)
 }

@@ -23,6 +23,76 @@ use std::time::Duration;
 const RING_POLLS_MAX: usize = 200;
 const GUILDS_TRIED_MAX: usize = 64;
 
+/// Roles in processes of their own meet only over the bus: a front node
+/// (gateway, api) owns no guild and serves no users lookups; a back node
+/// (guilds, users, presence) serves no REST and no sockets. A session on
+/// the front gets READY (its token resolved by the back's users role),
+/// GUILD_CREATE from the back's owner, and a message posted through the
+/// front's REST.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_on_separate_nodes_meet_only_over_the_bus() {
+    use guildhall_proto::cluster::Role;
+    let dir = tempfile::tempdir().unwrap();
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(Limits::default().bus_payload_bytes_max));
+    let back = TestNode::member_roles(
+        "back",
+        2,
+        dir.path(),
+        registry.clone(),
+        bus.clone(),
+        &[Role::Guilds, Role::Users, Role::Presence],
+    )
+    .await;
+    back.metric("guildhall_ring_members").await;
+    let front = TestNode::member_roles(
+        "front",
+        1,
+        dir.path(),
+        registry.clone(),
+        bus.clone(),
+        &[Role::Gateway, Role::Api],
+    )
+    .await;
+    let mut polls = 0;
+    while front.metric("guildhall_ring_members").await < 1 {
+        polls += 1;
+        assert!(polls < RING_POLLS_MAX, "the front never saw the back");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (token, _) = front.register("alice").await;
+    let (guild_id, channel_id) = front.guild(&token, "split").await;
+    assert_eq!(front.metric("guildhall_guild_owners").await, 0);
+    assert_eq!(back.metric("guildhall_guild_owners").await, 1);
+
+    let mut session = Client::connect(&front.ws).await;
+    session
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    let created = session.dispatch("GUILD_CREATE").await;
+    assert_eq!(created["d"]["id"], guild_id.as_str());
+    let (status, body) = front
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&token),
+            Some(json!({"content": "front to back to front"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let message = session.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(message["d"]["content"], "front to back to front");
+
+    // The back serves neither REST nor sockets.
+    let (status, _) = back.call("GET", "/users/@me", Some(&token), None).await;
+    assert_eq!(status, 404);
+    front.stop().await;
+    back.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guild_owned_by_another_node_serves_sessions_on_both() {
     let dir = tempfile::tempdir().unwrap();

@@ -57,6 +57,7 @@ impl TestNode {
             node_name: "test-node".to_owned(),
             registry,
             bus,
+            ..guildhall_node::NodeConfig::embedded(dir.path().to_owned())
         };
         let mut node = Self::from_config(config).await;
         node.dir = Some(dir);
@@ -94,6 +95,33 @@ impl TestNode {
             node_name: name.to_owned(),
             registry: Some(registry),
             bus: Some(bus),
+            ..guildhall_node::NodeConfig::embedded(data_dir.to_owned())
+        })
+        .await
+    }
+
+    /// A node of a test cluster running only `roles`.
+    #[allow(dead_code)]
+    pub async fn member_roles(
+        name: &str,
+        worker_id: u16,
+        data_dir: &std::path::Path,
+        registry: std::sync::Arc<dyn guildhall_cluster::Registry>,
+        bus: std::sync::Arc<dyn guildhall_cluster::Bus>,
+        roles: &[guildhall_proto::cluster::Role],
+    ) -> Self {
+        Self::from_config(guildhall_node::NodeConfig {
+            data_dir: data_dir.to_owned(),
+            limits: Limits {
+                rest_rate_limit_per_window: 1_000_000,
+                ..Limits::default()
+            },
+            worker_id,
+            node_name: name.to_owned(),
+            registry: Some(registry),
+            bus: Some(bus),
+            roles: roles.to_vec(),
+            ..guildhall_node::NodeConfig::embedded(data_dir.to_owned())
         })
         .await
     }

@@ -9,10 +9,24 @@
 //! handshake_rate_per_s = 1000
 //! ```
 //!
-//! Every field of `[limits]` can also be set as `GUILDHALL_<FIELD>` (upper
-//! case), for example `GUILDHALL_HANDSHAKE_RATE_PER_S=1000`. Unknown keys are
-//! errors; so are values that break a relation between limits (all reported
-//! at once).
+//! Cluster mode adds where the real services are and which roles this
+//! process runs:
+//!
+//! ```toml
+//! roles = ["gateway", "api"]
+//! nats = "nats://10.0.0.5:4222"
+//! etcd = "http://10.0.0.6:2379"
+//! database_url = "postgres://guildhall@10.0.0.7/guildhall"
+//! node_name = "gw-1"
+//! worker_id = 7
+//! public_gateway_url = "wss://gateway.example.org"
+//! ```
+//!
+//! Every top-level key and every field of `[limits]` can also be set as
+//! `GUILDHALL_<KEY>` (upper case), for example `GUILDHALL_NATS=nats://...`,
+//! `GUILDHALL_ROLES=gateway,api` or `GUILDHALL_HANDSHAKE_RATE_PER_S=1000`.
+//! Unknown keys are errors; so are values that break a relation between
+//! limits (all reported at once).
 
 use anyhow::{Context, Result, bail};
 use guildhall_limits::Limits;
@@ -27,9 +41,36 @@ pub struct ConfigFile {
     pub listen: Option<String>,
     /// Data directory.
     pub data_dir: Option<PathBuf>,
+    /// Roles this process runs (default: all, embedded mode).
+    pub roles: Option<Vec<String>>,
+    /// NATS server URL (cluster mode's bus).
+    pub nats: Option<String>,
+    /// etcd endpoint(s), comma separated (cluster mode's registry).
+    pub etcd: Option<String>,
+    /// PostgreSQL URL (cluster mode's store).
+    pub database_url: Option<String>,
+    /// This process's name in the registry (unique in the cluster).
+    pub node_name: Option<String>,
+    /// Snowflake worker id, 0-1023 (unique in the cluster).
+    pub worker_id: Option<u16>,
+    /// The gateway URL clients are given (a load balancer's).
+    pub public_gateway_url: Option<String>,
     /// Overrides of any bound.
     pub limits: Limits,
 }
+
+/// Top-level keys that the environment may set (`GUILDHALL_<KEY>`).
+const TOP_LEVEL_KEYS: [&str; 9] = [
+    "listen",
+    "data_dir",
+    "roles",
+    "nats",
+    "etcd",
+    "database_url",
+    "node_name",
+    "worker_id",
+    "public_gateway_url",
+];
 
 /// Reads `path` (if any), applies `GUILDHALL_*` from `env`, validates.
 pub fn load(
@@ -53,6 +94,10 @@ pub fn load(
             continue;
         };
         let field = field.to_ascii_lowercase();
+        if TOP_LEVEL_KEYS.contains(&field.as_str()) {
+            set_top_level(&mut config, &field, &value).with_context(|| format!("{key}={value}"))?;
+            continue;
+        }
         if !limits.contains_key(&field) {
             bail!("{key}: no such limit");
         }
@@ -68,6 +113,23 @@ pub fn load(
         bail!("invalid limits:\n{}", lines.join("\n"));
     }
     Ok(config)
+}
+
+fn set_top_level(config: &mut ConfigFile, key: &str, value: &str) -> Result<()> {
+    let text = Some(value.to_owned());
+    match key {
+        "listen" => config.listen = text,
+        "data_dir" => config.data_dir = Some(value.into()),
+        "roles" => config.roles = Some(value.split(',').map(|r| r.trim().to_owned()).collect()),
+        "nats" => config.nats = text,
+        "etcd" => config.etcd = text,
+        "database_url" => config.database_url = text,
+        "node_name" => config.node_name = text,
+        "worker_id" => config.worker_id = Some(value.trim().parse().context("not a worker id")?),
+        "public_gateway_url" => config.public_gateway_url = text,
+        _ => bail!("no such key"),
+    }
+    Ok(())
 }
 
 /// The effective limits as `name = value` lines (what `config check` prints).
@@ -133,6 +195,22 @@ mod tests {
         );
         let env = vec![("GUILDHALL_NO_SUCH_LIMIT".to_owned(), "1".to_owned())];
         assert!(load(None, env.into_iter()).is_err());
+    }
+
+    #[test]
+    fn cluster_keys_come_from_the_file_and_the_environment() {
+        let file = write("roles = [\"guilds\"]\nnats = \"nats://a:1\"\nworker_id = 3\n");
+        let env = vec![
+            ("GUILDHALL_ROLES".to_owned(), "gateway, api".to_owned()),
+            ("GUILDHALL_ETCD".to_owned(), "http://b:2".to_owned()),
+        ];
+        let config = load(Some(file.path()), env.into_iter()).unwrap();
+        assert_eq!(config.roles.unwrap(), ["gateway", "api"]);
+        assert_eq!(config.nats.as_deref(), Some("nats://a:1"));
+        assert_eq!(config.etcd.as_deref(), Some("http://b:2"));
+        assert_eq!(config.worker_id, Some(3));
+        let bad = vec![("GUILDHALL_WORKER_ID".to_owned(), "x".to_owned())];
+        assert!(load(None, bad.into_iter()).is_err());
     }
 
     #[test]

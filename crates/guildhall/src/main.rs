@@ -5,7 +5,7 @@
 
 mod config;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 use guildhall_sim::{down, drain, flood, herd, membership, report, ring};
 use serde::Serialize;
@@ -25,7 +25,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a node with every role (embedded mode).
+    /// Run a node: every role in one process (embedded mode), or, with
+    /// --nats/--etcd/--database-url, the roles given by --roles over the
+    /// real services (cluster mode).
     Serve {
         /// Address to listen on (REST, gateway, metrics) [default: 127.0.0.1:8080].
         #[arg(long)]
@@ -33,9 +35,30 @@ enum Command {
         /// Directory for the database and the admin token [default: ./guildhall-data].
         #[arg(long)]
         data_dir: Option<std::path::PathBuf>,
-        /// A TOML config file (limits, listen, data_dir); GUILDHALL_<LIMIT> env vars override it.
+        /// A TOML config file (limits, listen, data_dir, cluster keys); GUILDHALL_<KEY> env vars override it.
         #[arg(long)]
         config: Option<std::path::PathBuf>,
+        /// Roles to run, comma separated: gateway, api, guilds, users, presence [default: all].
+        #[arg(long, value_delimiter = ',')]
+        roles: Option<Vec<String>>,
+        /// NATS server URL: the bus of cluster mode (e.g. nats://127.0.0.1:4222).
+        #[arg(long)]
+        nats: Option<String>,
+        /// etcd endpoint(s), comma separated: the registry of cluster mode.
+        #[arg(long)]
+        etcd: Option<String>,
+        /// PostgreSQL URL: the store of cluster mode (postgres://user@host:port/db).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// This process's name in the registry, unique in the cluster [default: node-1].
+        #[arg(long)]
+        node_name: Option<String>,
+        /// Snowflake worker id 0-1023, unique in the cluster [default: 1].
+        #[arg(long)]
+        worker_id: Option<u16>,
+        /// The gateway URL clients are given (a load balancer's) [default: this listener].
+        #[arg(long)]
+        public_gateway_url: Option<String>,
     },
     /// Validate configuration.
     Config {
@@ -322,8 +345,22 @@ fn main() -> Result<()> {
             listen,
             data_dir,
             config,
+            roles,
+            nats,
+            etcd,
+            database_url,
+            ..
         } => {
             let file = config::load(config.as_deref(), std::env::vars())?;
+            if roles.or(file.roles.clone()).is_some()
+                || nats.or(file.nats.clone()).is_some()
+                || etcd.or(file.etcd.clone()).is_some()
+                || database_url.or(file.database_url.clone()).is_some()
+            {
+                bail!(
+                    "cluster mode (--roles, --nats, --etcd, --database-url) is not wired into the binary yet"
+                );
+            }
             let listen = listen
                 .or(file.listen)
                 .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
@@ -342,12 +379,8 @@ fn main() -> Result<()> {
             return runtime()?.block_on(async {
                 let listener = tokio::net::TcpListener::bind(&listen).await?;
                 let config = guildhall_node::NodeConfig {
-                    data_dir,
                     limits,
-                    worker_id: 1,
-                    node_name: "node-1".to_owned(),
-                    registry: None,
-                    bus: None,
+                    ..guildhall_node::NodeConfig::embedded(data_dir)
                 };
                 guildhall_node::run(config, listener, shutdown_signal()).await?;
                 Ok(())
