@@ -89,6 +89,10 @@ pub enum BusError {
     /// own; meanwhile callers fail fast instead of queuing).
     #[error("bus disconnected")]
     Disconnected,
+    /// The subject or queue group is not one the transport can carry
+    /// (NATS: empty, whitespace, empty tokens). `LocalBus` takes any string.
+    #[error("invalid subject")]
+    InvalidSubject,
 }
 
 /// Counters of a bus, read by `/metrics`.
@@ -478,7 +482,7 @@ impl DroppingBus {
 /// SplitMix64: a stateless mix of the seed and a counter, so each decision
 /// is reproducible from the seed alone without a generator behind a lock
 /// (a dozen lines do not justify a dependency in this crate).
-fn splitmix64(mut x: u64) -> u64 {
+pub(crate) fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -11,12 +11,15 @@
 //! - [`bus`]: the [`Bus`] trait (publish, bounded subscriptions, queue
 //!   groups, request/reply with a deadline), [`LocalBus`] for embedded mode,
 //!   and [`bus::DroppingBus`], the seeded fault-injecting wrapper tests use.
-//!   Cluster mode adds NATS behind the same trait.
+//! - [`nats`]: [`NatsBus`], the same trait over a NATS server (cluster
+//!   mode), with its bounds in [`nats::NatsOptions`].
 
 pub mod bus;
+pub mod nats;
 pub mod registry;
 pub mod view;
 
 pub use bus::{Bus, BusError, LocalBus, Subscription};
+pub use nats::{NatsBus, NatsOptions};
 pub use registry::{LeaseId, Listing, LocalRegistry, Registry, RegistryError, Watch, WatchEvent};
 pub use view::RegistryView;
