@@ -347,9 +347,8 @@ impl Registry for LocalRegistry {
         // The stream also ends leases when they fall due, so a watcher hears
         // of a dead node's expiry even when nobody else touches the registry.
         let inner = self.inner.clone();
-        let events = futures_util::stream::unfold(
-            (receiver, inner),
-            |(mut receiver, inner)| async move {
+        let events =
+            futures_util::stream::unfold((receiver, inner), |(mut receiver, inner)| async move {
                 loop {
                     let now = (inner.clock)();
                     let due_in_ms = lock(&inner)
@@ -369,8 +368,7 @@ impl Registry for LocalRegistry {
                         }
                     }
                 }
-            },
-        );
+            });
         Ok(Watch::new(events.boxed()))
     }
 }
@@ -460,10 +458,7 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_hears_of_an_expiry_nobody_else_causes() {
         let registry = LocalRegistry::default();
-        registry
-            .put_with_lease("/p/a", vec![], 30)
-            .await
-            .unwrap();
+        registry.put_with_lease("/p/a", vec![], 30).await.unwrap();
         let listing = registry.list("/p/").await.unwrap();
         let mut watch = registry.watch("/p/", listing.revision, 8).await.unwrap();
         assert_eq!(

@@ -81,8 +81,7 @@ mod tests {
             addr: "127.0.0.1:9".into(),
             started_ms: 1,
         };
-        registry
-            .put_raw(&instance_key(node), a.encode().unwrap());
+        registry.put_raw(&instance_key(node), a.encode().unwrap());
         a
     }
 
