@@ -312,6 +312,13 @@ async fn a_stopped_etcd_fails_calls_fast_and_they_work_again_after_it_resumes() 
         .await
         .unwrap();
     registry.keep_alive(lease).await.unwrap();
+    // Revoked while etcd is stopped: the request may still be applied when
+    // it resumes (a timeout does not undo what is on the wire), so it gets
+    // a lease of its own.
+    let doomed = registry
+        .put_with_lease("/gh/doomed/a", b"d".to_vec(), 15_000)
+        .await
+        .unwrap();
     let listing = registry.list("/gh/instances/").await.unwrap();
     let pid = services.pid(Service::Etcd).unwrap();
 
@@ -354,16 +361,30 @@ async fn a_stopped_etcd_fails_calls_fast_and_they_work_again_after_it_resumes() 
     assert!(start.elapsed() < bound, "watch: {:?}", start.elapsed());
     let start = Instant::now();
     assert_eq!(
-        registry.revoke(lease).await,
+        registry.revoke(doomed).await,
         Err(RegistryError::Unavailable)
     );
     assert!(start.elapsed() < bound, "revoke: {:?}", start.elapsed());
     drop(stopped);
 
     // Resumed: the same registry works again (the lease outlived the
-    // pause; its keep-alive stream is reopened).
-    registry.keep_alive(lease).await.unwrap();
-    let listing = registry.list("/gh/instances/").await.unwrap();
+    // pause; its keep-alive stream is reopened). The first calls may meet
+    // etcd still working through what queued while it was stopped, so
+    // they are retried for a moment, as the node's loops would.
+    let resumed = Instant::now();
+    while let Err(e) = registry.keep_alive(lease).await {
+        assert_eq!(e, RegistryError::Unavailable);
+        assert!(resumed.elapsed() < Duration::from_secs(5), "still {e:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let listing = loop {
+        match registry.list("/gh/instances/").await {
+            Ok(listing) => break listing,
+            Err(e) => assert!(resumed.elapsed() < Duration::from_secs(5), "still {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("working again {:?} after SIGCONT", resumed.elapsed());
     assert_eq!(
         listing.entries.keys().collect::<Vec<_>>(),
         ["/gh/instances/a"]
