@@ -683,3 +683,25 @@ async fn keep_alives_stay_fast_under_a_listing_flood() {
 
 /// Far under the renewal interval (5 s) and the keep-alive timeout (2 s).
 const ETCD_KEEP_ALIVE_BOUND_MS: u64 = 1_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_put_leaves_no_orphan_lease() {
+    let services = etcd();
+    let registry = connect(&services, EtcdOptions::default()).await;
+    // Over etcd's request limit (1.5 MiB): the grant succeeds, the
+    // transaction is refused, and the granted lease is revoked.
+    let result = registry
+        .put_with_lease("/gh/instances/a", vec![b'x'; 3 * 1024 * 1024], 30_000)
+        .await;
+    assert_eq!(result, Err(RegistryError::Unavailable));
+    let mut raw = registry.client();
+    assert!(raw.leases().await.unwrap().leases().is_empty(), "no orphan");
+    assert!(
+        registry
+            .list("/gh/instances/")
+            .await
+            .unwrap()
+            .entries
+            .is_empty()
+    );
+}
