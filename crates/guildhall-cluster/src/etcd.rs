@@ -10,6 +10,12 @@
 //! - Values pass through raw in both directions. Validation is the reader's
 //!   ([`crate::RegistryView`]): a corrupt value written by anyone (seed 002)
 //!   reaches the view, which rejects and counts it.
+//! - A watch is etcd's prefix watch from the listing's revision + 1,
+//!   drained by its own task into the caller's bounded buffer. It ends
+//!   (the watcher lists again) on a compacted start revision or etcd's
+//!   cancel, on any stream error (a reconnect, a connection the HTTP/2
+//!   pings found dead), and when the buffer is full: etcd's stream is never
+//!   held back by a slow consumer, and nothing is buffered without bound.
 //! - Keep-alives run on their own etcd connection (seed 004): the watches
 //!   and listings share the main connection, and a flood of them (a mass
 //!   re-list after a compaction, a large listing) queues on that
@@ -433,11 +439,10 @@ impl Registry for EtcdRegistry {
     async fn list(&self, prefix: &str) -> Result<Listing, RegistryError> {
         let keys_max = self.options.list_keys_max.max(1);
         let limit = i64::try_from(keys_max).unwrap_or(i64::MAX);
-        let kv = self
+        let mut kv = self
             .main
             .kv_client()
             .max_decoding_message_size(self.options.response_bytes_max);
-        let mut kv = kv;
         let response = within(
             self.options.call_timeout_ms,
             kv.get(
