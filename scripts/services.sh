@@ -30,6 +30,8 @@ install_missing() {
   command -v etcdctl >/dev/null || need+=(etcd-client)
   [[ -x "$NATS_BIN" ]] || need+=(nats-server)
   command -v protoc >/dev/null || need+=(protobuf-compiler)
+  # etcd-client's build needs the well-known .proto files as well as protoc.
+  [[ -f /usr/include/google/protobuf/empty.proto ]] || need+=(libprotobuf-dev)
   [[ -n "$PG_BIN" ]] || need+=(postgresql)
   command -v curl >/dev/null || need+=(curl)
   command -v python3 >/dev/null || need+=(python3)

@@ -4,6 +4,9 @@
 //!   revoke, list, change notifications) and [`LocalRegistry`], the
 //!   in-process implementation embedded mode runs on. Cluster mode adds an
 //!   etcd implementation of the same trait, not another code path.
+//! - [`etcd`]: [`EtcdRegistry`], that implementation over etcd v3 (calls
+//!   under timeouts, keep-alives on their own connection, watches that end
+//!   for a re-list).
 //! - [`view`]: what an observer makes of the registry: every entry
 //!   validated, rejected entries counted, and each key's last good value
 //!   kept across watch events and full re-lists (seed 002).
@@ -15,11 +18,13 @@
 //!   mode), with its bounds in [`nats::NatsOptions`].
 
 pub mod bus;
+pub mod etcd;
 pub mod nats;
 pub mod registry;
 pub mod view;
 
 pub use bus::{Bus, BusError, LocalBus, Subscription};
+pub use etcd::{EtcdOptions, EtcdRegistry};
 pub use nats::{NatsBus, NatsOptions};
 pub use registry::{LeaseId, Listing, LocalRegistry, Registry, RegistryError, Watch, WatchEvent};
 pub use view::RegistryView;
