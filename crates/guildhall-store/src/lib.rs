@@ -21,9 +21,11 @@
 //! of that guild, whatever check a caller forgot.
 
 use guildhall_limits::Limits;
+use sqlx::FromRow;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{FromRow, SqlitePool};
 use std::path::Path;
+use std::str::FromStr;
 use std::time::Duration;
 
 /// Longest wait for a pooled connection before failing fast.
@@ -292,21 +294,9 @@ pub struct GuildState {
 /// A message write waiting for the group-commit writer.
 struct MessageWrite {
     row: MessageRow,
-    ack: tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
-}
-
-/// The SQLite store (embedded mode).
-///
-/// Message inserts go through one writer task that commits whatever is
-/// waiting (up to `message_write_batch_max`) in one transaction, so many
-/// concurrent sends share one fsync, and each caller is answered only after
-/// the commit: durable before acknowledged, at the disk's batch rate rather
-/// than its fsync rate (docs/benchmarks.md has the measured figures).
-#[derive(Clone, Debug)]
-pub struct SqliteStore {
-    pool: SqlitePool,
-    writes: tokio::sync::mpsc::Sender<MessageWrite>,
-    counters: std::sync::Arc<StoreCounters>,
+    // The database's own error, so the caller classifies it (a duplicate id
+    // is a conflict on either database) exactly as a direct query would.
+    ack: tokio::sync::oneshot::Sender<std::result::Result<(), sqlx::Error>>,
 }
 
 impl std::fmt::Debug for MessageWrite {
@@ -317,76 +307,145 @@ impl std::fmt::Debug for MessageWrite {
     }
 }
 
+// ----- the databases --------------------------------------------------------
+//
+// Design: every query, the group-commit writer and the pool are written once,
+// in `SqlStore<DB>`, generic over sqlx's `Database`, and the few things the
+// two databases do differently are the `Dialect` trait's constants. The
+// alternatives were worse: sqlx's `Any` driver decodes through a lowest
+// common type set (SQLite's 0/1 is not a bool there) and loses each driver's
+// connect options (WAL, `synchronous`); a macro that stamps the queries out
+// once per database is not formatted, and its errors point into the macro.
+// The generic code's cost is one `where` clause listing the column and row
+// types it binds and decodes; the compiler checks it for both databases.
+//
+// What differs, and where it is handled:
+// - types: separate migration directories with one schema (BIGINT, BOOLEAN
+//   and BYTEA on PostgreSQL; see migrations-postgres/0001_initial.sql);
+//   the queries bind `bool` and `i64`, which each driver maps to its column;
+// - serialising a read-then-write transaction: `Dialect::BEGIN_WRITE` and
+//   `Dialect::FOR_UPDATE`;
+// - rows affected: `RowsAffected` (an inherent method on each driver's type);
+// - opening: the constructors (`SqliteStore::open`, `PgStore::open`), which
+//   set each database's durability and run its migrations.
+// Everything else is already portable: `$N` parameters, `ON CONFLICT`,
+// `TRUE`/`FALSE` literals, and no `last_insert_rowid` (ids are snowflakes
+// chosen by the caller).
+
+/// A statement's count of changed rows, for generic code (each driver has
+/// it as an inherent method of its own result type).
+pub trait RowsAffected {
+    /// Rows inserted, updated or deleted.
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+/// What a database does differently from the other, for [`SqlStore`].
+pub trait Dialect: sqlx::Database<QueryResult: RowsAffected> {
+    /// Opens a transaction that reads and then writes an application's
+    /// commands, with [`Self::FOR_UPDATE`] on the read of the application's
+    /// row, so two such transactions of one application run one after the
+    /// other (a count or an existence check cannot be passed by both).
+    const BEGIN_WRITE: &'static str;
+    /// Appended to that read.
+    const FOR_UPDATE: &'static str;
+}
+
+impl Dialect for sqlx::Sqlite {
+    // IMMEDIATE takes the write lock before the reads: a deferred
+    // transaction that read and then wrote after a concurrent create
+    // committed would fail with SQLITE_BUSY_SNAPSHOT, or two creates of one
+    // name would both pass the existence check. SQLite has one writer, so
+    // the row needs no lock of its own.
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const FOR_UPDATE: &'static str = "";
+}
+
+impl Dialect for sqlx::Postgres {
+    // Writers run concurrently under READ COMMITTED: the application's row
+    // lock is what serialises them (SERIALIZABLE would instead fail one of
+    // them, and every caller would need a retry loop).
+    const BEGIN_WRITE: &'static str = "BEGIN";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+}
+
+/// The store over one database: every operation, written once.
+///
+/// Message inserts go through one writer task that commits whatever is
+/// waiting (up to `message_write_batch_max`) in one transaction, so many
+/// concurrent sends share one fsync (SQLite) or one WAL flush (PostgreSQL),
+/// and each caller is answered only after the commit: durable before
+/// acknowledged, at the disk's batch rate rather than its fsync rate
+/// (docs/benchmarks.md has the measured figures).
+pub struct SqlStore<DB: sqlx::Database> {
+    pool: sqlx::Pool<DB>,
+    writes: tokio::sync::mpsc::Sender<MessageWrite>,
+    counters: std::sync::Arc<StoreCounters>,
+}
+
+// By hand: a derive would ask `DB` itself to be `Clone` and `Debug`.
+impl<DB: sqlx::Database> Clone for SqlStore<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            writes: self.writes.clone(),
+            counters: self.counters.clone(),
+        }
+    }
+}
+
+impl<DB: sqlx::Database> std::fmt::Debug for SqlStore<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The SQLite store (embedded mode).
+pub type SqliteStore = SqlStore<sqlx::Sqlite>;
+
+/// The PostgreSQL store (cluster mode).
+pub type PgStore = SqlStore<sqlx::Postgres>;
+
 const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
-async fn insert_one<'c>(
-    executor: impl sqlx::SqliteExecutor<'c>,
-    m: &MessageRow,
-) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(INSERT_MESSAGE)
-        .bind(m.id)
-        .bind(m.channel_id)
-        .bind(m.guild_id)
-        .bind(m.author_id)
-        .bind(&m.content)
-        .bind(m.tts)
-        .bind(m.edited_ms)
-        .execute(executor)
-        .await?;
-    Ok(())
-}
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
 
-async fn commit_batch(
-    pool: &SqlitePool,
-    batch: &[MessageWrite],
-) -> std::result::Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    for write in batch {
-        insert_one(&mut *tx, &write.row).await?;
-    }
-    tx.commit().await
-}
-
-async fn message_writer(
-    pool: SqlitePool,
-    mut queue: tokio::sync::mpsc::Receiver<MessageWrite>,
-    batch_max: usize,
-) {
-    let mut batch = Vec::with_capacity(batch_max);
-    while let Some(first) = queue.recv().await {
-        batch.push(first);
-        while batch.len() < batch_max {
-            match queue.try_recv() {
-                Ok(write) => batch.push(write),
-                Err(_) => break,
-            }
-        }
-        match commit_batch(&pool, &batch).await {
-            Ok(()) => {
-                for write in batch.drain(..) {
-                    let _ = write.ack.send(Ok(()));
-                }
-            }
-            // One bad row must not fail its neighbours: retry one by one so
-            // each caller gets its own answer.
-            Err(_) => {
-                for write in batch.drain(..) {
-                    let result = insert_one(&pool, &write.row)
-                        .await
-                        .map_err(|e| e.to_string());
-                    let _ = write.ack.send(result);
-                }
-            }
-        }
-    }
-}
+/// The key of the advisory lock PostgreSQL migrations run under ("guildhal"
+/// in ASCII). sqlx's migrator takes a lock of its own, keyed by the
+/// database's name; this one is ours, so the guarantee that N nodes
+/// starting at once on an empty database migrate it once, one after the
+/// other, is tested here and holds whatever the migrator's settings.
+pub const PG_MIGRATION_LOCK_KEY: i64 = 0x6775_6964_6861_6c00;
 
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the database at `path`,
     /// with the pool and write-queue bounds of `limits`.
     pub async fn open(path: &Path, limits: &Limits) -> Result<Self> {
-        let options = SqliteConnectOptions::new()
-            .filename(path)
+        Self::open_with(SqliteConnectOptions::new().filename(path), limits).await
+    }
+
+    /// Opens a `sqlite:` URL (`sqlite://PATH`, `sqlite:PATH`) as
+    /// [`SqliteStore::open`] opens a path: created if missing, WAL, FULL.
+    pub async fn open_url(url: &str, limits: &Limits) -> Result<Self> {
+        Self::open_with(SqliteConnectOptions::from_str(url)?, limits).await
+    }
+
+    async fn open_with(options: SqliteConnectOptions, limits: &Limits) -> Result<Self> {
+        let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
@@ -414,21 +473,184 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_millis(ACQUIRE_TIMEOUT_MS))
             .connect_with(options)
             .await?;
-        sqlx::migrate!("./migrations")
+        SQLITE_MIGRATIONS
             .run(&pool)
             .await
             .map_err(|e| StoreError::Database(e.into()))?;
+        Ok(Self::start(pool, limits))
+    }
+}
+
+impl PgStore {
+    /// Connects to the PostgreSQL database at `url` (`postgres://…`) and
+    /// migrates it, with the pool and write-queue bounds of `limits`.
+    ///
+    /// Any number of processes may open one empty database at once: the
+    /// migrations run under [`PG_MIGRATION_LOCK_KEY`], so one migrates and
+    /// the others wait, then find it done.
+    pub async fn open(url: &str, limits: &Limits) -> Result<Self> {
+        // Set per session, so a server or role default of `off` cannot
+        // weaken it: a commit returns only once its WAL is flushed, so a
+        // write acknowledged to a client survives a crash of the server.
+        let options = PgConnectOptions::from_str(url)?.options([("synchronous_commit", "on")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(limits.store_pool_connections_max)
+            .acquire_timeout(Duration::from_millis(ACQUIRE_TIMEOUT_MS))
+            .connect_with(options)
+            .await?;
+        let mut conn = pool.acquire().await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(PG_MIGRATION_LOCK_KEY)
+            .execute(&mut *conn)
+            .await?;
+        let migrated = PG_MIGRATIONS.run(&mut *conn).await;
+        // Released on every path: the connection goes back to the pool, and
+        // a lock it kept would stall every later open.
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(PG_MIGRATION_LOCK_KEY)
+            .execute(&mut *conn)
+            .await;
+        migrated.map_err(|e| StoreError::Database(e.into()))?;
+        unlocked?;
+        drop(conn);
+        Ok(Self::start(pool, limits))
+    }
+}
+
+impl<DB: Dialect> SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q [u8]: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> UserRow: FromRow<'r, DB::Row>,
+    for<'r> ApplicationRow: FromRow<'r, DB::Row>,
+    for<'r> GuildRow: FromRow<'r, DB::Row>,
+    for<'r> ChannelRow: FromRow<'r, DB::Row>,
+    for<'r> RoleRow: FromRow<'r, DB::Row>,
+    for<'r> MemberRow: FromRow<'r, DB::Row>,
+    for<'r> MessageRow: FromRow<'r, DB::Row>,
+    for<'r> InviteRow: FromRow<'r, DB::Row>,
+    for<'r> InvitePreviewRow: FromRow<'r, DB::Row>,
+    for<'r> CommandRow: FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, i64): FromRow<'r, DB::Row>,
+    for<'r> (i64, String, i64, i64, Option<i64>): FromRow<'r, DB::Row>,
+{
+    /// Starts the group-commit writer over a migrated pool.
+    fn start(pool: sqlx::Pool<DB>, limits: &Limits) -> Self {
         let (writes, queue) = tokio::sync::mpsc::channel(limits.message_write_queue_max);
-        tokio::spawn(message_writer(
+        tokio::spawn(Self::message_writer(
             pool.clone(),
             queue,
             limits.message_write_batch_max,
         ));
-        Ok(Self {
+        Self {
             pool,
             writes,
             counters: std::sync::Arc::default(),
-        })
+        }
+    }
+
+    async fn insert_one(
+        executor: impl sqlx::Executor<'_, Database = DB>,
+        m: &MessageRow,
+    ) -> std::result::Result<(), sqlx::Error> {
+        sqlx::query(INSERT_MESSAGE)
+            .bind(m.id)
+            .bind(m.channel_id)
+            .bind(m.guild_id)
+            .bind(m.author_id)
+            .bind(&m.content)
+            .bind(m.tts)
+            .bind(m.edited_ms)
+            .execute(executor)
+            .await?;
+        Ok(())
+    }
+
+    async fn commit_batch(
+        pool: &sqlx::Pool<DB>,
+        batch: &[MessageWrite],
+    ) -> std::result::Result<(), sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        for write in batch {
+            Self::insert_one(&mut *tx, &write.row).await?;
+        }
+        tx.commit().await
+    }
+
+    async fn message_writer(
+        pool: sqlx::Pool<DB>,
+        mut queue: tokio::sync::mpsc::Receiver<MessageWrite>,
+        batch_max: usize,
+    ) {
+        let mut batch = Vec::with_capacity(batch_max);
+        while let Some(first) = queue.recv().await {
+            batch.push(first);
+            while batch.len() < batch_max {
+                match queue.try_recv() {
+                    Ok(write) => batch.push(write),
+                    Err(_) => break,
+                }
+            }
+            match Self::commit_batch(&pool, &batch).await {
+                Ok(()) => {
+                    for write in batch.drain(..) {
+                        let _ = write.ack.send(Ok(()));
+                    }
+                }
+                // One bad row must not fail its neighbours: retry one by one
+                // so each caller gets its own answer. (The failed transaction
+                // was rolled back; on PostgreSQL it is aborted as a whole.)
+                Err(_) => {
+                    for write in batch.drain(..) {
+                        let result = Self::insert_one(&pool, &write.row).await;
+                        let _ = write.ack.send(result);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn insert_command(tx: &mut sqlx::Transaction<'_, DB>, row: &CommandRow) -> Result<()> {
+        sqlx::query("INSERT INTO application_commands (id, application_id, guild_id, kind, name, spec, version) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(row.id)
+            .bind(row.application_id)
+            .bind(row.guild_id)
+            .bind(row.kind)
+            .bind(&row.name)
+            .bind(&row.spec)
+            .bind(row.version)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Opens a [`Dialect::BEGIN_WRITE`] transaction holding the lock on
+    /// `application_id`'s row (see there).
+    async fn begin_application_write(
+        &self,
+        application_id: i64,
+    ) -> Result<sqlx::Transaction<'static, DB>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let sql = format!(
+            "SELECT id FROM applications WHERE id = $1{}",
+            DB::FOR_UPDATE
+        );
+        // Safe: the suffix is one of the dialects' literals; the id is bound.
+        let _: Option<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(application_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        Ok(tx)
     }
 
     // ----- users and tokens -------------------------------------------------
@@ -517,7 +739,7 @@ impl SqliteStore {
     /// Creates an application and its bot user in one transaction.
     pub async fn create_application(&self, app: &ApplicationRow, bot: &UserRow) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO users (id, username, password_hash, bot, global_name, created_ms) VALUES ($1, $2, NULL, 1, NULL, $3)")
+        sqlx::query("INSERT INTO users (id, username, password_hash, bot, global_name, created_ms) VALUES ($1, $2, NULL, TRUE, NULL, $3)")
             .bind(bot.id)
             .bind(&bot.username)
             .bind(bot.created_ms)
@@ -789,8 +1011,10 @@ impl SqliteStore {
             .map_err(|_| StoreError::Busy)?;
         match done.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) if error.contains("UNIQUE") => Err(StoreError::Conflict("message id")),
-            Ok(Err(error)) => Err(StoreError::Database(sqlx::Error::Protocol(error))),
+            Ok(Err(error)) => match StoreError::from(error) {
+                StoreError::Conflict(_) => Err(StoreError::Conflict("message id")),
+                other => Err(other),
+            },
             Err(_) => Err(StoreError::Busy),
         }
     }
@@ -1270,11 +1494,10 @@ impl SqliteStore {
     /// scope holds `kind_max` of its type. One transaction, so two
     /// concurrent creates cannot both pass the count.
     pub async fn upsert_command(&self, row: &CommandRow, kind_max: i64) -> Result<CommandUpsert> {
-        // IMMEDIATE takes the write lock before the reads: a deferred
-        // transaction that read and then wrote after a concurrent create
-        // committed would fail with SQLITE_BUSY_SNAPSHOT, or two creates
-        // of one name would both pass the existence check.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // Serialised with every other command write of the application
+        // (`Dialect::BEGIN_WRITE`), so the existence check and the count
+        // hold until the commit.
+        let mut tx = self.begin_application_write(row.application_id).await?;
         let existing: Option<(i64,)> = sqlx::query_as("SELECT id FROM application_commands WHERE application_id = $1 AND guild_id = $2 AND kind = $3 AND name = $4")
             .bind(row.application_id)
             .bind(row.guild_id)
@@ -1301,7 +1524,7 @@ impl SqliteStore {
         if count >= kind_max {
             return Ok(CommandUpsert::Full);
         }
-        insert_command(&mut tx, row).await?;
+        Self::insert_command(&mut tx, row).await?;
         tx.commit().await?;
         Ok(CommandUpsert::Created(row.clone()))
     }
@@ -1345,14 +1568,14 @@ impl SqliteStore {
         guild_id: i64,
         rows: &[CommandRow],
     ) -> Result<()> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_application_write(application_id).await?;
         sqlx::query("DELETE FROM application_commands WHERE application_id = $1 AND guild_id = $2")
             .bind(application_id)
             .bind(guild_id)
             .execute(&mut *tx)
             .await?;
         for row in rows {
-            insert_command(&mut tx, row).await?;
+            Self::insert_command(&mut tx, row).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -1360,8 +1583,10 @@ impl SqliteStore {
 
     /// Whether `user_id` is a member of `guild_id`.
     pub async fn is_member(&self, guild_id: i64, user_id: i64) -> Result<bool> {
+        // The key column, not a literal 1: PostgreSQL types a literal as a
+        // 32-bit int, which does not decode as i64.
         let found: Option<(i64,)> =
-            sqlx::query_as("SELECT 1 FROM members WHERE guild_id = $1 AND user_id = $2")
+            sqlx::query_as("SELECT user_id FROM members WHERE guild_id = $1 AND user_id = $2")
                 .bind(guild_id)
                 .bind(user_id)
                 .fetch_optional(&self.pool)
@@ -1379,31 +1604,15 @@ impl SqliteStore {
     }
 }
 
-async fn insert_command(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    row: &CommandRow,
-) -> Result<()> {
-    sqlx::query("INSERT INTO application_commands (id, application_id, guild_id, kind, name, spec, version) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-        .bind(row.id)
-        .bind(row.application_id)
-        .bind(row.guild_id)
-        .bind(row.kind)
-        .bind(&row.name)
-        .bind(&row.spec)
-        .bind(row.version)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
 // ----- the trait the roles depend on ---------------------------------------
 
 /// A boxed, sendable future: what the object-safe store trait returns.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// Declares every store operation once and derives from that one list the
-/// object-safe trait, its implementation by [`SqliteStore`] (the inherent
-/// methods of the same names), and the [`Store`] handle's methods. Written
+/// object-safe trait, its implementations by [`SqliteStore`] and [`PgStore`]
+/// (the generic inherent methods of the same names), and the [`Store`]
+/// handle's methods. Written
 /// by hand because async trait methods are not object-safe and one list
 /// keeps the three from drifting apart.
 macro_rules! store_api {
@@ -1416,7 +1625,9 @@ macro_rules! store_api {
         }
 
         // The one list names a lifetime for every signature, whether or not
-        // elision would have found it.
+        // elision would have found it. One impl per database rather than one
+        // generic impl: each future's `Send` is then proved for the concrete
+        // driver, not for every `Database`.
         #[allow(clippy::needless_lifetimes)]
         impl StoreBackend for SqliteStore {
             fn counters(&self) -> &StoreCounters {
@@ -1424,6 +1635,16 @@ macro_rules! store_api {
             }
             $( fn $name<'a>(&'a self $(, $arg: $ty)*) -> BoxFuture<'a, Result<$ret>> {
                 Box::pin(SqliteStore::$name(self $(, $arg)*))
+            } )*
+        }
+
+        #[allow(clippy::needless_lifetimes)]
+        impl StoreBackend for PgStore {
+            fn counters(&self) -> &StoreCounters {
+                &self.counters
+            }
+            $( fn $name<'a>(&'a self $(, $arg: $ty)*) -> BoxFuture<'a, Result<$ret>> {
+                Box::pin(PgStore::$name(self $(, $arg)*))
             } )*
         }
 
@@ -1580,6 +1801,21 @@ impl Store {
         Ok(Self::new(std::sync::Arc::new(
             SqliteStore::open_in_memory().await?,
         )))
+    }
+
+    /// Opens the store a URL names: PostgreSQL for `postgres://` and
+    /// `postgresql://` (cluster mode), SQLite for `sqlite:` URLs and for
+    /// anything else, taken as a file path (embedded mode).
+    pub async fn open_url(url: &str, limits: &Limits) -> Result<Self> {
+        let backend: std::sync::Arc<dyn StoreBackend> =
+            if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+                std::sync::Arc::new(PgStore::open(url, limits).await?)
+            } else if url.starts_with("sqlite:") {
+                std::sync::Arc::new(SqliteStore::open_url(url, limits).await?)
+            } else {
+                std::sync::Arc::new(SqliteStore::open(Path::new(url), limits).await?)
+            };
+        Ok(Self::new(backend))
     }
 }
 
