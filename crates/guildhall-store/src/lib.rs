@@ -21,8 +21,9 @@
 //! of that guild, whatever check a caller forgot.
 
 use guildhall_limits::Limits;
+use sqlx::Connection;
 use sqlx::FromRow;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::path::Path;
 use std::str::FromStr;
@@ -408,6 +409,7 @@ impl<DB: sqlx::Database> Clone for SqlStore<DB> {
 impl<DB: sqlx::Database> std::fmt::Debug for SqlStore<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlStore")
+            .field("database", &std::any::type_name::<DB>())
             .field("pool", &self.pool)
             .finish_non_exhaustive()
     }
@@ -496,23 +498,22 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(limits.store_pool_connections_max)
             .acquire_timeout(Duration::from_millis(ACQUIRE_TIMEOUT_MS))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
-        let mut conn = pool.acquire().await?;
+        // The lock is held by a session of its own, outside the pool: the
+        // migrator takes a pooled connection (a pool may hold just one), and
+        // it must run on the pool, as `Migrator::run` over a borrowed
+        // connection makes this future not `Send`.
+        let mut lock = PgConnection::connect_with(&options).await?;
         sqlx::query("SELECT pg_advisory_lock($1)")
             .bind(PG_MIGRATION_LOCK_KEY)
-            .execute(&mut *conn)
+            .execute(&mut lock)
             .await?;
-        let migrated = PG_MIGRATIONS.run(&mut *conn).await;
-        // Released on every path: the connection goes back to the pool, and
-        // a lock it kept would stall every later open.
-        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
-            .bind(PG_MIGRATION_LOCK_KEY)
-            .execute(&mut *conn)
-            .await;
+        let migrated = PG_MIGRATIONS.run(&pool).await;
+        // Ending the session releases its advisory locks; if the goodbye
+        // fails, dropping the socket ends the session all the same.
+        let _ = lock.close().await;
         migrated.map_err(|e| StoreError::Database(e.into()))?;
-        unlocked?;
-        drop(conn);
         Ok(Self::start(pool, limits))
     }
 }
@@ -1834,9 +1835,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn guild_round_trip_and_unique_names() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn guild_round_trip_and_unique_names(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         assert!(matches!(
             store.create_user(&user(2, "alice")).await,
@@ -1890,9 +1889,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn messages_page_newest_first() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn messages_page_newest_first(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
             id: 5,
@@ -1937,14 +1934,7 @@ mod tests {
         assert!(!store.delete_message(5, 104).await.unwrap());
     }
 
-    #[tokio::test]
-    async fn concurrent_inserts_are_all_durable_and_answered() {
-        let dir = std::env::temp_dir().join(format!("guildhall-store-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&dir.join("db"), &Limits::default())
-            .await
-            .unwrap();
+    async fn concurrent_inserts_are_all_durable_and_answered(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
             id: 5,
@@ -1992,8 +1982,6 @@ mod tests {
         assert!(matches!(a, Err(StoreError::Conflict(_))));
         b.unwrap();
         assert_eq!(store.messages(5, None, 1000).await.unwrap().len(), 501);
-        drop(store);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Two guilds of one owner: (guild id, channel id, role id, message id)
@@ -2059,9 +2047,7 @@ mod tests {
     }
 
     /// Ids of guild B passed with guild A's container touch nothing of B.
-    #[tokio::test]
-    async fn operations_are_scoped_by_channel_and_guild() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn operations_are_scoped_by_channel_and_guild(store: Store) {
         let [
             (a, a_channel, _, a_message),
             (b, b_channel, b_role, b_message),
@@ -2139,9 +2125,7 @@ mod tests {
         assert!(store.load_guild(a).await.unwrap().member_roles.is_empty());
     }
 
-    #[tokio::test]
-    async fn member_counts_follow_joins_and_leaves() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn member_counts_follow_joins_and_leaves(store: Store) {
         let [(a, a_channel, _, _), _] = two_guilds(&store).await;
         let invite = InviteRow {
             code: "abc".into(),
@@ -2183,9 +2167,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn tokens_resolve_and_revoke() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn tokens_resolve_and_revoke(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         store.add_token(b"digest", 1, 0).await.unwrap();
         assert_eq!(
@@ -2194,5 +2176,390 @@ mod tests {
         );
         store.revoke_tokens(1).await.unwrap();
         assert_eq!(store.user_by_token(b"digest").await.unwrap(), None);
+    }
+
+    /// An application (id 50, bot user 51, owner 1) to hang commands on.
+    async fn application(store: &Store) {
+        store.create_user(&user(1, "alice")).await.unwrap();
+        let app = ApplicationRow {
+            id: 50,
+            name: "app".into(),
+            owner_id: 1,
+            bot_user_id: 51,
+            flags: 0,
+            description: String::new(),
+        };
+        store
+            .create_application(
+                &app,
+                &UserRow {
+                    bot: true,
+                    ..user(51, "bot")
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.application_by_bot(51).await.unwrap(), Some(app));
+        assert!(store.user(51).await.unwrap().unwrap().bot);
+    }
+
+    fn command(id: i64, name: &str) -> CommandRow {
+        CommandRow {
+            id,
+            application_id: 50,
+            guild_id: 0,
+            kind: 1,
+            name: name.into(),
+            spec: r#"{"name":"x","b":1,"a":2}"#.into(),
+            version: id,
+        }
+    }
+
+    /// Concurrent creates of one application cannot both pass the count or
+    /// the existence check (the store runs on a pool of several connections).
+    async fn command_upserts_are_serialised(store: Store) {
+        application(&store).await;
+        let outcomes = futures_all((0..8).map(|i| {
+            let store = store.clone();
+            async move {
+                store
+                    .upsert_command(&command(100 + i, &format!("c{i}")), 3)
+                    .await
+            }
+        }))
+        .await;
+        let created = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(CommandUpsert::Created(_))))
+            .count();
+        let full = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(CommandUpsert::Full)))
+            .count();
+        assert_eq!((created, full), (3, 5), "{outcomes:?}");
+        store.replace_commands(50, 0, &[]).await.unwrap();
+        let outcomes = futures_all((0..8).map(|i| {
+            let store = store.clone();
+            async move { store.upsert_command(&command(200 + i, "same"), 3).await }
+        }))
+        .await;
+        let created = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(CommandUpsert::Created(_))))
+            .count();
+        let updated = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(CommandUpsert::Updated(_))))
+            .count();
+        assert_eq!((created, updated), (1, 7), "{outcomes:?}");
+        let stored = store.commands(50, 0).await.unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(
+            stored[0].spec,
+            command(0, "").spec,
+            "JSON text kept as sent"
+        );
+    }
+
+    /// Runs the futures as tasks at once and collects their outputs in order.
+    async fn futures_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let tasks: Vec<_> = futures.map(tokio::spawn).collect();
+        let mut out = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            out.push(task.await.unwrap());
+        }
+        out
+    }
+
+    /// A private SQLite database: in memory, or a file in a temporary
+    /// directory (a pool of several connections, WAL, as deployed).
+    struct SqliteDb {
+        store: Store,
+        _dir: Option<tempfile::TempDir>,
+    }
+
+    async fn sqlite_memory() -> SqliteDb {
+        SqliteDb {
+            store: Store::open_in_memory().await.unwrap(),
+            _dir: None,
+        }
+    }
+
+    async fn sqlite_file() -> SqliteDb {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db"), &Limits::default())
+            .await
+            .unwrap();
+        SqliteDb {
+            store,
+            _dir: Some(dir),
+        }
+    }
+
+    /// Real PostgreSQL for the tests: one server per test process, shared by
+    /// the tests that run at the same time (`cargo test` runs them as
+    /// threads; nextest runs each in its own process), each test in a fresh
+    /// database of its own. The server stops when the last holder drops it.
+    mod pg {
+        use super::*;
+        use guildhall_sandbox::{Service, Services};
+        use sqlx::migrate::MigrateDatabase;
+        use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+        static SERVER: Mutex<Weak<Services>> = Mutex::new(Weak::new());
+
+        fn server() -> Arc<Services> {
+            let mut shared = SERVER.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(server) = shared.upgrade() {
+                return server;
+            }
+            let server =
+                Arc::new(Services::start(&[Service::Postgres]).unwrap_or_else(|e| panic!("{e}")));
+            *shared = Arc::downgrade(&server);
+            server
+        }
+
+        /// An empty database on the shared server.
+        pub struct EmptyDb {
+            /// `postgres://…/NAME`.
+            pub url: String,
+            /// Its name.
+            pub name: String,
+            _server: Arc<Services>,
+        }
+
+        pub async fn empty() -> EmptyDb {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let server = server();
+            let name = format!(
+                "test_{}_{}",
+                std::process::id(),
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            let base = server.database_url();
+            let url = match base.rsplit_once('/') {
+                Some((host, _)) => format!("{host}/{name}"),
+                None => panic!("DATABASE_URL without a database: {base}"),
+            };
+            sqlx::Postgres::create_database(&url).await.unwrap();
+            EmptyDb {
+                url,
+                name,
+                _server: server,
+            }
+        }
+
+        /// A migrated store over a fresh database (the database's handle
+        /// keeps the server up).
+        pub async fn store() -> (Store, EmptyDb) {
+            let db = empty().await;
+            let store = Store::open_url(&db.url, &Limits::default()).await.unwrap();
+            (store, db)
+        }
+    }
+
+    /// Every shared test, once per database: `tests::sqlite::NAME` (with
+    /// the SQLite database named) and `tests::postgres::NAME`.
+    macro_rules! on_both_databases {
+        ($($name:ident($sqlite:ident);)*) => {
+            mod sqlite {
+                $( #[tokio::test]
+                async fn $name() {
+                    let db = super::$sqlite().await;
+                    super::$name(db.store.clone()).await;
+                } )*
+            }
+            mod postgres {
+                $( #[tokio::test]
+                async fn $name() {
+                    let (store, _db) = super::pg::store().await;
+                    super::$name(store).await;
+                } )*
+            }
+        };
+    }
+
+    on_both_databases! {
+        guild_round_trip_and_unique_names(sqlite_memory);
+        messages_page_newest_first(sqlite_memory);
+        concurrent_inserts_are_all_durable_and_answered(sqlite_file);
+        operations_are_scoped_by_channel_and_guild(sqlite_memory);
+        member_counts_follow_joins_and_leaves(sqlite_memory);
+        tokens_resolve_and_revoke(sqlite_memory);
+        command_upserts_are_serialised(sqlite_file);
+    }
+
+    /// `open_url` picks the database by the URL's scheme.
+    #[tokio::test]
+    async fn open_url_picks_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let limits = Limits::default();
+        for url in [
+            format!("sqlite://{}", path.display()),
+            path.display().to_string(),
+        ] {
+            let store = Store::open_url(&url, &limits).await.unwrap();
+            assert!(format!("{store:?}").contains("Sqlite"), "{url}: {store:?}");
+            assert_eq!(store.user(1).await.unwrap(), None);
+        }
+        let (store, _db) = pg::store().await;
+        assert!(format!("{store:?}").contains("Postgres"), "{store:?}");
+    }
+
+    /// Eight nodes starting at once on one empty database all open it, and
+    /// its migrations ran once each.
+    #[tokio::test]
+    async fn postgres_concurrent_opens_migrate_once() {
+        let db = pg::empty().await;
+        let opens = futures_all((0..8).map(|_| {
+            let url = db.url.clone();
+            async move { PgStore::open(&url, &Limits::default()).await }
+        }))
+        .await;
+        let stores: Vec<PgStore> = opens
+            .into_iter()
+            .map(|open| open.unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        let applied: Vec<(i64, bool)> =
+            sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+                .fetch_all(&stores[0].pool)
+                .await
+                .unwrap();
+        let expected: Vec<(i64, bool)> = PG_MIGRATIONS.iter().map(|m| (m.version, true)).collect();
+        assert_eq!(applied, expected);
+        stores[3].create_user(&user(1, "alice")).await.unwrap();
+        assert_eq!(stores[7].user(1).await.unwrap(), Some(user(1, "alice")));
+    }
+
+    /// An open waits while another session holds the migration lock, and
+    /// has not touched the schema before it gets it.
+    #[tokio::test]
+    async fn postgres_migrations_wait_for_the_advisory_lock() {
+        let db = pg::empty().await;
+        let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(PG_MIGRATION_LOCK_KEY)
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let url = db.url.clone();
+        let open = tokio::spawn(async move { PgStore::open(&url, &Limits::default()).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!open.is_finished(), "open did not wait for the lock");
+        let (table,): (Option<String>,) =
+            sqlx::query_as("SELECT to_regclass('_sqlx_migrations')::text")
+                .fetch_one(&mut holder)
+                .await
+                .unwrap();
+        assert_eq!(table, None, "migrated without the lock");
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(PG_MIGRATION_LOCK_KEY)
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let store = open.await.unwrap().unwrap();
+        assert_eq!(store.user(1).await.unwrap(), None);
+    }
+
+    /// A database whose default is `synchronous_commit = off` still commits
+    /// synchronously for the store.
+    #[tokio::test]
+    async fn postgres_commits_are_synchronous_whatever_the_default() {
+        let db = pg::empty().await;
+        let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        // Safe: the name is the test's own, made of letters, digits and `_`.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {} SET synchronous_commit = off",
+            db.name
+        )))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        let mut fresh = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let (plain,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+            .fetch_one(&mut fresh)
+            .await
+            .unwrap();
+        assert_eq!(plain, "off", "the database default took");
+        let store = PgStore::open(&db.url, &Limits::default()).await.unwrap();
+        let (setting,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(setting, "on");
+    }
+
+    /// A pool with every connection taken answers `Busy` after the acquire
+    /// timeout, on both databases, reads and group-committed writes alike.
+    #[tokio::test]
+    async fn exhausted_pool_fails_fast_with_busy() {
+        let limits = Limits {
+            store_pool_connections_max: 1,
+            ..Limits::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = SqliteStore::open(&dir.path().join("db"), &limits)
+            .await
+            .unwrap();
+        let db = pg::empty().await;
+        let pg = PgStore::open(&db.url, &limits).await.unwrap();
+        let held = (
+            sqlite.pool.acquire().await.unwrap(),
+            pg.pool.acquire().await.unwrap(),
+        );
+        let started = std::time::Instant::now();
+        let (a, b) = tokio::join!(sqlite.user(1), pg.user(1));
+        assert!(matches!(a, Err(StoreError::Busy)), "{a:?}");
+        assert!(matches!(b, Err(StoreError::Busy)), "{b:?}");
+        let waited_ms = started.elapsed().as_millis();
+        assert!(
+            (u128::from(ACQUIRE_TIMEOUT_MS)..u128::from(ACQUIRE_TIMEOUT_MS) * 2)
+                .contains(&waited_ms),
+            "waited {waited_ms} ms"
+        );
+        drop(held);
+        assert_eq!(pg.user(1).await.unwrap(), None);
+    }
+
+    /// The two migration directories build one schema: the same tables and
+    /// columns, each column of the matching type (SQLite's INTEGER is
+    /// PostgreSQL's BIGINT, or BOOLEAN for flags; BLOB is BYTEA).
+    #[tokio::test]
+    async fn both_databases_have_one_schema() {
+        let sqlite = SqliteStore::open_in_memory().await.unwrap();
+        let mut lite: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT m.name, p.name, p.type FROM sqlite_master m JOIN pragma_table_info(m.name) p \
+             WHERE m.type = 'table' AND m.name NOT LIKE '\\_%' ESCAPE '\\'",
+        )
+        .fetch_all(&sqlite.pool)
+        .await
+        .unwrap();
+        let db = pg::empty().await;
+        let pg = PgStore::open(&db.url, &Limits::default()).await.unwrap();
+        let mut post: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT table_name::text, column_name::text, data_type::text FROM information_schema.columns \
+             WHERE table_schema = 'public' AND table_name NOT LIKE '\\_%'",
+        )
+        .fetch_all(&pg.pool)
+        .await
+        .unwrap();
+        for column in &mut post {
+            column.2 = match column.2.as_str() {
+                "bigint" | "boolean" => "INTEGER",
+                "text" => "TEXT",
+                "bytea" => "BLOB",
+                other => panic!("{}.{} is {other}", column.0, column.1),
+            }
+            .into();
+        }
+        lite.sort();
+        post.sort();
+        assert!(lite.len() > 50, "{lite:?}");
+        assert_eq!(lite, post);
     }
 }
