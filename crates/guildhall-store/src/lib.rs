@@ -2,13 +2,17 @@
 //! roles hold, [`Store`].
 //!
 //! [`SqliteStore`] (sqlx over SQLite) is the implementation embedded mode
-//! runs on. The schema and queries are portable SQL with `$N` parameters,
-//! and sqlx speaks PostgreSQL, so the cluster mode's store is the same
-//! queries over another pool behind the same trait.
+//! runs on; [`PgStore`] (sqlx over PostgreSQL) is cluster mode's. Both are
+//! [`SqlStore`]: the queries are portable SQL with `$N` parameters, written
+//! once over sqlx's `Database`, and [`Dialect`] holds what differs (the
+//! design is explained at `Dialect`). [`Store::open_url`] picks one by URL.
+//! Each database has its own migration directory (`migrations`,
+//! `migrations-postgres`) building one schema; a test holds them to it.
 //!
-//! Durability: WAL with `synchronous = FULL`, so a write acknowledged to a
-//! client (a message answered with 200) is on disk before the answer and
-//! survives `kill -9` and power loss alike.
+//! Durability: on SQLite, WAL with `synchronous = FULL`; on PostgreSQL,
+//! `synchronous_commit = on` for every session of the store. Either way a
+//! write acknowledged to a client (a message answered with 200) is durable
+//! before the answer and survives `kill -9` and power loss alike.
 //!
 //! Bounds: the pool holds at most `store_pool_connections_max` connections and a
 //! caller waits at most [`ACQUIRE_TIMEOUT_MS`] for one (then
@@ -313,10 +317,11 @@ impl std::fmt::Debug for MessageWrite {
 // Design: every query, the group-commit writer and the pool are written once,
 // in `SqlStore<DB>`, generic over sqlx's `Database`, and the few things the
 // two databases do differently are the `Dialect` trait's constants. The
-// alternatives were worse: sqlx's `Any` driver decodes through a lowest
-// common type set (SQLite's 0/1 is not a bool there) and loses each driver's
-// connect options (WAL, `synchronous`); a macro that stamps the queries out
-// once per database is not formatted, and its errors point into the macro.
+// alternatives were worse: sqlx's `Any` driver (a runtime choice) maps every
+// value through its own small set of types, checked only when a query runs,
+// and is set up from a URL rather than each driver's connect options (WAL,
+// `synchronous`); a macro that stamps the queries out once per database is
+// not formatted by rustfmt, and its errors point into the macro.
 // The generic code's cost is one `where` clause listing the column and row
 // types it binds and decodes; the compiler checks it for both databases.
 //
@@ -431,7 +436,7 @@ static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-pos
 /// database's name; this one is ours, so the guarantee that N nodes
 /// starting at once on an empty database migrate it once, one after the
 /// other, is tested here and holds whatever the migrator's settings.
-pub const PG_MIGRATION_LOCK_KEY: i64 = 0x6775_6964_6861_6c00;
+pub const PG_MIGRATION_LOCK_KEY: i64 = 0x6775_696c_6468_616c;
 
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the database at `path`,
