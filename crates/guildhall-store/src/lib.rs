@@ -2,13 +2,17 @@
 //! roles hold, [`Store`].
 //!
 //! [`SqliteStore`] (sqlx over SQLite) is the implementation embedded mode
-//! runs on. The schema and queries are portable SQL with `$N` parameters,
-//! and sqlx speaks PostgreSQL, so the cluster mode's store is the same
-//! queries over another pool behind the same trait.
+//! runs on; [`PgStore`] (sqlx over PostgreSQL) is cluster mode's. Both are
+//! [`SqlStore`]: the queries are portable SQL with `$N` parameters, written
+//! once over sqlx's `Database`, and [`Dialect`] holds what differs (the
+//! design is explained at `Dialect`). [`Store::open_url`] picks one by URL.
+//! Each database has its own migration directory (`migrations`,
+//! `migrations-postgres`) building one schema; a test holds them to it.
 //!
-//! Durability: WAL with `synchronous = FULL`, so a write acknowledged to a
-//! client (a message answered with 200) is on disk before the answer and
-//! survives `kill -9` and power loss alike.
+//! Durability: on SQLite, WAL with `synchronous = FULL`; on PostgreSQL,
+//! `synchronous_commit = on` for every session of the store. Either way a
+//! write acknowledged to a client (a message answered with 200) is durable
+//! before the answer and survives `kill -9` and power loss alike.
 //!
 //! Bounds: the pool holds at most `store_pool_connections_max` connections and a
 //! caller waits at most [`ACQUIRE_TIMEOUT_MS`] for one (then
@@ -21,9 +25,12 @@
 //! of that guild, whatever check a caller forgot.
 
 use guildhall_limits::Limits;
+use sqlx::Connection;
+use sqlx::FromRow;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{FromRow, SqlitePool};
 use std::path::Path;
+use std::str::FromStr;
 use std::time::Duration;
 
 /// Longest wait for a pooled connection before failing fast.
@@ -292,21 +299,9 @@ pub struct GuildState {
 /// A message write waiting for the group-commit writer.
 struct MessageWrite {
     row: MessageRow,
-    ack: tokio::sync::oneshot::Sender<std::result::Result<(), String>>,
-}
-
-/// The SQLite store (embedded mode).
-///
-/// Message inserts go through one writer task that commits whatever is
-/// waiting (up to `message_write_batch_max`) in one transaction, so many
-/// concurrent sends share one fsync, and each caller is answered only after
-/// the commit: durable before acknowledged, at the disk's batch rate rather
-/// than its fsync rate (docs/benchmarks.md has the measured figures).
-#[derive(Clone, Debug)]
-pub struct SqliteStore {
-    pool: SqlitePool,
-    writes: tokio::sync::mpsc::Sender<MessageWrite>,
-    counters: std::sync::Arc<StoreCounters>,
+    // The database's own error, so the caller classifies it (a duplicate id
+    // is a conflict on either database) exactly as a direct query would.
+    ack: tokio::sync::oneshot::Sender<std::result::Result<(), sqlx::Error>>,
 }
 
 impl std::fmt::Debug for MessageWrite {
@@ -317,76 +312,147 @@ impl std::fmt::Debug for MessageWrite {
     }
 }
 
+// ----- the databases --------------------------------------------------------
+//
+// Design: every query, the group-commit writer and the pool are written once,
+// in `SqlStore<DB>`, generic over sqlx's `Database`, and the few things the
+// two databases do differently are the `Dialect` trait's constants. The
+// alternatives were worse: sqlx's `Any` driver (a runtime choice) maps every
+// value through its own small set of types, checked only when a query runs,
+// and is set up from a URL rather than each driver's connect options (WAL,
+// `synchronous`); a macro that stamps the queries out once per database is
+// not formatted by rustfmt, and its errors point into the macro.
+// The generic code's cost is one `where` clause listing the column and row
+// types it binds and decodes; the compiler checks it for both databases.
+//
+// What differs, and where it is handled:
+// - types: separate migration directories with one schema (BIGINT, BOOLEAN
+//   and BYTEA on PostgreSQL; see migrations-postgres/0001_initial.sql);
+//   the queries bind `bool` and `i64`, which each driver maps to its column;
+// - serialising a read-then-write transaction: `Dialect::BEGIN_WRITE` and
+//   `Dialect::FOR_UPDATE`;
+// - rows affected: `RowsAffected` (an inherent method on each driver's type);
+// - opening: the constructors (`SqliteStore::open`, `PgStore::open`), which
+//   set each database's durability and run its migrations.
+// Everything else is already portable: `$N` parameters, `ON CONFLICT`,
+// `TRUE`/`FALSE` literals, and no `last_insert_rowid` (ids are snowflakes
+// chosen by the caller).
+
+/// A statement's count of changed rows, for generic code (each driver has
+/// it as an inherent method of its own result type).
+pub trait RowsAffected {
+    /// Rows inserted, updated or deleted.
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+/// What a database does differently from the other, for [`SqlStore`].
+pub trait Dialect: sqlx::Database<QueryResult: RowsAffected> {
+    /// Opens a transaction that reads and then writes an application's
+    /// commands, with [`Self::FOR_UPDATE`] on the read of the application's
+    /// row, so two such transactions of one application run one after the
+    /// other (a count or an existence check cannot be passed by both).
+    const BEGIN_WRITE: &'static str;
+    /// Appended to that read.
+    const FOR_UPDATE: &'static str;
+}
+
+impl Dialect for sqlx::Sqlite {
+    // IMMEDIATE takes the write lock before the reads: a deferred
+    // transaction that read and then wrote after a concurrent create
+    // committed would fail with SQLITE_BUSY_SNAPSHOT, or two creates of one
+    // name would both pass the existence check. SQLite has one writer, so
+    // the row needs no lock of its own.
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const FOR_UPDATE: &'static str = "";
+}
+
+impl Dialect for sqlx::Postgres {
+    // Writers run concurrently under READ COMMITTED: the application's row
+    // lock is what serialises them (SERIALIZABLE would instead fail one of
+    // them, and every caller would need a retry loop).
+    const BEGIN_WRITE: &'static str = "BEGIN";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+}
+
+/// The store over one database: every operation, written once.
+///
+/// Message inserts go through one writer task that commits whatever is
+/// waiting (up to `message_write_batch_max`) in one transaction, so many
+/// concurrent sends share one fsync (SQLite) or one WAL flush (PostgreSQL),
+/// and each caller is answered only after the commit: durable before
+/// acknowledged, at the disk's batch rate rather than its fsync rate
+/// (docs/benchmarks.md has the measured figures).
+pub struct SqlStore<DB: sqlx::Database> {
+    pool: sqlx::Pool<DB>,
+    writes: tokio::sync::mpsc::Sender<MessageWrite>,
+    counters: std::sync::Arc<StoreCounters>,
+}
+
+// By hand: a derive would ask `DB` itself to be `Clone` and `Debug`.
+impl<DB: sqlx::Database> Clone for SqlStore<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            writes: self.writes.clone(),
+            counters: self.counters.clone(),
+        }
+    }
+}
+
+impl<DB: sqlx::Database> std::fmt::Debug for SqlStore<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("database", &std::any::type_name::<DB>())
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The SQLite store (embedded mode).
+pub type SqliteStore = SqlStore<sqlx::Sqlite>;
+
+/// The PostgreSQL store (cluster mode).
+pub type PgStore = SqlStore<sqlx::Postgres>;
+
 const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
-async fn insert_one<'c>(
-    executor: impl sqlx::SqliteExecutor<'c>,
-    m: &MessageRow,
-) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(INSERT_MESSAGE)
-        .bind(m.id)
-        .bind(m.channel_id)
-        .bind(m.guild_id)
-        .bind(m.author_id)
-        .bind(&m.content)
-        .bind(m.tts)
-        .bind(m.edited_ms)
-        .execute(executor)
-        .await?;
-    Ok(())
-}
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
 
-async fn commit_batch(
-    pool: &SqlitePool,
-    batch: &[MessageWrite],
-) -> std::result::Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    for write in batch {
-        insert_one(&mut *tx, &write.row).await?;
-    }
-    tx.commit().await
-}
-
-async fn message_writer(
-    pool: SqlitePool,
-    mut queue: tokio::sync::mpsc::Receiver<MessageWrite>,
-    batch_max: usize,
-) {
-    let mut batch = Vec::with_capacity(batch_max);
-    while let Some(first) = queue.recv().await {
-        batch.push(first);
-        while batch.len() < batch_max {
-            match queue.try_recv() {
-                Ok(write) => batch.push(write),
-                Err(_) => break,
-            }
-        }
-        match commit_batch(&pool, &batch).await {
-            Ok(()) => {
-                for write in batch.drain(..) {
-                    let _ = write.ack.send(Ok(()));
-                }
-            }
-            // One bad row must not fail its neighbours: retry one by one so
-            // each caller gets its own answer.
-            Err(_) => {
-                for write in batch.drain(..) {
-                    let result = insert_one(&pool, &write.row)
-                        .await
-                        .map_err(|e| e.to_string());
-                    let _ = write.ack.send(result);
-                }
-            }
-        }
-    }
-}
+/// The key of the advisory lock PostgreSQL migrations run under ("guildhal"
+/// in ASCII). sqlx's migrator takes a lock of its own, keyed by the
+/// database's name; this one is ours, so the guarantee that N nodes
+/// starting at once on an empty database migrate it once, one after the
+/// other, is tested here and holds whatever the migrator's settings.
+pub const PG_MIGRATION_LOCK_KEY: i64 = 0x6775_696c_6468_616c;
 
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the database at `path`,
     /// with the pool and write-queue bounds of `limits`.
     pub async fn open(path: &Path, limits: &Limits) -> Result<Self> {
-        let options = SqliteConnectOptions::new()
-            .filename(path)
+        Self::open_with(SqliteConnectOptions::new().filename(path), limits).await
+    }
+
+    /// Opens a `sqlite:` URL (`sqlite://PATH`, `sqlite:PATH`) as
+    /// [`SqliteStore::open`] opens a path: created if missing, WAL, FULL.
+    pub async fn open_url(url: &str, limits: &Limits) -> Result<Self> {
+        Self::open_with(SqliteConnectOptions::from_str(url)?, limits).await
+    }
+
+    async fn open_with(options: SqliteConnectOptions, limits: &Limits) -> Result<Self> {
+        let options = options
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
@@ -414,21 +480,183 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_millis(ACQUIRE_TIMEOUT_MS))
             .connect_with(options)
             .await?;
-        sqlx::migrate!("./migrations")
+        SQLITE_MIGRATIONS
             .run(&pool)
             .await
             .map_err(|e| StoreError::Database(e.into()))?;
+        Ok(Self::start(pool, limits))
+    }
+}
+
+impl PgStore {
+    /// Connects to the PostgreSQL database at `url` (`postgres://…`) and
+    /// migrates it, with the pool and write-queue bounds of `limits`.
+    ///
+    /// Any number of processes may open one empty database at once: the
+    /// migrations run under [`PG_MIGRATION_LOCK_KEY`], so one migrates and
+    /// the others wait, then find it done.
+    pub async fn open(url: &str, limits: &Limits) -> Result<Self> {
+        // Set per session, so a server or role default of `off` cannot
+        // weaken it: a commit returns only once its WAL is flushed, so a
+        // write acknowledged to a client survives a crash of the server.
+        let options = PgConnectOptions::from_str(url)?.options([("synchronous_commit", "on")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(limits.store_pool_connections_max)
+            .acquire_timeout(Duration::from_millis(ACQUIRE_TIMEOUT_MS))
+            .connect_with(options.clone())
+            .await?;
+        // The lock is held by a session of its own, outside the pool: the
+        // migrator takes a pooled connection (a pool may hold just one), and
+        // it must run on the pool, as `Migrator::run` over a borrowed
+        // connection makes this future not `Send`.
+        let mut lock = PgConnection::connect_with(&options).await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(PG_MIGRATION_LOCK_KEY)
+            .execute(&mut lock)
+            .await?;
+        let migrated = PG_MIGRATIONS.run(&pool).await;
+        // Ending the session releases its advisory locks; if the goodbye
+        // fails, dropping the socket ends the session all the same.
+        let _ = lock.close().await;
+        migrated.map_err(|e| StoreError::Database(e.into()))?;
+        Ok(Self::start(pool, limits))
+    }
+}
+
+impl<DB: Dialect> SqlStore<DB>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> bool: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> &'q [u8]: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<i64>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<String>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Option<&'q str>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'r> UserRow: FromRow<'r, DB::Row>,
+    for<'r> ApplicationRow: FromRow<'r, DB::Row>,
+    for<'r> GuildRow: FromRow<'r, DB::Row>,
+    for<'r> ChannelRow: FromRow<'r, DB::Row>,
+    for<'r> RoleRow: FromRow<'r, DB::Row>,
+    for<'r> MemberRow: FromRow<'r, DB::Row>,
+    for<'r> MessageRow: FromRow<'r, DB::Row>,
+    for<'r> InviteRow: FromRow<'r, DB::Row>,
+    for<'r> InvitePreviewRow: FromRow<'r, DB::Row>,
+    for<'r> CommandRow: FromRow<'r, DB::Row>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64): FromRow<'r, DB::Row>,
+    for<'r> (String, i64): FromRow<'r, DB::Row>,
+    for<'r> (i64, String, i64, i64, Option<i64>): FromRow<'r, DB::Row>,
+{
+    /// Starts the group-commit writer over a migrated pool.
+    fn start(pool: sqlx::Pool<DB>, limits: &Limits) -> Self {
         let (writes, queue) = tokio::sync::mpsc::channel(limits.message_write_queue_max);
-        tokio::spawn(message_writer(
+        tokio::spawn(Self::message_writer(
             pool.clone(),
             queue,
             limits.message_write_batch_max,
         ));
-        Ok(Self {
+        Self {
             pool,
             writes,
             counters: std::sync::Arc::default(),
-        })
+        }
+    }
+
+    async fn insert_one(
+        executor: impl sqlx::Executor<'_, Database = DB>,
+        m: &MessageRow,
+    ) -> std::result::Result<(), sqlx::Error> {
+        sqlx::query(INSERT_MESSAGE)
+            .bind(m.id)
+            .bind(m.channel_id)
+            .bind(m.guild_id)
+            .bind(m.author_id)
+            .bind(&m.content)
+            .bind(m.tts)
+            .bind(m.edited_ms)
+            .execute(executor)
+            .await?;
+        Ok(())
+    }
+
+    async fn commit_batch(
+        pool: &sqlx::Pool<DB>,
+        batch: &[MessageWrite],
+    ) -> std::result::Result<(), sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        for write in batch {
+            Self::insert_one(&mut *tx, &write.row).await?;
+        }
+        tx.commit().await
+    }
+
+    async fn message_writer(
+        pool: sqlx::Pool<DB>,
+        mut queue: tokio::sync::mpsc::Receiver<MessageWrite>,
+        batch_max: usize,
+    ) {
+        let mut batch = Vec::with_capacity(batch_max);
+        while let Some(first) = queue.recv().await {
+            batch.push(first);
+            while batch.len() < batch_max {
+                match queue.try_recv() {
+                    Ok(write) => batch.push(write),
+                    Err(_) => break,
+                }
+            }
+            match Self::commit_batch(&pool, &batch).await {
+                Ok(()) => {
+                    for write in batch.drain(..) {
+                        let _ = write.ack.send(Ok(()));
+                    }
+                }
+                // One bad row must not fail its neighbours: retry one by one
+                // so each caller gets its own answer. (The failed transaction
+                // was rolled back; on PostgreSQL it is aborted as a whole.)
+                Err(_) => {
+                    for write in batch.drain(..) {
+                        let result = Self::insert_one(&pool, &write.row).await;
+                        let _ = write.ack.send(result);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn insert_command(tx: &mut sqlx::Transaction<'_, DB>, row: &CommandRow) -> Result<()> {
+        sqlx::query("INSERT INTO application_commands (id, application_id, guild_id, kind, name, spec, version) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(row.id)
+            .bind(row.application_id)
+            .bind(row.guild_id)
+            .bind(row.kind)
+            .bind(&row.name)
+            .bind(&row.spec)
+            .bind(row.version)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Opens a [`Dialect::BEGIN_WRITE`] transaction holding the lock on
+    /// `application_id`'s row (see there).
+    async fn begin_application_write(
+        &self,
+        application_id: i64,
+    ) -> Result<sqlx::Transaction<'static, DB>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let sql = format!(
+            "SELECT id FROM applications WHERE id = $1{}",
+            DB::FOR_UPDATE
+        );
+        // Safe: the suffix is one of the dialects' literals; the id is bound.
+        let _: Option<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(application_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        Ok(tx)
     }
 
     // ----- users and tokens -------------------------------------------------
@@ -517,7 +745,7 @@ impl SqliteStore {
     /// Creates an application and its bot user in one transaction.
     pub async fn create_application(&self, app: &ApplicationRow, bot: &UserRow) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("INSERT INTO users (id, username, password_hash, bot, global_name, created_ms) VALUES ($1, $2, NULL, 1, NULL, $3)")
+        sqlx::query("INSERT INTO users (id, username, password_hash, bot, global_name, created_ms) VALUES ($1, $2, NULL, TRUE, NULL, $3)")
             .bind(bot.id)
             .bind(&bot.username)
             .bind(bot.created_ms)
@@ -789,8 +1017,10 @@ impl SqliteStore {
             .map_err(|_| StoreError::Busy)?;
         match done.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) if error.contains("UNIQUE") => Err(StoreError::Conflict("message id")),
-            Ok(Err(error)) => Err(StoreError::Database(sqlx::Error::Protocol(error))),
+            Ok(Err(error)) => match StoreError::from(error) {
+                StoreError::Conflict(_) => Err(StoreError::Conflict("message id")),
+                other => Err(other),
+            },
             Err(_) => Err(StoreError::Busy),
         }
     }
@@ -1270,11 +1500,10 @@ impl SqliteStore {
     /// scope holds `kind_max` of its type. One transaction, so two
     /// concurrent creates cannot both pass the count.
     pub async fn upsert_command(&self, row: &CommandRow, kind_max: i64) -> Result<CommandUpsert> {
-        // IMMEDIATE takes the write lock before the reads: a deferred
-        // transaction that read and then wrote after a concurrent create
-        // committed would fail with SQLITE_BUSY_SNAPSHOT, or two creates
-        // of one name would both pass the existence check.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // Serialised with every other command write of the application
+        // (`Dialect::BEGIN_WRITE`), so the existence check and the count
+        // hold until the commit.
+        let mut tx = self.begin_application_write(row.application_id).await?;
         let existing: Option<(i64,)> = sqlx::query_as("SELECT id FROM application_commands WHERE application_id = $1 AND guild_id = $2 AND kind = $3 AND name = $4")
             .bind(row.application_id)
             .bind(row.guild_id)
@@ -1301,7 +1530,7 @@ impl SqliteStore {
         if count >= kind_max {
             return Ok(CommandUpsert::Full);
         }
-        insert_command(&mut tx, row).await?;
+        Self::insert_command(&mut tx, row).await?;
         tx.commit().await?;
         Ok(CommandUpsert::Created(row.clone()))
     }
@@ -1345,14 +1574,14 @@ impl SqliteStore {
         guild_id: i64,
         rows: &[CommandRow],
     ) -> Result<()> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.begin_application_write(application_id).await?;
         sqlx::query("DELETE FROM application_commands WHERE application_id = $1 AND guild_id = $2")
             .bind(application_id)
             .bind(guild_id)
             .execute(&mut *tx)
             .await?;
         for row in rows {
-            insert_command(&mut tx, row).await?;
+            Self::insert_command(&mut tx, row).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -1360,8 +1589,10 @@ impl SqliteStore {
 
     /// Whether `user_id` is a member of `guild_id`.
     pub async fn is_member(&self, guild_id: i64, user_id: i64) -> Result<bool> {
+        // The key column, not a literal 1: PostgreSQL types a literal as a
+        // 32-bit int, which does not decode as i64.
         let found: Option<(i64,)> =
-            sqlx::query_as("SELECT 1 FROM members WHERE guild_id = $1 AND user_id = $2")
+            sqlx::query_as("SELECT user_id FROM members WHERE guild_id = $1 AND user_id = $2")
                 .bind(guild_id)
                 .bind(user_id)
                 .fetch_optional(&self.pool)
@@ -1379,31 +1610,15 @@ impl SqliteStore {
     }
 }
 
-async fn insert_command(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    row: &CommandRow,
-) -> Result<()> {
-    sqlx::query("INSERT INTO application_commands (id, application_id, guild_id, kind, name, spec, version) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-        .bind(row.id)
-        .bind(row.application_id)
-        .bind(row.guild_id)
-        .bind(row.kind)
-        .bind(&row.name)
-        .bind(&row.spec)
-        .bind(row.version)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
 // ----- the trait the roles depend on ---------------------------------------
 
 /// A boxed, sendable future: what the object-safe store trait returns.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// Declares every store operation once and derives from that one list the
-/// object-safe trait, its implementation by [`SqliteStore`] (the inherent
-/// methods of the same names), and the [`Store`] handle's methods. Written
+/// object-safe trait, its implementations by [`SqliteStore`] and [`PgStore`]
+/// (the generic inherent methods of the same names), and the [`Store`]
+/// handle's methods. Written
 /// by hand because async trait methods are not object-safe and one list
 /// keeps the three from drifting apart.
 macro_rules! store_api {
@@ -1416,7 +1631,9 @@ macro_rules! store_api {
         }
 
         // The one list names a lifetime for every signature, whether or not
-        // elision would have found it.
+        // elision would have found it. One impl per database rather than one
+        // generic impl: each future's `Send` is then proved for the concrete
+        // driver, not for every `Database`.
         #[allow(clippy::needless_lifetimes)]
         impl StoreBackend for SqliteStore {
             fn counters(&self) -> &StoreCounters {
@@ -1424,6 +1641,16 @@ macro_rules! store_api {
             }
             $( fn $name<'a>(&'a self $(, $arg: $ty)*) -> BoxFuture<'a, Result<$ret>> {
                 Box::pin(SqliteStore::$name(self $(, $arg)*))
+            } )*
+        }
+
+        #[allow(clippy::needless_lifetimes)]
+        impl StoreBackend for PgStore {
+            fn counters(&self) -> &StoreCounters {
+                &self.counters
+            }
+            $( fn $name<'a>(&'a self $(, $arg: $ty)*) -> BoxFuture<'a, Result<$ret>> {
+                Box::pin(PgStore::$name(self $(, $arg)*))
             } )*
         }
 
@@ -1581,6 +1808,21 @@ impl Store {
             SqliteStore::open_in_memory().await?,
         )))
     }
+
+    /// Opens the store a URL names: PostgreSQL for `postgres://` and
+    /// `postgresql://` (cluster mode), SQLite for `sqlite:` URLs and for
+    /// anything else, taken as a file path (embedded mode).
+    pub async fn open_url(url: &str, limits: &Limits) -> Result<Self> {
+        let backend: std::sync::Arc<dyn StoreBackend> =
+            if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+                std::sync::Arc::new(PgStore::open(url, limits).await?)
+            } else if url.starts_with("sqlite:") {
+                std::sync::Arc::new(SqliteStore::open_url(url, limits).await?)
+            } else {
+                std::sync::Arc::new(SqliteStore::open(Path::new(url), limits).await?)
+            };
+        Ok(Self::new(backend))
+    }
 }
 
 #[cfg(test)]
@@ -1598,9 +1840,7 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn guild_round_trip_and_unique_names() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn guild_round_trip_and_unique_names(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         assert!(matches!(
             store.create_user(&user(2, "alice")).await,
@@ -1654,9 +1894,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn messages_page_newest_first() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn messages_page_newest_first(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
             id: 5,
@@ -1701,14 +1939,7 @@ mod tests {
         assert!(!store.delete_message(5, 104).await.unwrap());
     }
 
-    #[tokio::test]
-    async fn concurrent_inserts_are_all_durable_and_answered() {
-        let dir = std::env::temp_dir().join(format!("guildhall-store-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&dir.join("db"), &Limits::default())
-            .await
-            .unwrap();
+    async fn concurrent_inserts_are_all_durable_and_answered(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
             id: 5,
@@ -1756,8 +1987,6 @@ mod tests {
         assert!(matches!(a, Err(StoreError::Conflict(_))));
         b.unwrap();
         assert_eq!(store.messages(5, None, 1000).await.unwrap().len(), 501);
-        drop(store);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Two guilds of one owner: (guild id, channel id, role id, message id)
@@ -1823,9 +2052,7 @@ mod tests {
     }
 
     /// Ids of guild B passed with guild A's container touch nothing of B.
-    #[tokio::test]
-    async fn operations_are_scoped_by_channel_and_guild() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn operations_are_scoped_by_channel_and_guild(store: Store) {
         let [
             (a, a_channel, _, a_message),
             (b, b_channel, b_role, b_message),
@@ -1903,9 +2130,7 @@ mod tests {
         assert!(store.load_guild(a).await.unwrap().member_roles.is_empty());
     }
 
-    #[tokio::test]
-    async fn member_counts_follow_joins_and_leaves() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn member_counts_follow_joins_and_leaves(store: Store) {
         let [(a, a_channel, _, _), _] = two_guilds(&store).await;
         let invite = InviteRow {
             code: "abc".into(),
@@ -1947,9 +2172,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn tokens_resolve_and_revoke() {
-        let store = Store::open_in_memory().await.unwrap();
+    async fn tokens_resolve_and_revoke(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         store.add_token(b"digest", 1, 0).await.unwrap();
         assert_eq!(
@@ -1958,5 +2181,390 @@ mod tests {
         );
         store.revoke_tokens(1).await.unwrap();
         assert_eq!(store.user_by_token(b"digest").await.unwrap(), None);
+    }
+
+    /// An application (id 50, bot user 51, owner 1) to hang commands on.
+    async fn application(store: &Store) {
+        store.create_user(&user(1, "alice")).await.unwrap();
+        let app = ApplicationRow {
+            id: 50,
+            name: "app".into(),
+            owner_id: 1,
+            bot_user_id: 51,
+            flags: 0,
+            description: String::new(),
+        };
+        store
+            .create_application(
+                &app,
+                &UserRow {
+                    bot: true,
+                    ..user(51, "bot")
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.application_by_bot(51).await.unwrap(), Some(app));
+        assert!(store.user(51).await.unwrap().unwrap().bot);
+    }
+
+    fn command(id: i64, name: &str) -> CommandRow {
+        CommandRow {
+            id,
+            application_id: 50,
+            guild_id: 0,
+            kind: 1,
+            name: name.into(),
+            spec: r#"{"name":"x","b":1,"a":2}"#.into(),
+            version: id,
+        }
+    }
+
+    /// Concurrent creates of one application cannot both pass the count or
+    /// the existence check (the store runs on a pool of several connections).
+    async fn command_upserts_are_serialised(store: Store) {
+        application(&store).await;
+        let outcomes = futures_all((0..8).map(|i| {
+            let store = store.clone();
+            async move {
+                store
+                    .upsert_command(&command(100 + i, &format!("c{i}")), 3)
+                    .await
+            }
+        }))
+        .await;
+        let created = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(CommandUpsert::Created(_))))
+            .count();
+        let full = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(CommandUpsert::Full)))
+            .count();
+        assert_eq!((created, full), (3, 5), "{outcomes:?}");
+        store.replace_commands(50, 0, &[]).await.unwrap();
+        let outcomes = futures_all((0..8).map(|i| {
+            let store = store.clone();
+            async move { store.upsert_command(&command(200 + i, "same"), 3).await }
+        }))
+        .await;
+        let created = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(CommandUpsert::Created(_))))
+            .count();
+        let updated = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(CommandUpsert::Updated(_))))
+            .count();
+        assert_eq!((created, updated), (1, 7), "{outcomes:?}");
+        let stored = store.commands(50, 0).await.unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(
+            stored[0].spec,
+            command(0, "").spec,
+            "JSON text kept as sent"
+        );
+    }
+
+    /// Runs the futures as tasks at once and collects their outputs in order.
+    async fn futures_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let tasks: Vec<_> = futures.map(tokio::spawn).collect();
+        let mut out = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            out.push(task.await.unwrap());
+        }
+        out
+    }
+
+    /// A private SQLite database: in memory, or a file in a temporary
+    /// directory (a pool of several connections, WAL, as deployed).
+    struct SqliteDb {
+        store: Store,
+        _dir: Option<tempfile::TempDir>,
+    }
+
+    async fn sqlite_memory() -> SqliteDb {
+        SqliteDb {
+            store: Store::open_in_memory().await.unwrap(),
+            _dir: None,
+        }
+    }
+
+    async fn sqlite_file() -> SqliteDb {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db"), &Limits::default())
+            .await
+            .unwrap();
+        SqliteDb {
+            store,
+            _dir: Some(dir),
+        }
+    }
+
+    /// Real PostgreSQL for the tests: one server per test process, shared by
+    /// the tests that run at the same time (`cargo test` runs them as
+    /// threads; nextest runs each in its own process), each test in a fresh
+    /// database of its own. The server stops when the last holder drops it.
+    mod pg {
+        use super::*;
+        use guildhall_sandbox::{Service, Services};
+        use sqlx::migrate::MigrateDatabase;
+        use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+        static SERVER: Mutex<Weak<Services>> = Mutex::new(Weak::new());
+
+        fn server() -> Arc<Services> {
+            let mut shared = SERVER.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(server) = shared.upgrade() {
+                return server;
+            }
+            let server =
+                Arc::new(Services::start(&[Service::Postgres]).unwrap_or_else(|e| panic!("{e}")));
+            *shared = Arc::downgrade(&server);
+            server
+        }
+
+        /// An empty database on the shared server.
+        pub struct EmptyDb {
+            /// `postgres://…/NAME`.
+            pub url: String,
+            /// Its name.
+            pub name: String,
+            _server: Arc<Services>,
+        }
+
+        pub async fn empty() -> EmptyDb {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let server = server();
+            let name = format!(
+                "test_{}_{}",
+                std::process::id(),
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            let base = server.database_url();
+            let url = match base.rsplit_once('/') {
+                Some((host, _)) => format!("{host}/{name}"),
+                None => panic!("DATABASE_URL without a database: {base}"),
+            };
+            sqlx::Postgres::create_database(&url).await.unwrap();
+            EmptyDb {
+                url,
+                name,
+                _server: server,
+            }
+        }
+
+        /// A migrated store over a fresh database (the database's handle
+        /// keeps the server up).
+        pub async fn store() -> (Store, EmptyDb) {
+            let db = empty().await;
+            let store = Store::open_url(&db.url, &Limits::default()).await.unwrap();
+            (store, db)
+        }
+    }
+
+    /// Every shared test, once per database: `tests::sqlite::NAME` (with
+    /// the SQLite database named) and `tests::postgres::NAME`.
+    macro_rules! on_both_databases {
+        ($($name:ident($sqlite:ident);)*) => {
+            mod sqlite {
+                $( #[tokio::test]
+                async fn $name() {
+                    let db = super::$sqlite().await;
+                    super::$name(db.store.clone()).await;
+                } )*
+            }
+            mod postgres {
+                $( #[tokio::test]
+                async fn $name() {
+                    let (store, _db) = super::pg::store().await;
+                    super::$name(store).await;
+                } )*
+            }
+        };
+    }
+
+    on_both_databases! {
+        guild_round_trip_and_unique_names(sqlite_memory);
+        messages_page_newest_first(sqlite_memory);
+        concurrent_inserts_are_all_durable_and_answered(sqlite_file);
+        operations_are_scoped_by_channel_and_guild(sqlite_memory);
+        member_counts_follow_joins_and_leaves(sqlite_memory);
+        tokens_resolve_and_revoke(sqlite_memory);
+        command_upserts_are_serialised(sqlite_file);
+    }
+
+    /// `open_url` picks the database by the URL's scheme.
+    #[tokio::test]
+    async fn open_url_picks_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let limits = Limits::default();
+        for url in [
+            format!("sqlite://{}", path.display()),
+            path.display().to_string(),
+        ] {
+            let store = Store::open_url(&url, &limits).await.unwrap();
+            assert!(format!("{store:?}").contains("Sqlite"), "{url}: {store:?}");
+            assert_eq!(store.user(1).await.unwrap(), None);
+        }
+        let (store, _db) = pg::store().await;
+        assert!(format!("{store:?}").contains("Postgres"), "{store:?}");
+    }
+
+    /// Eight nodes starting at once on one empty database all open it, and
+    /// its migrations ran once each.
+    #[tokio::test]
+    async fn postgres_concurrent_opens_migrate_once() {
+        let db = pg::empty().await;
+        let opens = futures_all((0..8).map(|_| {
+            let url = db.url.clone();
+            async move { PgStore::open(&url, &Limits::default()).await }
+        }))
+        .await;
+        let stores: Vec<PgStore> = opens
+            .into_iter()
+            .map(|open| open.unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        let applied: Vec<(i64, bool)> =
+            sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+                .fetch_all(&stores[0].pool)
+                .await
+                .unwrap();
+        let expected: Vec<(i64, bool)> = PG_MIGRATIONS.iter().map(|m| (m.version, true)).collect();
+        assert_eq!(applied, expected);
+        stores[3].create_user(&user(1, "alice")).await.unwrap();
+        assert_eq!(stores[7].user(1).await.unwrap(), Some(user(1, "alice")));
+    }
+
+    /// An open waits while another session holds the migration lock, and
+    /// has not touched the schema before it gets it.
+    #[tokio::test]
+    async fn postgres_migrations_wait_for_the_advisory_lock() {
+        let db = pg::empty().await;
+        let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(PG_MIGRATION_LOCK_KEY)
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let url = db.url.clone();
+        let open = tokio::spawn(async move { PgStore::open(&url, &Limits::default()).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!open.is_finished(), "open did not wait for the lock");
+        let (table,): (Option<String>,) =
+            sqlx::query_as("SELECT to_regclass('_sqlx_migrations')::text")
+                .fetch_one(&mut holder)
+                .await
+                .unwrap();
+        assert_eq!(table, None, "migrated without the lock");
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(PG_MIGRATION_LOCK_KEY)
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let store = open.await.unwrap().unwrap();
+        assert_eq!(store.user(1).await.unwrap(), None);
+    }
+
+    /// A database whose default is `synchronous_commit = off` still commits
+    /// synchronously for the store.
+    #[tokio::test]
+    async fn postgres_commits_are_synchronous_whatever_the_default() {
+        let db = pg::empty().await;
+        let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        // Safe: the name is the test's own, made of letters, digits and `_`.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {} SET synchronous_commit = off",
+            db.name
+        )))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+        let mut fresh = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        let (plain,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+            .fetch_one(&mut fresh)
+            .await
+            .unwrap();
+        assert_eq!(plain, "off", "the database default took");
+        let store = PgStore::open(&db.url, &Limits::default()).await.unwrap();
+        let (setting,): (String,) = sqlx::query_as("SHOW synchronous_commit")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(setting, "on");
+    }
+
+    /// A pool with every connection taken answers `Busy` after the acquire
+    /// timeout, on both databases, reads and group-committed writes alike.
+    #[tokio::test]
+    async fn exhausted_pool_fails_fast_with_busy() {
+        let limits = Limits {
+            store_pool_connections_max: 1,
+            ..Limits::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = SqliteStore::open(&dir.path().join("db"), &limits)
+            .await
+            .unwrap();
+        let db = pg::empty().await;
+        let pg = PgStore::open(&db.url, &limits).await.unwrap();
+        let held = (
+            sqlite.pool.acquire().await.unwrap(),
+            pg.pool.acquire().await.unwrap(),
+        );
+        let started = std::time::Instant::now();
+        let (a, b) = tokio::join!(sqlite.user(1), pg.user(1));
+        assert!(matches!(a, Err(StoreError::Busy)), "{a:?}");
+        assert!(matches!(b, Err(StoreError::Busy)), "{b:?}");
+        let waited_ms = started.elapsed().as_millis();
+        assert!(
+            (u128::from(ACQUIRE_TIMEOUT_MS)..u128::from(ACQUIRE_TIMEOUT_MS) * 2)
+                .contains(&waited_ms),
+            "waited {waited_ms} ms"
+        );
+        drop(held);
+        assert_eq!(pg.user(1).await.unwrap(), None);
+    }
+
+    /// The two migration directories build one schema: the same tables and
+    /// columns, each column of the matching type (SQLite's INTEGER is
+    /// PostgreSQL's BIGINT, or BOOLEAN for flags; BLOB is BYTEA).
+    #[tokio::test]
+    async fn both_databases_have_one_schema() {
+        let sqlite = SqliteStore::open_in_memory().await.unwrap();
+        let mut lite: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT m.name, p.name, p.type FROM sqlite_master m JOIN pragma_table_info(m.name) p \
+             WHERE m.type = 'table' AND m.name NOT LIKE '\\_%' ESCAPE '\\'",
+        )
+        .fetch_all(&sqlite.pool)
+        .await
+        .unwrap();
+        let db = pg::empty().await;
+        let pg = PgStore::open(&db.url, &Limits::default()).await.unwrap();
+        let mut post: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT table_name::text, column_name::text, data_type::text FROM information_schema.columns \
+             WHERE table_schema = 'public' AND table_name NOT LIKE '\\_%'",
+        )
+        .fetch_all(&pg.pool)
+        .await
+        .unwrap();
+        for column in &mut post {
+            column.2 = match column.2.as_str() {
+                "bigint" | "boolean" => "INTEGER",
+                "text" => "TEXT",
+                "bytea" => "BLOB",
+                other => panic!("{}.{} is {other}", column.0, column.1),
+            }
+            .into();
+        }
+        lite.sort();
+        post.sort();
+        assert!(lite.len() > 50, "{lite:?}");
+        assert_eq!(lite, post);
     }
 }
