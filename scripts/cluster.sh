@@ -29,6 +29,7 @@ done
 [[ -x "$binary" ]] || { echo "no guildhall binary at $binary (cargo build -p guildhall)" >&2; exit 1; }
 [[ -n "$dir" ]] || dir=$(mktemp -d -t guildhall-cluster-XXXXXX)
 mkdir -p "$dir"
+chmod 755 "$dir" # PostgreSQL runs as its own user and must reach its data
 
 pids=()
 stop() {

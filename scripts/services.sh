@@ -95,7 +95,10 @@ up() {
         [[ -n "$PG_BIN" ]] || { echo "PostgreSQL not installed: run '$0 install'" >&2; return 1; }
         mkdir -p "$dir/pg" "$dir/pgsock"
         [[ $(id -u) == 0 ]] && chown postgres:postgres "$dir/pg" "$dir/pgsock"
-        as_pg "$PG_BIN/initdb" -D "$dir/pg/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1
+        # (The postgres user must be able to reach DIR: every parent
+        # directory needs o+x.)
+        as_pg "$PG_BIN/initdb" -D "$dir/pg/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
+          || { echo "initdb failed (can the postgres user reach $dir?):" >&2; cat "$dir/initdb.log" >&2; return 1; }
         # fsync off: these databases are thrown away with the directory.
         as_pg "$PG_BIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -t 30 \
           -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/pgsock -c fsync=off -c max_connections=200" \

@@ -73,6 +73,9 @@ pub struct NodeConfig {
     /// `resume_gateway_url`): a load balancer's address in a cluster.
     /// `None`: this node's own listener.
     pub public_gateway_url: Option<String>,
+    /// The store: `None` is SQLite in `data_dir` (embedded mode); cluster
+    /// mode gives a `postgres://` URL every process shares.
+    pub database_url: Option<String>,
 }
 
 /// The roles a process can run; embedded mode runs all of them.
@@ -97,6 +100,7 @@ impl NodeConfig {
             bus: None,
             roles: ROLES_ALL.to_vec(),
             public_gateway_url: None,
+            database_url: None,
         }
     }
 
@@ -746,7 +750,10 @@ pub async fn run(
         path: config.data_dir.clone(),
         source,
     })?;
-    let store = Store::open(&config.data_dir.join("guildhall.db"), &config.limits).await?;
+    let store = match &config.database_url {
+        Some(url) => Store::open_url(url, &config.limits).await?,
+        None => Store::open(&config.data_dir.join("guildhall.db"), &config.limits).await?,
+    };
     let admin_token = auth::new_token(0, state::now_ms())
         .map_err(|e| NodeError::Serve(std::io::Error::other(e.to_string())))?;
     let token_path = config.data_dir.join("admin.token");

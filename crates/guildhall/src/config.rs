@@ -30,6 +30,7 @@
 
 use anyhow::{Context, Result, bail};
 use guildhall_limits::Limits;
+use guildhall_proto::cluster::Role;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -132,6 +133,123 @@ fn set_top_level(config: &mut ConfigFile, key: &str, value: &str) -> Result<()> 
     Ok(())
 }
 
+/// Cluster mode's settings as given (flags over environment over file).
+#[derive(Debug, Default)]
+pub struct Cluster {
+    /// `--roles`.
+    pub roles: Option<Vec<String>>,
+    /// `--nats`.
+    pub nats: Option<String>,
+    /// `--etcd`.
+    pub etcd: Option<String>,
+    /// `--database-url`.
+    pub database_url: Option<String>,
+    /// `--node-name`.
+    pub node_name: Option<String>,
+    /// `--worker-id`.
+    pub worker_id: Option<u16>,
+    /// `--public-gateway-url`.
+    pub public_gateway_url: Option<String>,
+}
+
+/// Where cluster mode's real services are, and who this process is.
+#[derive(Debug)]
+pub struct Services {
+    /// NATS URL.
+    pub nats: String,
+    /// etcd endpoints, comma separated.
+    pub etcd: String,
+    /// PostgreSQL URL.
+    pub database_url: String,
+    /// Unique name in the registry.
+    pub node_name: String,
+    /// Unique snowflake worker id.
+    pub worker_id: u16,
+}
+
+/// What `serve` runs.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The roles of this process.
+    pub roles: Vec<Role>,
+    /// `None`: embedded mode.
+    pub services: Option<Services>,
+    /// The gateway URL clients are given.
+    pub public_gateway_url: Option<String>,
+}
+
+impl Cluster {
+    /// Checks the combination: embedded mode runs every role; cluster mode
+    /// needs all three services and a unique name and worker id (two
+    /// processes sharing either would take each other's place on the ring
+    /// or mint the same snowflakes).
+    pub fn resolve(self) -> Result<Resolved> {
+        let roles = match &self.roles {
+            None => guildhall_node::ROLES_ALL.to_vec(),
+            Some(names) => {
+                let mut roles = Vec::new();
+                for name in names.iter().filter(|n| !n.is_empty()) {
+                    let role = match name.as_str() {
+                        "gateway" => Role::Gateway,
+                        "api" => Role::Api,
+                        "guilds" => Role::Guilds,
+                        "users" => Role::Users,
+                        "presence" => Role::Presence,
+                        other => bail!(
+                            "unknown role {other:?} (roles: gateway, api, guilds, users, presence)"
+                        ),
+                    };
+                    if !roles.contains(&role) {
+                        roles.push(role);
+                    }
+                }
+                if roles.is_empty() {
+                    bail!("--roles names no role");
+                }
+                roles
+            }
+        };
+        let given = [&self.nats, &self.etcd, &self.database_url]
+            .iter()
+            .filter(|s| s.is_some())
+            .count();
+        let services = match (given, self.nats, self.etcd, self.database_url) {
+            (0, ..) => {
+                if roles.len() != guildhall_node::ROLES_ALL.len() {
+                    bail!(
+                        "running only some roles needs cluster mode (--nats, --etcd, --database-url): other processes must run the rest"
+                    );
+                }
+                None
+            }
+            (3, Some(nats), Some(etcd), Some(database_url)) => {
+                let node_name = self
+                    .node_name
+                    .context("cluster mode needs --node-name (unique in the cluster)")?;
+                let worker_id = self
+                    .worker_id
+                    .context("cluster mode needs --worker-id (0-1023, unique in the cluster)")?;
+                if worker_id > 1023 {
+                    bail!("--worker-id {worker_id}: at most 1023 (10 bits of a snowflake)");
+                }
+                Some(Services {
+                    nats,
+                    etcd,
+                    database_url,
+                    node_name,
+                    worker_id,
+                })
+            }
+            _ => bail!("cluster mode needs all of --nats, --etcd and --database-url"),
+        };
+        Ok(Resolved {
+            roles,
+            services,
+            public_gateway_url: self.public_gateway_url,
+        })
+    }
+}
+
 /// The effective limits as `name = value` lines (what `config check` prints).
 pub fn render(limits: &Limits) -> Result<String> {
     let table = toml::Table::try_from(limits)?;
@@ -211,6 +329,59 @@ mod tests {
         assert_eq!(config.worker_id, Some(3));
         let bad = vec![("GUILDHALL_WORKER_ID".to_owned(), "x".to_owned())];
         assert!(load(None, bad.into_iter()).is_err());
+    }
+
+    #[test]
+    fn cluster_settings_are_checked_together() {
+        let embedded = Cluster::default().resolve().unwrap();
+        assert!(embedded.services.is_none());
+        assert_eq!(embedded.roles.len(), guildhall_node::ROLES_ALL.len());
+        let some_roles = Cluster {
+            roles: Some(vec!["gateway".into()]),
+            ..Cluster::default()
+        };
+        assert!(some_roles.resolve().is_err(), "a lone gateway needs peers");
+        let partial = Cluster {
+            nats: Some("nats://a".into()),
+            ..Cluster::default()
+        };
+        assert!(partial.resolve().is_err());
+        let full = || Cluster {
+            roles: Some(vec!["gateway".into(), "api".into(), "api".into()]),
+            nats: Some("nats://a".into()),
+            etcd: Some("http://b".into()),
+            database_url: Some("postgres://c/d".into()),
+            node_name: Some("gw-1".into()),
+            worker_id: Some(7),
+            public_gateway_url: None,
+        };
+        let resolved = full().resolve().unwrap();
+        assert_eq!(resolved.roles, [Role::Gateway, Role::Api]);
+        assert_eq!(resolved.services.unwrap().worker_id, 7);
+        assert!(
+            Cluster {
+                worker_id: None,
+                ..full()
+            }
+            .resolve()
+            .is_err()
+        );
+        assert!(
+            Cluster {
+                worker_id: Some(1024),
+                ..full()
+            }
+            .resolve()
+            .is_err()
+        );
+        assert!(
+            Cluster {
+                roles: Some(vec!["voice".into()]),
+                ..full()
+            }
+            .resolve()
+            .is_err()
+        );
     }
 
     #[test]

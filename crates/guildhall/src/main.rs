@@ -5,7 +5,7 @@
 
 mod config;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use guildhall_sim::{down, drain, flood, herd, membership, report, ring};
 use serde::Serialize;
@@ -349,18 +349,21 @@ fn main() -> Result<()> {
             nats,
             etcd,
             database_url,
-            ..
+            node_name,
+            worker_id,
+            public_gateway_url,
         } => {
             let file = config::load(config.as_deref(), std::env::vars())?;
-            if roles.or(file.roles.clone()).is_some()
-                || nats.or(file.nats.clone()).is_some()
-                || etcd.or(file.etcd.clone()).is_some()
-                || database_url.or(file.database_url.clone()).is_some()
-            {
-                bail!(
-                    "cluster mode (--roles, --nats, --etcd, --database-url) is not wired into the binary yet"
-                );
+            let cluster = config::Cluster {
+                roles: roles.or(file.roles.clone()),
+                nats: nats.or(file.nats.clone()),
+                etcd: etcd.or(file.etcd.clone()),
+                database_url: database_url.or(file.database_url.clone()),
+                node_name: node_name.or(file.node_name.clone()),
+                worker_id: worker_id.or(file.worker_id),
+                public_gateway_url: public_gateway_url.or(file.public_gateway_url.clone()),
             }
+            .resolve()?;
             let listen = listen
                 .or(file.listen)
                 .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
@@ -378,10 +381,36 @@ fn main() -> Result<()> {
                 .init();
             return runtime()?.block_on(async {
                 let listener = tokio::net::TcpListener::bind(&listen).await?;
-                let config = guildhall_node::NodeConfig {
-                    limits,
+                let mut config = guildhall_node::NodeConfig {
+                    roles: cluster.roles.clone(),
+                    public_gateway_url: cluster.public_gateway_url.clone(),
                     ..guildhall_node::NodeConfig::embedded(data_dir)
                 };
+                if let Some(services) = &cluster.services {
+                    // Cluster mode: the same node over the real engines.
+                    let nats = guildhall_cluster::NatsBus::connect(
+                        &services.nats,
+                        guildhall_cluster::NatsOptions {
+                            payload_bytes_max: limits.bus_payload_bytes_max,
+                            ..guildhall_cluster::NatsOptions::default()
+                        },
+                    )
+                    .await
+                    .with_context(|| format!("connecting to NATS at {}", services.nats))?;
+                    let endpoints: Vec<&str> = services.etcd.split(',').map(str::trim).collect();
+                    let etcd = guildhall_cluster::EtcdRegistry::connect(
+                        &endpoints,
+                        guildhall_cluster::EtcdOptions::default(),
+                    )
+                    .await
+                    .with_context(|| format!("connecting to etcd at {}", services.etcd))?;
+                    config.bus = Some(std::sync::Arc::new(nats));
+                    config.registry = Some(std::sync::Arc::new(etcd));
+                    config.database_url = Some(services.database_url.clone());
+                    config.node_name.clone_from(&services.node_name);
+                    config.worker_id = services.worker_id;
+                }
+                config.limits = limits;
                 guildhall_node::run(config, listener, shutdown_signal()).await?;
                 Ok(())
             });
