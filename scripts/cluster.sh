@@ -42,7 +42,8 @@ stop() {
   done
   bash "$here/services.sh" down "$dir/services"
 }
-trap stop INT TERM EXIT
+trap 'stop; exit 0' INT TERM
+trap stop EXIT
 
 bash "$here/services.sh" up "$dir/services" >/dev/null
 # shellcheck disable=SC1091

@@ -154,6 +154,147 @@ fn conformance(build: bool) -> bool {
     ok
 }
 
+/// The layout of the cluster stage: two gateway+api nodes (one bot on
+/// each), an api-only node (where the owner posts), and the back roles in
+/// processes of their own.
+const CLUSTER_STAGE_LAYOUT: &str = "gateway,api*2 api guilds*2 users presence";
+
+/// Starts `scripts/cluster.sh` and returns it with the nodes it printed
+/// (name → address), once every node serves.
+fn start_cluster(
+    root: &Path,
+    binary: &Path,
+    layout: &str,
+    dir: &Path,
+) -> Option<(std::process::Child, Vec<(String, String)>)> {
+    let mut cluster = Command::new("bash")
+        .arg(root.join("scripts/cluster.sh"))
+        .args(["up", "--layout", layout, "--binary"])
+        .arg(binary)
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|error| eprintln!("xtask: cannot start scripts/cluster.sh: {error}"))
+        .ok()?;
+    let stdout = cluster.stdout.take()?;
+    let mut nodes = Vec::new();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut up = false;
+    for line in lines.by_ref().map_while(Result::ok) {
+        eprintln!("xtask: {line}");
+        // "NAME (pid PID, roles ROLES) on ADDR"
+        if let (Some((name, _)), Some((_, addr))) =
+            (line.split_once(" (pid "), line.rsplit_once(" on "))
+        {
+            nodes.push((name.to_owned(), addr.to_owned()));
+        }
+        if line.contains("Ctrl-C stops everything") {
+            up = true;
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    if !up {
+        eprintln!("xtask: the cluster did not come up");
+        let _ = cluster.wait();
+        return None;
+    }
+    Some((cluster, nodes))
+}
+
+/// Stops what `scripts/cluster.sh` started (its trap stops every process
+/// by PID, then the services).
+fn stop_cluster(mut cluster: std::process::Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(cluster.id().to_string())
+        .status();
+    let _ = cluster.wait();
+}
+
+/// Unmodified discord.py and discord.js bots on two gateway nodes of a
+/// real cluster (NATS, etcd, PostgreSQL, one process per role group)
+/// exchange messages; the owner posts through an api-only node.
+fn conformance_cluster(build: bool) -> bool {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = target_dir(&root);
+    let dir = target.join("conformance");
+    if std::fs::create_dir_all(&dir).is_err() || !ensure_libraries(&dir) {
+        eprintln!("xtask: installing the conformance libraries failed");
+        return false;
+    }
+    if build
+        && !run(
+            "cargo",
+            &["build", "--quiet", "--locked", "-p", "guildhall"],
+            &DENY_WARNINGS,
+        )
+    {
+        return false;
+    }
+    let binary = target.join("debug/guildhall");
+    let data = std::env::temp_dir().join(format!("guildhall-cluster-stage-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let Some((cluster, nodes)) = start_cluster(&root, &binary, CLUSTER_STAGE_LAYOUT, &data) else {
+        return false;
+    };
+    let addr = |name: &str| {
+        nodes
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.clone())
+            .unwrap_or_default()
+    };
+    let ok = run(
+        &dir.join("venv/bin/python").to_string_lossy(),
+        &[
+            &root.join("conformance/cluster.py").to_string_lossy(),
+            &addr("api-1"),
+            &addr("gateway-api-1"),
+            &addr("gateway-api-2"),
+            &data.join("nodes/api-1").to_string_lossy(),
+            &binary.to_string_lossy(),
+            &dir.join("node/node_modules").to_string_lossy(),
+        ],
+        &[],
+    );
+    stop_cluster(cluster);
+    let _ = std::fs::remove_dir_all(&data);
+    ok
+}
+
+/// `cargo xtask cluster up [--layout L]`: builds the binary and runs
+/// `scripts/cluster.sh up` in the foreground (Ctrl-C stops everything).
+fn cluster(args: &[String]) -> bool {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    if args.first().map(String::as_str) != Some("up") {
+        eprintln!("usage: cargo xtask cluster up [--layout LAYOUT] [--dir DIR]");
+        return false;
+    }
+    if !run("cargo", &["build", "--quiet", "-p", "guildhall"], &[])
+        || !run(
+            "bash",
+            &[
+                &root.join("scripts/services.sh").to_string_lossy(),
+                "install",
+            ],
+            &[],
+        )
+    {
+        return false;
+    }
+    let binary = target_dir(&root).join("debug/guildhall");
+    let mut command = Command::new("bash");
+    command
+        .arg(root.join("scripts/cluster.sh"))
+        .arg("up")
+        .arg("--binary")
+        .arg(binary)
+        .args(&args[1..]);
+    matches!(command.status(), Ok(status) if status.success())
+}
+
 /// Warnings are errors in CI; every cargo step uses the same flags, so
 /// no step invalidates another's build.
 const DENY_WARNINGS: [(&str, &str); 2] = [
@@ -191,15 +332,21 @@ fn ci() -> bool {
             &deny,
         )
         && conformance(false)
+        && conformance_cluster(false)
 }
 
 fn main() -> ExitCode {
-    let task = std::env::args().nth(1).unwrap_or_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = args.first().cloned().unwrap_or_default();
     let ok = match task.as_str() {
         "ci" => ci(),
-        "conformance" => conformance(true),
+        "conformance" => conformance(true) && conformance_cluster(false),
+        "conformance-cluster" => conformance_cluster(true),
+        "cluster" => cluster(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask ci | conformance");
+            eprintln!(
+                "usage: cargo xtask ci | conformance | conformance-cluster | cluster up [--layout LAYOUT]"
+            );
             false
         }
     };
