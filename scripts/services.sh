@@ -11,6 +11,8 @@
 #        DIR/env (NATS_URL, NATS_MONITOR_URL, ETCD_ENDPOINTS, DATABASE_URL)
 #        and DIR/pids, prints the env lines, returns once every one is ready
 #   scripts/services.sh down DIR               stop exactly what `up` started
+#   scripts/services.sh restart-etcd DIR       kill -9 etcd, start it again
+#        on the same ports and data (fault tests)
 #
 # Ports come from the environment (NATS_PORT, NATS_MONITOR_PORT, ETCD_PORT,
 # ETCD_PEER_PORT, PG_PORT) or are picked free by the kernel.
@@ -60,6 +62,28 @@ as_pg() { # initdb refuses root: run PostgreSQL as its own user then
   if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+start_etcd() { # dir, client port, peer port
+  etcd --name guildhall --data-dir "$1/etcd" \
+    --listen-client-urls "http://127.0.0.1:$2" --advertise-client-urls "http://127.0.0.1:$2" \
+    --listen-peer-urls "http://127.0.0.1:$3" --initial-advertise-peer-urls "http://127.0.0.1:$3" \
+    --initial-cluster "guildhall=http://127.0.0.1:$3" --log-level warn >>"$1/etcd.log" 2>&1 &
+  echo "etcd $!" >>"$1/pids"
+  wait_http "http://127.0.0.1:$2/health" etcd "$1/etcd.log"
+}
+
+# kill -9 etcd and start it again on the same ports and data: every client
+# connection and watch breaks (fault tests: reconnect and re-list).
+restart_etcd() {
+  local dir=$1 pid
+  pid=$(awk '$1 == "etcd" { p = $2 } END { print p }' "$dir/pids")
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  grep -v "^etcd $pid\$" "$dir/pids" >"$dir/pids.new" || true
+  mv "$dir/pids.new" "$dir/pids"
+  read -r port peer <"$dir/etcd.ports"
+  start_etcd "$dir" "$port" "$peer"
+}
+
 up() {
   local dir=$1; shift
   local want=("$@")
@@ -82,12 +106,8 @@ up() {
         ;;
       etcd)
         local port=${ETCD_PORT:-$(free_port)} peer=${ETCD_PEER_PORT:-$(free_port)}
-        etcd --name guildhall --data-dir "$dir/etcd" \
-          --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
-          --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-          --initial-cluster "guildhall=http://127.0.0.1:$peer" --log-level warn >"$dir/etcd.log" 2>&1 &
-        echo "etcd $!" >>"$dir/pids"
-        wait_http "http://127.0.0.1:$port/health" etcd "$dir/etcd.log"
+        echo "$port $peer" >"$dir/etcd.ports"
+        start_etcd "$dir" "$port" "$peer"
         echo "ETCD_ENDPOINTS=http://127.0.0.1:$port" >>"$dir/env"
         ;;
       pg)
@@ -134,7 +154,11 @@ down() {
 
 case ${1:-} in
   install) install_missing ;;
-  up) shift; [[ $# -ge 1 ]] || { echo "usage: $0 up DIR [nats] [etcd] [pg]" >&2; exit 2; }; up "$@" ;;
+  up) shift; [[ $# -ge 1 ]] || { echo "usage: $0 up DIR [nats] [etcd] [pg]" >&2; exit 2; }
+      # A service that fails to start takes the ones already started down.
+      trap 'down "$1"' ERR
+      up "$@" ;;
   down) [[ $# -eq 2 ]] || { echo "usage: $0 down DIR" >&2; exit 2; }; down "$2" ;;
+  restart-etcd) [[ $# -eq 2 ]] || { echo "usage: $0 restart-etcd DIR" >&2; exit 2; }; restart_etcd "$2" ;;
   *) sed -n 2,16p "$0" >&2; exit 2 ;;
 esac

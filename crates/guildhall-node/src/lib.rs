@@ -645,6 +645,18 @@ async fn metrics(
             "1 while self-preservation freezes removals.",
             u64::from(cluster.frozen.load(Ordering::Relaxed)),
         ),
+        (
+            "guildhall_registry_relists_total",
+            "counter",
+            "Full listings of the registry (the first, and one after each watch that ended).",
+            cluster.relists_total.load(Ordering::Relaxed),
+        ),
+        (
+            "guildhall_registry_errors_total",
+            "counter",
+            "Registry listings that failed (registry unreachable; the last view was kept).",
+            cluster.registry_errors_total.load(Ordering::Relaxed),
+        ),
     ] {
         let _ = writeln!(
             out,

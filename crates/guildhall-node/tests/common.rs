@@ -149,6 +149,19 @@ impl TestNode {
         }
     }
 
+    /// A node running in another process (cluster-mode tests), at `addr`.
+    pub fn remote(addr: &str) -> Self {
+        Self {
+            base: format!("http://{addr}/api/v10"),
+            ws: format!("ws://{addr}"),
+            http: reqwest::Client::new(),
+            data_dir: std::path::PathBuf::new(),
+            dir: None,
+            stop: None,
+            task: None,
+        }
+    }
+
     /// The whole `/metrics` page.
     pub async fn metrics_text(&self) -> String {
         self.http

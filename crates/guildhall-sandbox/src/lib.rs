@@ -119,6 +119,26 @@ impl Services {
         })
     }
 
+    /// `kill -9` etcd and start it again on the same ports and data: every
+    /// client connection and watch breaks, and clients must reconnect and
+    /// list again.
+    ///
+    /// # Errors
+    /// The script's output when etcd does not come back.
+    pub fn restart_etcd(&self) -> Result<(), String> {
+        let output = Command::new("bash")
+            .arg(repo_root().join("scripts/services.sh"))
+            .arg("restart-etcd")
+            .arg(self.dir.path())
+            .output()
+            .map_err(|e| format!("services.sh: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    }
+
     /// The directory the services keep their data and logs in.
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -132,6 +152,132 @@ impl Drop for Services {
             .arg("down")
             .arg(self.dir.path())
             .status();
+    }
+}
+
+/// Polls of a starting process's log for its address (every 50 ms).
+const NODE_START_POLLS_MAX: u32 = 600;
+
+/// A `guildhall serve` process of a test cluster, over `services`. Killed
+/// (SIGKILL) when dropped, unless it already exited.
+#[derive(Debug)]
+pub struct Node {
+    child: std::process::Child,
+    name: String,
+    addr: String,
+    log: PathBuf,
+}
+
+impl Node {
+    /// Starts `binary serve` with `roles` (comma separated) as `name` with
+    /// snowflake worker `worker_id`, its log under the services' directory,
+    /// and returns once it serves.
+    ///
+    /// # Errors
+    /// The process's log when it exits or does not serve in time.
+    pub fn spawn(
+        binary: &Path,
+        services: &Services,
+        name: &str,
+        worker_id: u16,
+        roles: &str,
+        extra_args: &[&str],
+    ) -> Result<Self, String> {
+        let dir = services.dir().join("nodes").join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let log = dir.join("log");
+        let log_file =
+            std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let child = Command::new(binary)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&dir)
+            .args(["--roles", roles, "--node-name", name, "--worker-id"])
+            .arg(worker_id.to_string())
+            .args([
+                "--nats",
+                services.nats_url(),
+                "--etcd",
+                services.etcd_endpoint(),
+            ])
+            .args(["--database-url", services.database_url()])
+            .args(extra_args)
+            .stderr(log_file)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", binary.display()))?;
+        let mut node = Self {
+            child,
+            name: name.to_owned(),
+            addr: String::new(),
+            log,
+        };
+        for _ in 0..NODE_START_POLLS_MAX {
+            let text = node.log_text();
+            if let Some(addr) = text
+                .split("guildhall serving addr=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+            {
+                node.addr = addr.to_owned();
+                return Ok(node);
+            }
+            if let Ok(Some(status)) = node.child.try_wait() {
+                return Err(format!("{name} exited ({status}):\n{text}"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Err(format!(
+            "{name} did not serve in time:\n{}",
+            node.log_text()
+        ))
+    }
+
+    /// `HOST:PORT` it serves on.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Its name in the registry.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its PID (for signals).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (`KILL`, `TERM`, `STOP`, `CONT`) with kill(1).
+    pub fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status();
+    }
+
+    /// Whether it has exited (and how).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits for it to exit.
+    pub fn wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.wait().ok()
+    }
+
+    /// What it logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if self.exited().is_none() {
+            // A SIGSTOPped process must still die.
+            self.signal("CONT");
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
