@@ -108,6 +108,9 @@ pub struct BusStats {
     pub too_large_total: AtomicU64,
     /// Requests that timed out.
     pub request_timeouts_total: AtomicU64,
+    /// Requests a full shedding subscription answered at once with its
+    /// overflow reply instead of dropping them.
+    pub shed_replies_total: AtomicU64,
 }
 
 /// A message bus.
@@ -129,6 +132,19 @@ pub trait Bus: Send + Sync + std::fmt::Debug + 'static {
         subject: &str,
         queue_group: Option<&str>,
         capacity_messages: usize,
+    ) -> Result<Subscription, BusError>;
+    /// As [`Bus::subscribe`], for a server of requests: a request that
+    /// finds the subscription full is answered at once with
+    /// `overflow_reply` (the role's "overloaded, retry later" answer)
+    /// instead of being dropped to time out. Seed 000: callers of an
+    /// overloaded users service waited out their deadlines, then retried
+    /// into the same overload; a fast refusal lets them back off instead.
+    async fn subscribe_shedding(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+        overflow_reply: Bytes,
     ) -> Result<Subscription, BusError>;
     /// Publishes `payload` to `subject` and waits at most `timeout` for one
     /// answer. The server sees the deadline ([`Message::deadline`]).
@@ -194,6 +210,7 @@ impl Subscription {
 struct Subscriber {
     id: u64,
     queue_group: Option<String>,
+    overflow_reply: Option<Bytes>,
     sender: mpsc::Sender<Message>,
     queued_bytes: Arc<AtomicUsize>,
     queued_bytes_max: usize,
@@ -318,10 +335,20 @@ impl LocalBus {
             deadline,
         };
         let mut dropped = 0u64;
+        // A full shedding subscriber answers the request it cannot take.
+        let mut shed: Vec<Bytes> = Vec::new();
+        let mut refused = |subscriber: &Subscriber| {
+            if reply.is_some()
+                && let Some(overflow) = &subscriber.overflow_reply
+            {
+                shed.push(overflow.clone());
+            }
+        };
         // Plain subscribers each get a copy (a refcount on the payload).
         for subscriber in subscribers.iter().filter(|s| s.queue_group.is_none()) {
             if !subscriber.offer(message.clone()) {
                 dropped += 1;
+                refused(subscriber);
             }
         }
         // Each queue group gets one copy: the members in turn, skipping full
@@ -342,13 +369,31 @@ impl LocalBus {
                 .any(|i| members[(start + i) % members.len()].offer(message.clone()));
             if !delivered {
                 dropped += 1;
+                refused(members[start % members.len()]);
+            }
+        }
+        drop(table);
+        // A drop that was answered is not a loss: the caller has its
+        // (refusing) answer.
+        let answered = if reply.is_some() {
+            shed.len() as u64
+        } else {
+            0
+        };
+        if let Some(reply) = reply {
+            for overflow in shed {
+                stats.shed_replies_total.fetch_add(1, Ordering::Relaxed);
+                // Best effort: a caller that is gone has nothing to hear.
+                let _ = self.deliver(reply, None, overflow, None);
             }
         }
         if dropped > 0 {
             stats
                 .dropped_full_total
                 .fetch_add(dropped, Ordering::Relaxed);
-            return Err(BusError::Full);
+            if dropped > answered {
+                return Err(BusError::Full);
+            }
         }
         Ok(())
     }
@@ -358,6 +403,16 @@ impl LocalBus {
         subject: &str,
         queue_group: Option<&str>,
         capacity_messages: usize,
+    ) -> Result<Subscription, BusError> {
+        self.subscribe_with(subject, queue_group, capacity_messages, None)
+    }
+
+    fn subscribe_with(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+        overflow_reply: Option<Bytes>,
     ) -> Result<Subscription, BusError> {
         let (sender, receiver) = mpsc::channel(capacity_messages.max(1));
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
@@ -373,6 +428,7 @@ impl LocalBus {
             .push(Subscriber {
                 id,
                 queue_group: queue_group.map(str::to_owned),
+                overflow_reply,
                 sender,
                 queued_bytes: queued_bytes.clone(),
                 // A subscription may hold its message bound's worth of the
@@ -414,6 +470,21 @@ impl Bus for LocalBus {
         capacity_messages: usize,
     ) -> Result<Subscription, BusError> {
         self.subscribe_now(subject, queue_group, capacity_messages)
+    }
+
+    async fn subscribe_shedding(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+        overflow_reply: Bytes,
+    ) -> Result<Subscription, BusError> {
+        self.subscribe_with(
+            subject,
+            queue_group,
+            capacity_messages,
+            Some(overflow_reply),
+        )
     }
 
     async fn request(
@@ -516,6 +587,18 @@ impl Bus for DroppingBus {
             .await
     }
 
+    async fn subscribe_shedding(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+        overflow_reply: Bytes,
+    ) -> Result<Subscription, BusError> {
+        self.inner
+            .subscribe_shedding(subject, queue_group, capacity_messages, overflow_reply)
+            .await
+    }
+
     /// Requests are not dropped: the wrapper targets the numbered streams.
     async fn request(
         &self,
@@ -604,6 +687,39 @@ mod tests {
             bus.publish("s", None, Bytes::from(vec![0u8; 101])),
             Err(BusError::TooLarge)
         );
+    }
+
+    #[test]
+    fn a_full_shedding_subscription_answers_requests_at_once() {
+        rt().block_on(async {
+            let bus = LocalBus::new(1024);
+            let _server = bus
+                .subscribe_shedding("svc", Some("g"), 1, Bytes::from_static(b"busy"))
+                .await
+                .unwrap();
+            // The first request fills the server's queue; the second is
+            // refused at once, long before its deadline.
+            let first = {
+                let bus = bus.clone();
+                tokio::spawn(async move {
+                    bus.request("svc", Bytes::new(), Duration::from_millis(200))
+                        .await
+                })
+            };
+            tokio::task::yield_now().await;
+            let started = tokio::time::Instant::now();
+            let refused = bus
+                .request("svc", Bytes::new(), Duration::from_secs(60))
+                .await
+                .unwrap();
+            assert_eq!(&refused.payload[..], b"busy");
+            assert!(started.elapsed() < Duration::from_secs(60));
+            assert_eq!(bus.stats().shed_replies_total.load(Ordering::Relaxed), 1);
+            assert_eq!(first.await.unwrap().unwrap_err(), BusError::Timeout);
+            // A plain publish to the full subscription is still just lost.
+            assert_eq!(bus.publish("svc", None, Bytes::new()), Err(BusError::Full));
+            assert_eq!(bus.stats().shed_replies_total.load(Ordering::Relaxed), 1);
+        });
     }
 
     #[test]

@@ -694,6 +694,7 @@ async fn forward(
     mut stop: oneshot::Receiver<()>,
     cap: Duration,
     slot: Slot,
+    shed: Option<(Bytes, std::sync::Weak<Inner>)>,
 ) {
     let shared = slot.shared.clone();
     loop {
@@ -718,11 +719,24 @@ async fn forward(
             payload: nats_message.payload,
             deadline,
         };
+        let reply = message.reply.clone();
         if !sink.offer(message) {
             shared
                 .stats
                 .dropped_full_total
                 .fetch_add(1, Ordering::Relaxed);
+            // A shedding server answers the request it cannot take.
+            if let (Some(reply), Some((overflow, bus))) = (reply, &shed)
+                && let Some(inner) = bus.upgrade()
+            {
+                let bus = NatsBus { inner };
+                if bus.publish(&reply, None, overflow.clone()).is_ok() {
+                    shared
+                        .stats
+                        .shed_replies_total
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
             if let Some(suppressed) = shared.log_verdict("subscription_full") {
                 tracing::warn!(
                     subject = %subject,
@@ -738,54 +752,13 @@ async fn forward(
     drop(slot);
 }
 
-#[async_trait::async_trait]
-impl Bus for NatsBus {
-    fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
-        let shared = &self.inner.shared;
-        if !valid_subject(subject) || reply.is_some_and(|r| !valid_subject(r)) {
-            return Err(BusError::InvalidSubject);
-        }
-        self.refuse_too_large(&payload)?;
-        self.refuse_disconnected()?;
-        let len = payload.len();
-        let queued = shared
-            .publish_queued_bytes
-            .fetch_add(len, Ordering::Relaxed);
-        let full_bytes = queued + len > self.inner.options.publish_queue_bytes_max;
-        let sent = !full_bytes
-            && self
-                .inner
-                .publish
-                .try_send(Outbound {
-                    subject: subject.to_owned(),
-                    reply: reply.map(str::to_owned),
-                    payload,
-                })
-                .is_ok();
-        if !sent {
-            // Full, or (only while the bus is being dropped) closed: either
-            // way the message is not queued.
-            shared
-                .publish_queued_bytes
-                .fetch_sub(len, Ordering::Relaxed);
-            shared
-                .nats
-                .publish_queue_full_total
-                .fetch_add(1, Ordering::Relaxed);
-            if let Some(suppressed) = shared.log_verdict("publish_queue_full") {
-                tracing::warn!(suppressed, "bus publish queue full: message refused");
-            }
-            return Err(BusError::Full);
-        }
-        shared.stats.published_total.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    async fn subscribe(
+impl NatsBus {
+    async fn subscribe_with(
         &self,
         subject: &str,
         queue_group: Option<&str>,
         capacity_messages: usize,
+        overflow_reply: Option<Bytes>,
     ) -> Result<Subscription, BusError> {
         if !valid_subject(subject) || queue_group.is_some_and(|g| !valid_queue_group(g)) {
             return Err(BusError::InvalidSubject);
@@ -849,12 +822,83 @@ impl Bus for NatsBus {
             stop,
             self.request_timeout_cap(),
             slot,
+            overflow_reply.map(|reply| (reply, Arc::downgrade(&self.inner))),
         ));
         Ok(Subscription::new(
             receiver,
             queued_bytes,
             Box::new(Unsubscribe { _stop: stop_sender }),
         ))
+    }
+}
+
+#[async_trait::async_trait]
+impl Bus for NatsBus {
+    fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
+        let shared = &self.inner.shared;
+        if !valid_subject(subject) || reply.is_some_and(|r| !valid_subject(r)) {
+            return Err(BusError::InvalidSubject);
+        }
+        self.refuse_too_large(&payload)?;
+        self.refuse_disconnected()?;
+        let len = payload.len();
+        let queued = shared
+            .publish_queued_bytes
+            .fetch_add(len, Ordering::Relaxed);
+        let full_bytes = queued + len > self.inner.options.publish_queue_bytes_max;
+        let sent = !full_bytes
+            && self
+                .inner
+                .publish
+                .try_send(Outbound {
+                    subject: subject.to_owned(),
+                    reply: reply.map(str::to_owned),
+                    payload,
+                })
+                .is_ok();
+        if !sent {
+            // Full, or (only while the bus is being dropped) closed: either
+            // way the message is not queued.
+            shared
+                .publish_queued_bytes
+                .fetch_sub(len, Ordering::Relaxed);
+            shared
+                .nats
+                .publish_queue_full_total
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(suppressed) = shared.log_verdict("publish_queue_full") {
+                tracing::warn!(suppressed, "bus publish queue full: message refused");
+            }
+            return Err(BusError::Full);
+        }
+        shared.stats.published_total.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+    ) -> Result<Subscription, BusError> {
+        self.subscribe_with(subject, queue_group, capacity_messages, None)
+            .await
+    }
+
+    async fn subscribe_shedding(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+        overflow_reply: Bytes,
+    ) -> Result<Subscription, BusError> {
+        self.subscribe_with(
+            subject,
+            queue_group,
+            capacity_messages,
+            Some(overflow_reply),
+        )
+        .await
     }
 
     async fn request(

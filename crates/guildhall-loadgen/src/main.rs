@@ -23,6 +23,7 @@
 //! `guildhall-loadgen probe SCENARIO --base HOST:PORT --server-pid PID` runs
 //! one adversarial probe instead (see `probe`).
 
+mod bus_bench;
 mod probe;
 mod raw;
 
@@ -68,6 +69,8 @@ struct Args {
 enum Command {
     /// One adversarial probe, printing one JSON object of figures.
     Probe(probe::ProbeArgs),
+    /// A request over NATS: the users role against an echo baseline (P10).
+    BusBench(bus_bench::BusBenchArgs),
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -135,8 +138,10 @@ async fn open_session(
 
 fn main() -> Result<()> {
     let mut args = Args::parse();
-    if let Some(Command::Probe(probe)) = args.command.take() {
-        return probe::run(probe);
+    match args.command.take() {
+        Some(Command::Probe(probe)) => return probe::run(probe),
+        Some(Command::BusBench(bench)) => return bus_bench::run(bench),
+        None => {}
     }
     if let Some(listen) = &args.serve_raw_baseline {
         return raw::serve(listen);

@@ -2023,12 +2023,20 @@ impl GuildDirectory {
     pub async fn serve(
         self: &Arc<Self>,
     ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
+        // A request the full subscription cannot take is refused at once
+        // with Overloaded (503), not left to time out.
+        let overloaded = serde_json::to_vec(&GuildReply {
+            v: guildhall_proto::bus::ENVELOPE_VERSION,
+            result: Err(GuildError::Overloaded),
+        })
+        .unwrap_or_default();
         let mut requests = self
             .bus
-            .subscribe(
+            .subscribe_shedding(
                 &guild_requests_subject(&self.node_name),
                 None,
                 self.shared.limits.bus_subscription_messages_max,
+                overloaded.into(),
             )
             .await?;
         let directory = self.clone();

@@ -433,6 +433,11 @@ async fn metrics(
             &node.bus.stats().dropped_full_total,
         ),
         (
+            "guildhall_bus_shed_replies_total",
+            "Requests a full role subscription refused at once with an overloaded answer.",
+            &node.bus.stats().shed_replies_total,
+        ),
+        (
             "guildhall_bus_no_responders_total",
             "Bus publishes that found no subscriber.",
             &node.bus.stats().no_responders_total,

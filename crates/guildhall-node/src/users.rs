@@ -435,11 +435,19 @@ impl Users {
         limits: &guildhall_limits::Limits,
     ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
         let bus = self.bus.clone();
+        // A request the full subscription cannot take is refused at once
+        // (seed 000: callers answered fast, not left to their deadlines).
+        let overloaded = serde_json::to_vec(&UsersReply {
+            v: guildhall_proto::bus::ENVELOPE_VERSION,
+            result: Err(UsersError::Overloaded),
+        })
+        .unwrap_or_default();
         let mut requests = bus
-            .subscribe(
+            .subscribe_shedding(
                 USERS_SUBJECT,
                 Some(USERS_QUEUE_GROUP),
                 limits.bus_subscription_messages_max,
+                overloaded.into(),
             )
             .await?;
         let users = self.clone();

@@ -69,6 +69,18 @@ impl Bus for GatedBus {
             .await
     }
 
+    async fn subscribe_shedding(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        capacity_messages: usize,
+        overflow_reply: Bytes,
+    ) -> Result<Subscription, BusError> {
+        self.inner
+            .subscribe_shedding(subject, queue_group, capacity_messages, overflow_reply)
+            .await
+    }
+
     async fn request(
         &self,
         subject: &str,

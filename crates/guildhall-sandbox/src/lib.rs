@@ -183,6 +183,20 @@ impl Node {
         roles: &str,
         extra_args: &[&str],
     ) -> Result<Self, String> {
+        Self::spawn_with_env(binary, services, name, worker_id, roles, extra_args, &[])
+    }
+
+    /// As [`Node::spawn`], with environment variables (`GUILDHALL_<LIMIT>`
+    /// overrides) set for the process.
+    pub fn spawn_with_env(
+        binary: &Path,
+        services: &Services,
+        name: &str,
+        worker_id: u16,
+        roles: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, String> {
         let dir = services.dir().join("nodes").join(name);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let log = dir.join("log");
@@ -201,6 +215,7 @@ impl Node {
             ])
             .args(["--database-url", services.database_url()])
             .args(extra_args)
+            .envs(env.iter().copied())
             .stderr(log_file)
             .spawn()
             .map_err(|e| format!("{}: {e}", binary.display()))?;

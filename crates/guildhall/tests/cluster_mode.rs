@@ -277,3 +277,129 @@ async fn corrupt_discovery_values_under_traffic_change_nothing() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Seed 000 across processes: a flood of batch member loads against a
+/// users process whose NATS subscription is small enough to overflow.
+/// Every request is answered (no caller waits out its deadline): the ones
+/// the subscription cannot take get the role's retryable Overloaded at
+/// once; the drops are counted, the log line about them appears at most
+/// once a second, and after the flood every request is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_load_flood_is_refused_fast_and_recovers() {
+    use guildhall_cluster::{Bus, BusError, NatsBus, NatsOptions};
+    const WORKERS: usize = 256;
+    const REQUESTS_PER_WORKER: usize = 40;
+    let services = start_services();
+    let users = Node::spawn_with_env(
+        &binary(),
+        &services,
+        "users",
+        3,
+        "users",
+        &[],
+        &[("GUILDHALL_BUS_SUBSCRIPTION_MESSAGES_MAX", "16")],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let metrics = TestNode::remote(users.addr());
+    let bus = Arc::new(
+        NatsBus::connect(services.nats_url(), NatsOptions::default())
+            .await
+            .unwrap(),
+    );
+    let load = |i: usize| -> bytes::Bytes {
+        let ids: Vec<i64> = (0..10)
+            .map(|k| 1_000 + ((i * 10 + k) % 3_000) as i64)
+            .collect();
+        json!({"v": 1, "call": {"Load": {"ids": ids}}})
+            .to_string()
+            .into()
+    };
+    let deadline = Duration::from_secs(10);
+    let (served, refused, timed_out) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let (bus, served, refused, timed_out) = (
+            bus.clone(),
+            served.clone(),
+            refused.clone(),
+            timed_out.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            for r in 0..REQUESTS_PER_WORKER {
+                match bus
+                    .request(
+                        "users.requests",
+                        load(w * REQUESTS_PER_WORKER + r),
+                        deadline,
+                    )
+                    .await
+                {
+                    Ok(answer) => {
+                        let reply: serde_json::Value =
+                            serde_json::from_slice(&answer.payload).unwrap();
+                        if reply["result"].get("Ok").is_some() {
+                            served.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            assert_eq!(reply["result"]["Err"], "Overloaded", "{reply}");
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(BusError::Timeout) => {
+                        timed_out.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(error) => panic!("{error}"),
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    let (served, refused, timed_out) = (
+        served.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+        timed_out.load(Ordering::Relaxed),
+    );
+    eprintln!("flood: {served} served, {refused} refused at once, {timed_out} timed out");
+    assert_eq!(
+        served + refused + timed_out,
+        (WORKERS * REQUESTS_PER_WORKER) as u64
+    );
+    assert_eq!(
+        timed_out, 0,
+        "every caller was answered before its deadline"
+    );
+    // Refused by the full subscription (shed, counted as drops, each
+    // answered) or by the role's own permit pool behind it.
+    let shed = metrics.metric("guildhall_bus_shed_replies_total").await;
+    let dropped = metrics.metric("guildhall_bus_dropped_full_total").await;
+    eprintln!(
+        "users process: {dropped} dropped by the full subscription, {shed} of them answered at once"
+    );
+    assert!(shed > 0, "the subscription overflowed");
+    assert_eq!(dropped, shed, "every drop was answered");
+    assert!(refused >= shed);
+    // At most one line per second about the drops.
+    let log = users.log_text();
+    let mut per_second: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+    for line in log.lines().filter(|l| l.contains("bus subscription full")) {
+        *per_second
+            .entry(line.get(..19).unwrap_or(line))
+            .or_default() += 1;
+    }
+    assert!(per_second.values().all(|n| *n <= 1), "{per_second:?}");
+    // Recovery: one caller at a time is served again.
+    for i in 0..20 {
+        let answer = bus
+            .request("users.requests", load(i), deadline)
+            .await
+            .unwrap();
+        let reply: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+        assert!(reply["result"].get("Ok").is_some(), "{reply}");
+    }
+    assert!(!log.contains("panicked"));
+}
