@@ -831,3 +831,161 @@ async fn token_routes_are_rate_limited_per_webhook() {
     assert_error(status, &body, 401, 50027);
     assert_eq!(g.history(&g.channel).await.len(), 3);
 }
+
+/// twilight 0.18 (unmodified, base URL changed) drives every webhook
+/// route it has and parses each answer into its strict models; its shard
+/// receives WEBHOOKS_UPDATE and the webhook's MESSAGE_CREATE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twilight_manages_and_executes_webhooks() {
+    use std::time::Duration;
+    use twilight_gateway::StreamExt as _;
+    use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Intents, Shard, ShardId};
+    use twilight_model::id::Id;
+
+    let g = guild().await;
+    let node = &g.node;
+    let (_, bot) = node.bot_in(&g.owner, &g.guild).await;
+    let addr = node.ws.trim_start_matches("ws://").to_owned();
+    let http = twilight_http::Client::builder()
+        .token(g.owner.clone())
+        .proxy(addr, true)
+        .ratelimiter(None)
+        .build();
+    let intents = Intents::GUILDS
+        | Intents::GUILD_MESSAGES
+        | Intents::MESSAGE_CONTENT
+        | Intents::GUILD_WEBHOOKS;
+    let config = ConfigBuilder::new(bot, intents)
+        .proxy_url(node.ws.clone())
+        .build();
+    let mut shard = Shard::with_config(ShardId::ONE, config);
+    async fn until<T>(shard: &mut Shard, mut pick: impl FnMut(Event) -> Option<T>) -> T {
+        loop {
+            let event = tokio::time::timeout(
+                Duration::from_secs(15),
+                shard.next_event(EventTypeFlags::all()),
+            )
+            .await
+            .expect("an event in time")
+            .expect("the shard is open")
+            .unwrap_or_else(|error| panic!("twilight could not parse a payload: {error:?}"));
+            if let Some(found) = pick(event) {
+                return found;
+            }
+        }
+    }
+    until(&mut shard, |e| {
+        matches!(e, Event::GuildCreate(_)).then_some(())
+    })
+    .await;
+
+    let channel = Id::new(g.channel.parse().unwrap());
+    let guild_id = Id::new(g.guild.parse().unwrap());
+    let hook = http
+        .create_webhook(channel, "Twilight Hook")
+        .await
+        .unwrap()
+        .model()
+        .await
+        .unwrap();
+    assert_eq!(hook.name.as_deref(), Some("Twilight Hook"));
+    assert_eq!(hook.channel_id, Some(channel));
+    assert!(hook.user.is_some());
+    let token = hook.token.clone().unwrap();
+    let update = until(&mut shard, |e| match e {
+        Event::WebhooksUpdate(update) => Some(update),
+        _ => None,
+    })
+    .await;
+    assert_eq!((update.guild_id, update.channel_id), (guild_id, channel));
+
+    let listed = http
+        .channel_webhooks(channel)
+        .await
+        .unwrap()
+        .models()
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0], hook);
+    let listed = http
+        .guild_webhooks(guild_id)
+        .await
+        .unwrap()
+        .models()
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    let read = http.webhook(hook.id).await.unwrap().model().await.unwrap();
+    assert_eq!(read, hook);
+    let by_token = http
+        .webhook(hook.id)
+        .token(&token)
+        .await
+        .unwrap()
+        .model()
+        .await
+        .unwrap();
+    assert!(by_token.user.is_none());
+    let renamed = http
+        .update_webhook(hook.id)
+        .name("Renamed Hook")
+        .await
+        .unwrap()
+        .model()
+        .await
+        .unwrap();
+    assert_eq!(renamed.name.as_deref(), Some("Renamed Hook"));
+    let renamed = http
+        .update_webhook_with_token(hook.id, &token)
+        .name("Token Renamed")
+        .await
+        .unwrap()
+        .model()
+        .await
+        .unwrap();
+    assert_eq!(renamed.name.as_deref(), Some("Token Renamed"));
+
+    let sent = http
+        .execute_webhook(hook.id, &token)
+        .content("from twilight")
+        .username("Twi")
+        .wait()
+        .await
+        .unwrap()
+        .model()
+        .await
+        .unwrap();
+    assert_eq!(sent.webhook_id, Some(hook.id));
+    assert_eq!(sent.author.name, "Twi");
+    assert_eq!(sent.author.id.get(), hook.id.get());
+    let created = until(&mut shard, |e| match e {
+        Event::MessageCreate(message) => Some(message),
+        _ => None,
+    })
+    .await;
+    assert_eq!(created.id, sent.id);
+    assert_eq!(created.webhook_id, Some(hook.id));
+    let read = http
+        .webhook_message(hook.id, &token, sent.id)
+        .await
+        .unwrap()
+        .model()
+        .await
+        .unwrap();
+    assert_eq!(read.content, "from twilight");
+    let edited = http
+        .update_webhook_message(hook.id, &token, sent.id)
+        .content(Some("edited by twilight"))
+        .await
+        .unwrap()
+        .model()
+        .await
+        .unwrap();
+    assert_eq!(edited.content, "edited by twilight");
+    http.delete_webhook_message(hook.id, &token, sent.id)
+        .await
+        .unwrap();
+    http.delete_webhook(hook.id).await.unwrap();
+    assert_eq!(g.webhook_count().await, 0);
+}
