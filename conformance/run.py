@@ -61,5 +61,28 @@ for library, command in [
     if not ok:
         failures.append(library)
         print(result.stdout[-2000:], result.stderr[-4000:], sep="\n")
-print(f"{3 - len(failures)} passed, {len(failures)} failed")
+# Webhooks as integrations use them: by id and token, no bot account.
+webhook_expected = {
+    "discord.py": ("discord_py_webhook.py", lambda seen: seen.get("author") == "Hooky"
+                   and seen.get("author_is_webhook") and seen.get("webhook_id")
+                   and seen.get("fetched_content") == "waited" and seen.get("edited_content") == "edited"
+                   and seen.get("renamed") == "renamed hook" and seen.get("gone") and seen.get("token_ok")),
+    "discord.js": ("discord_js_webhook.js", lambda seen: seen.get("author") == "JsHook"
+                   and seen.get("webhook_id") == seen.get("created_id") and seen.get("fetched") == "from discord.js"
+                   and seen.get("edited") == "edited by discord.js" and seen.get("renamed") == "js renamed"),
+}
+for library, (script, check) in webhook_expected.items():
+    guild = call("POST", "/guilds", owner["token"], {"name": f"{library} webhooks"})
+    runner = [sys.executable] if script.endswith(".py") else ["node"]
+    result = subprocess.run(runner + [os.path.join(here, script), base, owner["token"], guild["channels"][0]["id"]],
+                            capture_output=True, text=True, timeout=90,
+                            env=dict(os.environ, NODE_PATH=node_modules))
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    seen = json.loads(lines[-1]) if lines else {}
+    ok = result.returncode == 0 and bool(check(seen))
+    print(f"{library} webhooks: {'ok' if ok else 'FAILED'} {json.dumps(seen)}")
+    if not ok:
+        failures.append(f"{library} webhooks")
+        print(result.stdout[-2000:], result.stderr[-4000:], sep="\n")
+print(f"{5 - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)

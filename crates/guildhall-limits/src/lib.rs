@@ -585,6 +585,39 @@ pub const MESSAGE_NONCE_CHARS_MAX: usize = 25;
 /// 50035 on `embeds`.
 pub const MESSAGE_EMBEDS_MAX: usize = 10;
 
+/// Top-level components one message may carry (Discord's 40, the most a
+/// components-v2 message holds). This server stores no components; the
+/// bound keeps what is validated small. When hit: 400 with 50035 on
+/// `components`.
+pub const MESSAGE_COMPONENTS_MAX: usize = 40;
+
+/// Longest webhook name, and longest `username` override of an executed
+/// webhook message, in characters (Discord's 80). When hit: 400 with 50035
+/// on `name` (or `username`), nothing stored.
+pub const WEBHOOK_NAME_CHARS_MAX: usize = 80;
+
+/// Longest `avatar_url` override of an executed webhook message, in
+/// characters (Discord's URL fields take up to 2048). The URL is never
+/// fetched; the bound keeps what is validated small. When hit: 400 with
+/// 50035 on `avatar_url`.
+pub const WEBHOOK_AVATAR_URL_CHARS_MAX: usize = 2_048;
+
+/// Webhooks one channel holds (Discord's 15). When hit: 400 with 30007
+/// (maximum number of webhooks reached), nothing stored.
+pub const WEBHOOKS_PER_CHANNEL_MAX: usize = 15;
+
+/// Webhooks one guild holds (Discord's 1000). When hit: 400 with 30058
+/// (maximum number of webhooks per guild reached), nothing stored.
+pub const WEBHOOKS_PER_GUILD_MAX: usize = 1_000;
+
+/// Requests per webhook and token per REST window on the token routes
+/// (execute, and reading or changing the webhook or its messages by
+/// token), which need no account: Discord buckets them per webhook id
+/// (5 per 2 s). Keyed on the token as well as the id, so a caller without
+/// the token cannot spend the owner's bucket (each wrong token is a 401
+/// counted against its address). When hit: 429 with Discord's body.
+pub const WEBHOOK_RATE_LIMIT_PER_WINDOW: u32 = 5;
+
 /// Roles one guild holds, `@everyone` included (Discord's 250). When hit:
 /// 400 with 30005 (maximum number of guild roles reached).
 pub const GUILD_ROLES_MAX: usize = 250;
@@ -639,6 +672,7 @@ const _: () = assert!(GUILD_LOAD_WAITERS_MAX < GUILD_MAILBOX_MESSAGES_MAX);
 const _: () = assert!(HTTP_CONNECTIONS_MAX > SESSIONS_PER_NODE_MAX);
 const _: () = assert!(HTTP_HEADER_BYTES_MAX >= 8_192);
 const _: () = assert!(REST_AUTH_RATE_LIMIT_PER_WINDOW <= REST_RATE_LIMIT_PER_WINDOW);
+const _: () = assert!(WEBHOOKS_PER_CHANNEL_MAX <= WEBHOOKS_PER_GUILD_MAX);
 const _: () = assert!(GUILD_ENVELOPE_RESERVE_BYTES <= BUS_PAYLOAD_BYTES_MAX / 2);
 const _: () = assert!(GUILD_CREATE_MEMBERS_MAX <= MEMBERS_PER_PAGE_MAX);
 const _: () = assert!(
@@ -815,6 +849,18 @@ pub struct Limits {
     pub message_nonce_chars_max: usize,
     /// See [`MESSAGE_EMBEDS_MAX`].
     pub message_embeds_max: usize,
+    /// See [`MESSAGE_COMPONENTS_MAX`].
+    pub message_components_max: usize,
+    /// See [`WEBHOOK_NAME_CHARS_MAX`].
+    pub webhook_name_chars_max: usize,
+    /// See [`WEBHOOK_AVATAR_URL_CHARS_MAX`].
+    pub webhook_avatar_url_chars_max: usize,
+    /// See [`WEBHOOKS_PER_CHANNEL_MAX`].
+    pub webhooks_per_channel_max: usize,
+    /// See [`WEBHOOKS_PER_GUILD_MAX`].
+    pub webhooks_per_guild_max: usize,
+    /// See [`WEBHOOK_RATE_LIMIT_PER_WINDOW`].
+    pub webhook_rate_limit_per_window: u32,
     /// See [`GUILD_ROLES_MAX`].
     pub guild_roles_max: usize,
     /// See [`GUILD_CHANNELS_MAX`].
@@ -966,6 +1012,12 @@ impl Default for Limits {
             user_guilds_per_page_max: USER_GUILDS_PER_PAGE_MAX,
             message_nonce_chars_max: MESSAGE_NONCE_CHARS_MAX,
             message_embeds_max: MESSAGE_EMBEDS_MAX,
+            message_components_max: MESSAGE_COMPONENTS_MAX,
+            webhook_name_chars_max: WEBHOOK_NAME_CHARS_MAX,
+            webhook_avatar_url_chars_max: WEBHOOK_AVATAR_URL_CHARS_MAX,
+            webhooks_per_channel_max: WEBHOOKS_PER_CHANNEL_MAX,
+            webhooks_per_guild_max: WEBHOOKS_PER_GUILD_MAX,
+            webhook_rate_limit_per_window: WEBHOOK_RATE_LIMIT_PER_WINDOW,
             guild_roles_max: GUILD_ROLES_MAX,
             guild_channels_max: GUILD_CHANNELS_MAX,
             guild_create_members_max: GUILD_CREATE_MEMBERS_MAX,
@@ -1409,9 +1461,26 @@ impl Limits {
             (self.channel_topic_chars_max, "channel_topic_chars_max"),
             (self.message_nonce_chars_max, "message_nonce_chars_max"),
             (self.message_embeds_max, "message_embeds_max"),
+            (self.message_components_max, "message_components_max"),
+            (self.webhook_name_chars_max, "webhook_name_chars_max"),
+            (
+                self.webhook_avatar_url_chars_max,
+                "webhook_avatar_url_chars_max",
+            ),
+            (self.webhooks_per_channel_max, "webhooks_per_channel_max"),
         ] {
             check(value >= 1, field, "must be at least 1");
         }
+        check(
+            self.webhooks_per_guild_max >= self.webhooks_per_channel_max,
+            "webhooks_per_guild_max",
+            "must be at least webhooks_per_channel_max",
+        );
+        check(
+            self.webhook_rate_limit_per_window >= 1,
+            "webhook_rate_limit_per_window",
+            "must be at least 1",
+        );
         check(
             self.guild_roles_max >= 2,
             "guild_roles_max",
@@ -1686,6 +1755,12 @@ mod tests {
             "user_guilds_per_page_max",
             "message_nonce_chars_max",
             "message_embeds_max",
+            "message_components_max",
+            "webhook_name_chars_max",
+            "webhook_avatar_url_chars_max",
+            "webhooks_per_channel_max",
+            "webhooks_per_guild_max",
+            "webhook_rate_limit_per_window",
             "guild_roles_max",
             "guild_channels_max",
             "guild_create_members_max",
@@ -1800,6 +1875,12 @@ mod tests {
             "user_guilds_per_page_max" => l.user_guilds_per_page_max = 0,
             "message_nonce_chars_max" => l.message_nonce_chars_max = 0,
             "message_embeds_max" => l.message_embeds_max = 0,
+            "message_components_max" => l.message_components_max = 0,
+            "webhook_name_chars_max" => l.webhook_name_chars_max = 0,
+            "webhook_avatar_url_chars_max" => l.webhook_avatar_url_chars_max = 0,
+            "webhooks_per_channel_max" => l.webhooks_per_channel_max = 0,
+            "webhooks_per_guild_max" => l.webhooks_per_guild_max = 0,
+            "webhook_rate_limit_per_window" => l.webhook_rate_limit_per_window = 0,
             "guild_roles_max" => l.guild_roles_max = 0,
             "guild_channels_max" => l.guild_channels_max = 0,
             "guild_create_members_max" => l.guild_create_members_max = 0,

@@ -282,7 +282,7 @@ pub struct ApiCounters {
 
 /// Refuses `value` unless it has `min..=max` characters, with Discord's
 /// 50035 body on `field` (counted with the other refused bodies).
-fn check_chars(
+pub(crate) fn check_chars(
     node: &crate::Node,
     field: &'static str,
     value: &str,
@@ -312,7 +312,7 @@ fn check_chars(
 
 /// Refuses an array longer than `max` on `field`, as [`check_chars`] does
 /// a string.
-fn check_items(
+pub(crate) fn check_items(
     node: &crate::Node,
     field: &'static str,
     len: usize,
@@ -1071,7 +1071,7 @@ async fn guild_member(
         .map_or(Err(ApiError::Code(ErrorCode::UnknownMember)), |m| ok(&m))
 }
 
-async fn guild_channel(
+pub(crate) async fn guild_channel(
     node: &crate::Node,
     channel_id: &str,
 ) -> Result<(ChannelRow, i64), ApiError> {
@@ -1087,7 +1087,7 @@ async fn guild_channel(
     Ok((channel, guild_id))
 }
 
-async fn authorize(
+pub(crate) async fn authorize(
     node: &crate::Node,
     user_id: i64,
     channel: &ChannelRow,
@@ -1124,7 +1124,11 @@ struct NewMessage {
     embeds: Vec<Value>,
 }
 
-fn check_content(node: &crate::Node, content: &str, has_embeds: bool) -> Result<(), ApiError> {
+pub(crate) fn check_content(
+    node: &crate::Node,
+    content: &str,
+    has_embeds: bool,
+) -> Result<(), ApiError> {
     if content.trim().is_empty() && !has_embeds {
         return Err(ApiError::Code(ErrorCode::EmptyMessage));
     }
@@ -1137,16 +1141,40 @@ fn check_content(node: &crate::Node, content: &str, has_embeds: bool) -> Result<
     )
 }
 
-fn wire_message(
+pub(crate) fn wire_message(
     row: &MessageRow,
     author: &UserRow,
+    member: Option<guildhall_proto::model::Member>,
+) -> Message {
+    // A webhook's message shows the webhook as its author, under the name
+    // and avatar it was posted with (`author_id` is the creator, kept only
+    // for the key to users).
+    let (author, member) = match row.webhook_id {
+        Some(webhook_id) => (
+            guildhall_proto::model::User::webhook(
+                sf(webhook_id),
+                row.author_name.clone().unwrap_or_default(),
+                row.author_avatar.clone(),
+            ),
+            None,
+        ),
+        None => (wire_user(author), member),
+    };
+    wire_row(row, author, member)
+}
+
+/// The message of `row` with `author` (a user's, or a webhook's) and
+/// `member`.
+pub(crate) fn wire_row(
+    row: &MessageRow,
+    author: guildhall_proto::model::User,
     member: Option<guildhall_proto::model::Member>,
 ) -> Message {
     Message {
         id: sf(row.id),
         channel_id: sf(row.channel_id),
         guild_id: row.guild_id.map(sf),
-        author: wire_user(author),
+        author,
         member,
         content: row.content.clone(),
         timestamp: format_unix_ms(sf(row.id).unix_ms()),
@@ -1162,6 +1190,7 @@ fn wire_message(
         flags: 0,
         components: vec![],
         nonce: None,
+        webhook_id: row.webhook_id.map(sf),
     }
 }
 
@@ -1182,7 +1211,7 @@ fn mentioned(content: &str) -> Vec<i64> {
         .collect()
 }
 
-async fn publish_message(
+pub(crate) async fn publish_message(
     node: &crate::Node,
     name: &str,
     guild_id: i64,
@@ -1225,7 +1254,7 @@ async fn publish(node: &crate::Node, guild_id: i64, event: Outgoing) {
 }
 
 /// Encodes `data` once as dispatch `name` and publishes it to the guild.
-async fn publish_plain(
+pub(crate) async fn publish_plain(
     node: &crate::Node,
     guild_id: i64,
     name: &str,
@@ -1309,9 +1338,11 @@ async fn create_message(
         content: body.content,
         tts: body.tts,
         edited_ms: None,
+        webhook_id: None,
+        author_name: None,
+        author_avatar: None,
     };
-    node.shared.store.insert_message(&row).await?;
-    node.counters.messages_total.fetch_add(1, Ordering::Relaxed);
+    store_message(&node, &row).await?;
     let mut message = wire_message(&row, &author, member);
     message.nonce = body.nonce;
     match audience {
@@ -1326,6 +1357,14 @@ async fn create_message(
         ),
     }
     ok(&message)
+}
+
+/// Stores a message durably (group commit) and counts it: every message,
+/// a user's or a webhook's, is stored through here before it is announced.
+pub(crate) async fn store_message(node: &crate::Node, row: &MessageRow) -> Result<(), ApiError> {
+    node.shared.store.insert_message(row).await?;
+    node.counters.messages_total.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -1439,7 +1478,9 @@ async fn edit_message(
 ) -> ApiResult {
     let (_, guild_id, mut row) =
         message_of(&node, &caller, &channel, &message, perm::VIEW_CHANNEL).await?;
-    if row.author_id != caller.id {
+    // A webhook's message is stored with its creator as `author_id`, but
+    // only the webhook edits it (through its token).
+    if row.author_id != caller.id || row.webhook_id.is_some() {
         return Err(ApiError::Code(ErrorCode::MissingPermissions));
     }
     if let Some(content) = body.content {
@@ -1464,7 +1505,8 @@ async fn delete_message(
 ) -> ApiResult {
     let (_, guild_id, row) =
         message_of(&node, &caller, &channel, &message, perm::VIEW_CHANNEL).await?;
-    if row.author_id != caller.id {
+    // A webhook's message is nobody's own (its `author_id` is the creator).
+    if row.author_id != caller.id || row.webhook_id.is_some() {
         let (channel_row, _) = guild_channel(&node, &channel).await?;
         authorize(
             &node,
@@ -1538,7 +1580,9 @@ async fn change(node: &crate::Node, guild_id: i64, actor: i64, change: GuildChan
 }
 
 /// Absent, null, or a value: PATCH semantics for nullable fields.
-fn patch<T: DeserializeOwned>(value: Option<&Value>) -> Result<Option<Option<T>>, ApiError> {
+pub(crate) fn patch<T: DeserializeOwned>(
+    value: Option<&Value>,
+) -> Result<Option<Option<T>>, ApiError> {
     match value {
         None => Ok(None),
         Some(Value::Null) => Ok(Some(None)),
@@ -2008,7 +2052,7 @@ async fn reaction(
             let mut member = serde_json::to_value(grant.member).unwrap_or_default();
             member["user"] = serde_json::to_value(wire_user(&caller)).unwrap_or_default();
             data["member"] = member;
-            data["message_author_id"] = json!(row.author_id.to_string());
+            data["message_author_id"] = json!(row.webhook_id.unwrap_or(row.author_id).to_string());
         }
         publish_plain(
             node,
@@ -2423,6 +2467,7 @@ pub fn routes() -> Router<AppState> {
         .route("/invites/{code}", get(get_invite).post(accept_invite))
         .route("/admin/bots", post(admin_create_bot))
         .merge(crate::commands::routes())
+        .merge(crate::webhooks::routes())
         .fallback(not_found)
 }
 

@@ -71,6 +71,8 @@ pub mod perm {
     pub const MANAGE_ROLES: u64 = 1 << 28;
     /// Rename the guild.
     pub const MANAGE_GUILD: u64 = 1 << 5;
+    /// Create, read (with tokens), change and delete webhooks.
+    pub const MANAGE_WEBHOOKS: u64 = 1 << 29;
     /// Join voice channels.
     pub const CONNECT: u64 = 1 << 20;
     /// `@everyone`'s default: view, send, embed, attach, history, react,
@@ -155,6 +157,10 @@ struct MemberEntry {
     roles: Vec<i64>,
 }
 
+/// The `channel_id` of an [`GuildCall::Authorize`] that asks about the
+/// guild as a whole (no channel has id 0: ids are snowflakes).
+pub const GUILD_WIDE: i64 = 0;
+
 /// What an authorised sender needs to build its message.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SendGrant {
@@ -225,7 +231,8 @@ pub enum GuildCall {
     Authorize {
         /// Who.
         user_id: i64,
-        /// Which channel.
+        /// Which channel; [`GUILD_WIDE`] for a permission on the guild as a
+        /// whole (GET /guilds/{id}/webhooks names no channel).
         channel_id: i64,
         /// Required bits.
         need: u64,
@@ -1316,10 +1323,15 @@ impl GuildOwner {
                 channel_id,
                 need,
             } => {
-                let result = match (
-                    self.permissions(user_id),
-                    self.channels.iter().find(|c| c.id == channel_id),
-                ) {
+                let channel = if channel_id == GUILD_WIDE {
+                    Some(())
+                } else {
+                    self.channels
+                        .iter()
+                        .find(|c| c.id == channel_id)
+                        .map(|_| ())
+                };
+                let result = match (self.permissions(user_id), channel) {
                     (None, _) => Err(GuildError::MissingAccess),
                     (Some(_), None) => Err(GuildError::UnknownChannel),
                     (Some(bits), Some(_)) if bits & perm::VIEW_CHANNEL == 0 => {

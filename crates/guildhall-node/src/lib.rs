@@ -35,6 +35,7 @@ pub mod presence;
 pub mod ratelimit;
 pub mod state;
 pub mod users;
+pub mod webhooks;
 
 use guildhall_limits::Limits;
 use guildhall_proto::cluster::Role;

@@ -185,6 +185,7 @@ pub struct RateLimiter {
     hasher: RandomState,
     limit: u32,
     auth_limit: u32,
+    webhook_limit: u32,
     invalid_max: u32,
     /// Counters.
     pub counters: RateCounters,
@@ -199,6 +200,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 enum Who {
     User(i64),
     Address(IpAddr),
+    /// A webhook's token routes: the webhook id and the presented token's
+    /// digest (the token routes need no account; see [`webhook_of`]).
+    Webhook(String, [u8; 32]),
+}
+
+/// The webhook id and token of a request to a token route
+/// (`/webhooks/{id}/{token}...`), if it is one. Discord buckets these per
+/// webhook; keying on the token as well keeps a caller who only knows the
+/// id (ids are public: every webhook message carries one) from spending
+/// the owner's bucket, while every wrong token is a 401 that counts
+/// against its address like any invalid request.
+fn webhook_of(route: &str, path: &str) -> Option<Who> {
+    if !route.contains("/webhooks/{id}/{token}") {
+        return None;
+    }
+    let mut segments = path.split('/').skip_while(|s| *s != "webhooks").skip(1);
+    let id = segments.next()?;
+    let token = segments.next()?;
+    Some(Who::Webhook(
+        id.to_owned(),
+        crate::auth::token_digest(token),
+    ))
 }
 
 impl RateLimiter {
@@ -216,6 +239,7 @@ impl RateLimiter {
             hasher: RandomState::new(),
             limit: limits.rest_rate_limit_per_window,
             auth_limit: limits.rest_auth_rate_limit_per_window,
+            webhook_limit: limits.webhook_rate_limit_per_window,
             invalid_max: limits.rest_invalid_requests_max,
             counters: RateCounters::default(),
         }
@@ -344,8 +368,11 @@ pub async fn layer(State(node): State<AppState>, mut request: Request, next: Nex
         .unwrap_or("")
         .to_owned();
     let method = request.method().as_str().to_owned();
+    let webhook = webhook_of(&route, request.uri().path());
     let limit = if route.contains("/auth/") {
         rate.auth_limit
+    } else if webhook.is_some() {
+        rate.webhook_limit
     } else {
         rate.limit
     };
@@ -370,8 +397,9 @@ pub async fn layer(State(node): State<AppState>, mut request: Request, next: Nex
             }
         }
     };
-    let key = match &lookup {
-        Some(Ok(Some(user))) => rate.key(&Who::User(user.id), &method, &route, &major),
+    let key = match (&webhook, &lookup) {
+        (Some(webhook), _) => rate.key(webhook, &method, &route, &major),
+        (None, Some(Ok(Some(user)))) => rate.key(&Who::User(user.id), &method, &route, &major),
         _ => address_key,
     };
     let bucket = format!("{:016x}", hash_of(&[&method, &route]));
@@ -423,6 +451,19 @@ pub async fn layer(State(node): State<AppState>, mut request: Request, next: Nex
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn webhook_token_routes_are_keyed_by_webhook_and_token() {
+        let route = "/api/v10/webhooks/{id}/{token}";
+        let Some(Who::Webhook(id, digest)) = webhook_of(route, "/api/v10/webhooks/123/abc") else {
+            panic!("a token route")
+        };
+        assert_eq!(id, "123");
+        assert_eq!(digest, crate::auth::token_digest("abc"));
+        let messages = "/api/v9/webhooks/{id}/{token}/messages/{message}";
+        assert!(webhook_of(messages, "/api/v9/webhooks/1/t/messages/2").is_some());
+        assert!(webhook_of("/api/v10/webhooks/{id}", "/api/v10/webhooks/1").is_none());
+    }
 
     #[test]
     fn window_counts_and_resets() {

@@ -86,6 +86,8 @@ struct Canary {
     message: String,
     role: String,
     user: String,
+    /// A webhook of the canary's channel (its id is known, its token not).
+    webhook: String,
 }
 
 impl Canary {
@@ -121,6 +123,16 @@ impl Canary {
             .await;
         assert_eq!(status, 200, "{role}");
         let role = role["id"].as_str().unwrap().to_owned();
+        let (status, webhook) = node
+            .call(
+                "POST",
+                &format!("/channels/{channel}/webhooks"),
+                Some(&token),
+                Some(json!({"name": "canary-hook"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{webhook}");
+        let webhook = webhook["id"].as_str().unwrap().to_owned();
         Self {
             token,
             guild,
@@ -128,6 +140,7 @@ impl Canary {
             message,
             role,
             user,
+            webhook,
         }
     }
 
@@ -140,6 +153,7 @@ impl Canary {
             format!("/guilds/{}/roles", self.guild),
             format!("/guilds/{}/members?limit=1000", self.guild),
             format!("/channels/{}/messages?limit=100", self.channel),
+            format!("/guilds/{}/webhooks", self.guild),
         ] {
             let (status, mut body) = node.call("GET", &path, Some(&self.token), None).await;
             // `approximate_*` counts and presences are not state the
@@ -192,6 +206,18 @@ impl Targets {
             )
             .await;
         let role = role["id"].as_str().unwrap_or("1").to_owned();
+        // The fuzzer's own webhook: its id and token are among the ids, so
+        // the token routes are reached with a token that works, too.
+        let (_, webhook) = node
+            .call(
+                "POST",
+                &format!("/channels/{channel}/webhooks"),
+                Some(&token),
+                Some(json!({"name": "fuzz-hook"})),
+            )
+            .await;
+        let webhook_id = webhook["id"].as_str().unwrap_or("1").to_owned();
+        let webhook_token = webhook["token"].as_str().unwrap_or("x").to_owned();
         let real = vec![
             guild.clone(),
             channel.clone(),
@@ -204,6 +230,7 @@ impl Targets {
             canary.message.clone(),
             canary.role.clone(),
             canary.user.clone(),
+            canary.webhook.clone(),
         ];
         Self {
             real,
@@ -226,6 +253,9 @@ impl Targets {
                 canary.message.clone(),
                 canary.role.clone(),
                 canary.user.clone(),
+                canary.webhook.clone(),
+                webhook_id,
+                webhook_token,
                 "0".to_owned(),
                 "-1".to_owned(),
                 "18446744073709551615".to_owned(),
@@ -293,6 +323,19 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/invites/{id}?with_counts=true"),
     ("POST", "/invites/{id}"),
     ("POST", "/admin/bots"),
+    ("POST", "/channels/{id}/webhooks"),
+    ("GET", "/channels/{id}/webhooks"),
+    ("GET", "/guilds/{id}/webhooks"),
+    ("GET", "/webhooks/{id}"),
+    ("PATCH", "/webhooks/{id}"),
+    ("DELETE", "/webhooks/{id}"),
+    ("GET", "/webhooks/{id}/{id}"),
+    ("PATCH", "/webhooks/{id}/{id}"),
+    ("DELETE", "/webhooks/{id}/{id}"),
+    ("POST", "/webhooks/{id}/{id}?wait=true"),
+    ("GET", "/webhooks/{id}/{id}/messages/{id}"),
+    ("PATCH", "/webhooks/{id}/{id}/messages/{id}"),
+    ("DELETE", "/webhooks/{id}/{id}/messages/{id}"),
     ("GET", "/no/such/route"),
     ("PUT", "/guilds"),
 ];

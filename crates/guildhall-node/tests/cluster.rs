@@ -93,6 +93,101 @@ async fn roles_on_separate_nodes_meet_only_over_the_bus() {
     back.stop().await;
 }
 
+/// Webhooks across roles: the front's api asks the back's guild owner for
+/// MANAGE_WEBHOOKS (on a channel, and guild-wide for the guild's list)
+/// over the bus, and a webhook executed through the front reaches a
+/// front session as MESSAGE_CREATE after the back's owner, with
+/// WEBHOOKS_UPDATE before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_work_when_the_guild_owner_is_another_node() {
+    use guildhall_proto::cluster::Role;
+    let dir = tempfile::tempdir().unwrap();
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(Limits::default().bus_payload_bytes_max));
+    let back = TestNode::member_roles(
+        "back",
+        2,
+        dir.path(),
+        registry.clone(),
+        bus.clone(),
+        &[Role::Guilds, Role::Users, Role::Presence],
+    )
+    .await;
+    // Started (its migrations run) before the second node opens the
+    // database.
+    back.metric("guildhall_ring_members").await;
+    let front = TestNode::member_roles(
+        "front",
+        1,
+        dir.path(),
+        registry.clone(),
+        bus.clone(),
+        &[Role::Gateway, Role::Api],
+    )
+    .await;
+    let mut polls = 0;
+    while front.metric("guildhall_ring_members").await < 1 {
+        polls += 1;
+        assert!(polls < RING_POLLS_MAX, "the front never saw the back");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (token, _) = front.register("alice").await;
+    let (guild_id, channel_id) = front.guild(&token, "split").await;
+    assert_eq!(back.metric("guildhall_guild_owners").await, 1);
+    let mut session = Client::connect(&front.ws).await;
+    session
+        .identify(
+            &token,
+            intents::GUILDS
+                | intents::GUILD_MESSAGES
+                | intents::MESSAGE_CONTENT
+                | intents::GUILD_WEBHOOKS,
+        )
+        .await;
+    session.dispatch("GUILD_CREATE").await;
+
+    let (status, hook) = front
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/webhooks"),
+            Some(&token),
+            Some(json!({"name": "split hook"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{hook}");
+    let update = session.dispatch("WEBHOOKS_UPDATE").await;
+    assert_eq!(update["d"]["channel_id"], channel_id.as_str());
+    let (status, list) = front
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/webhooks"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let path = format!(
+        "/webhooks/{}/{}?wait=true",
+        hook["id"].as_str().unwrap(),
+        hook["token"].as_str().unwrap()
+    );
+    let (status, message) = front
+        .call(
+            "POST",
+            &path,
+            None,
+            Some(json!({"content": "across nodes"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{message}");
+    let created = session.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(created["d"]["id"], message["id"]);
+    assert_eq!(created["d"]["webhook_id"], hook["id"]);
+    front.stop().await;
+    back.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guild_owned_by_another_node_serves_sessions_on_both() {
     let dir = tempfile::tempdir().unwrap();

@@ -56,6 +56,15 @@ pub enum ErrorCode {
     NotApplicationOwner,
     /// 30032 Maximum number of application commands reached.
     MaxApplicationCommands,
+    /// 10015 Unknown webhook.
+    UnknownWebhook,
+    /// 50027 Invalid webhook token (401, as Discord answers a token that
+    /// is not the webhook's).
+    InvalidWebhookToken,
+    /// 30007 Maximum number of webhooks reached (per channel).
+    MaxWebhooks,
+    /// 30058 Maximum number of webhooks per guild reached.
+    MaxGuildWebhooks,
 }
 
 impl ErrorCode {
@@ -86,6 +95,10 @@ impl ErrorCode {
             ErrorCode::UnknownApplicationCommandPermissions => 10066,
             ErrorCode::NotApplicationOwner => 20012,
             ErrorCode::MaxApplicationCommands => 30032,
+            ErrorCode::UnknownWebhook => 10015,
+            ErrorCode::InvalidWebhookToken => 50027,
+            ErrorCode::MaxWebhooks => 30007,
+            ErrorCode::MaxGuildWebhooks => 30058,
         }
     }
 
@@ -122,13 +135,17 @@ impl ErrorCode {
                 "You are not authorized to perform this action on this application"
             }
             ErrorCode::MaxApplicationCommands => "Maximum number of application commands reached",
+            ErrorCode::UnknownWebhook => "Unknown Webhook",
+            ErrorCode::InvalidWebhookToken => "Invalid Webhook Token",
+            ErrorCode::MaxWebhooks => "Maximum number of webhooks reached (15)",
+            ErrorCode::MaxGuildWebhooks => "Maximum number of webhooks per guild reached (1000)",
         }
     }
 
     /// The HTTP status Discord answers with.
     pub fn status(self) -> u16 {
         match self {
-            ErrorCode::Unauthorized => 401,
+            ErrorCode::Unauthorized | ErrorCode::InvalidWebhookToken => 401,
             ErrorCode::MissingAccess
             | ErrorCode::MissingPermissions
             | ErrorCode::NotApplicationOwner => 403,
@@ -142,7 +159,8 @@ impl ErrorCode {
             | ErrorCode::UnknownRole
             | ErrorCode::UnknownUser
             | ErrorCode::UnknownApplicationCommand
-            | ErrorCode::UnknownApplicationCommandPermissions => 404,
+            | ErrorCode::UnknownApplicationCommandPermissions
+            | ErrorCode::UnknownWebhook => 404,
             ErrorCode::EntityTooLarge => 413,
             ErrorCode::EmptyMessage
             | ErrorCode::InvalidFormBody
@@ -150,7 +168,9 @@ impl ErrorCode {
             | ErrorCode::MaxApplicationCommands
             | ErrorCode::MaxGuildRoles
             | ErrorCode::MaxGuildChannels
-            | ErrorCode::BulkDeleteTooOld => 400,
+            | ErrorCode::BulkDeleteTooOld
+            | ErrorCode::MaxWebhooks
+            | ErrorCode::MaxGuildWebhooks => 400,
             ErrorCode::Overloaded => 503,
         }
     }

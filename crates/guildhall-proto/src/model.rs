@@ -145,6 +145,71 @@ pub struct Member {
     pub pending: bool,
 }
 
+impl User {
+    /// The author of a webhook's message as Discord sends it: the
+    /// webhook's id, the name it posted under, its avatar hash,
+    /// discriminator `0000` and `bot: true` (discord.py and discord.js tell
+    /// a webhook author by `webhook_id` and the `0000`).
+    pub fn webhook(id: Snowflake, username: String, avatar: Option<String>) -> User {
+        User {
+            id,
+            username,
+            discriminator: "0000".into(),
+            global_name: None,
+            avatar,
+            bot: true,
+            mfa_enabled: false,
+            verified: false,
+            flags: 0,
+            public_flags: 0,
+        }
+    }
+}
+
+/// Webhook type 1: Incoming, the only type this server has (Channel
+/// Follower and Application webhooks need features it lacks).
+pub const WEBHOOK_INCOMING: u8 = 1;
+
+/// A webhook object, with Discord's field set for an Incoming webhook.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Webhook {
+    /// Id.
+    pub id: Snowflake,
+    /// Webhook type ([`WEBHOOK_INCOMING`]).
+    #[serde(rename = "type")]
+    pub kind: u8,
+    /// Guild.
+    pub guild_id: Option<Snowflake>,
+    /// Channel it posts to.
+    pub channel_id: Option<Snowflake>,
+    /// Who created it: only to authenticated callers, never with the
+    /// token-authorised routes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<User>,
+    /// Default name.
+    pub name: Option<String>,
+    /// Default avatar hash.
+    pub avatar: Option<String>,
+    /// The secret token: to callers with MANAGE_WEBHOOKS and to token
+    /// holders.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The application that created it (null: created by a user).
+    pub application_id: Option<Snowflake>,
+    /// The URL that executes it (with the token, so only where the token is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// The data of WEBHOOKS_UPDATE.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WebhooksUpdate {
+    /// Guild.
+    pub guild_id: Snowflake,
+    /// Channel whose webhooks changed.
+    pub channel_id: Snowflake,
+}
+
 /// An always-empty list whose element type libraries never see.
 pub type Empty = Vec<serde_json::Value>;
 
@@ -290,6 +355,10 @@ pub struct Message {
     /// The client's nonce, echoed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nonce: Option<serde_json::Value>,
+    /// The webhook that sent the message (webhook messages only; their
+    /// `author` is then the webhook, see [`User::webhook`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook_id: Option<Snowflake>,
 }
 
 impl Message {

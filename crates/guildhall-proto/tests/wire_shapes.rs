@@ -240,6 +240,7 @@ fn message_matches_the_accepted_shape() {
         flags: 0,
         components: vec![],
         nonce: None,
+        webhook_id: None,
     };
     let got = serde_json::to_value(&message).unwrap();
     // Authors carry the full user object; the extra user fields are harmless
@@ -253,6 +254,100 @@ fn message_matches_the_accepted_shape() {
     let blank = serde_json::to_value(message.blanked()).unwrap();
     assert_eq!(blank["content"], "");
     assert_eq!(blank["id"], got["id"]);
+}
+
+/// The Webhook object's field set, exactly (Discord's example Incoming
+/// webhook plus `url`): with the creator and token for a caller with
+/// MANAGE_WEBHOOKS, and without `user` for a token holder.
+#[test]
+fn webhook_has_exactly_the_documented_fields() {
+    let webhook = Webhook {
+        id: id(5_000_000_000_000_000_001),
+        kind: WEBHOOK_INCOMING,
+        guild_id: Some(id(2_000_000_000_000_000_001)),
+        channel_id: Some(id(3_000_000_000_000_000_001)),
+        user: Some(user(1_000_000_000_000_000_002, "alice", false)),
+        name: Some("hook".into()),
+        avatar: None,
+        token: Some("t".repeat(68)),
+        application_id: None,
+        url: Some("http://x/api/webhooks/5000000000000000001/tttt".into()),
+    };
+    let got = serde_json::to_value(&webhook).unwrap();
+    let mut keys: Vec<&str> = got
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "application_id",
+            "avatar",
+            "channel_id",
+            "guild_id",
+            "id",
+            "name",
+            "token",
+            "type",
+            "url",
+            "user"
+        ]
+    );
+    assert_eq!(got["type"], 1);
+    assert_eq!(got["id"], "5000000000000000001");
+    assert!(got["application_id"].is_null() && got["avatar"].is_null());
+    let by_token = Webhook {
+        user: None,
+        ..webhook
+    };
+    let got = serde_json::to_value(&by_token).unwrap();
+    assert!(got.get("user").is_none());
+    assert_eq!(got.as_object().unwrap().len(), 9);
+}
+
+/// A webhook's message: `webhook_id`, and an author that is the webhook
+/// (discriminator `0000`, `bot: true`), in the accepted message shape.
+#[test]
+fn webhook_message_carries_webhook_id_and_author() {
+    let author = User::webhook(id(5_000_000_000_000_000_001), "hook".into(), None);
+    let message = Message {
+        id: id(4_000_000_000_000_000_001),
+        channel_id: id(3_000_000_000_000_000_001),
+        guild_id: Some(id(2_000_000_000_000_000_001)),
+        author,
+        member: None,
+        content: "from a webhook".into(),
+        timestamp: format_unix_ms(1_704_067_200_000),
+        edited_timestamp: None,
+        tts: false,
+        mention_everyone: false,
+        mentions: vec![],
+        mention_roles: vec![],
+        attachments: vec![],
+        embeds: vec![],
+        pinned: false,
+        kind: 0,
+        flags: 0,
+        components: vec![],
+        nonce: None,
+        webhook_id: Some(id(5_000_000_000_000_000_001)),
+    };
+    let got = serde_json::to_value(&message).unwrap();
+    let mut want = fixture("message");
+    want.as_object_mut().unwrap().remove("member");
+    check_shape(
+        "MESSAGE_CREATE",
+        &want,
+        &got,
+        &["mfa_enabled", "verified", "flags", "webhook_id"],
+    );
+    assert_eq!(got["webhook_id"], "5000000000000000001");
+    assert_eq!(got["author"]["id"], got["webhook_id"]);
+    assert_eq!(got["author"]["discriminator"], "0000");
+    assert_eq!(got["author"]["bot"], true);
 }
 
 #[test]

@@ -203,6 +203,13 @@ pub struct MessageRow {
     pub tts: bool,
     /// Edited at, Unix ms.
     pub edited_ms: Option<i64>,
+    /// The webhook that sent it (then `author_id` is the webhook's creator
+    /// and the author shown is the webhook).
+    pub webhook_id: Option<i64>,
+    /// The name a webhook posted it under.
+    pub author_name: Option<String>,
+    /// The avatar hash a webhook posted it under.
+    pub author_avatar: Option<String>,
 }
 
 /// An invite row.
@@ -268,6 +275,39 @@ pub struct CommandRow {
     pub spec: String,
     /// Version: a fresh snowflake on every change.
     pub version: i64,
+}
+
+/// A webhook row (an Incoming webhook of one guild channel).
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct WebhookRow {
+    /// Id.
+    pub id: i64,
+    /// Guild.
+    pub guild_id: i64,
+    /// Channel it posts to.
+    pub channel_id: i64,
+    /// The user who created it.
+    pub creator_id: i64,
+    /// Default name.
+    pub name: String,
+    /// Default avatar hash.
+    pub avatar: Option<String>,
+    /// The secret token, as issued.
+    pub token: String,
+}
+
+/// What writing a webhook did: a create or a move is refused when the
+/// channel, or the guild, holds its maximum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WebhookWrite {
+    /// Stored.
+    Done,
+    /// The webhook (or, for a create, its guild or channel) does not exist.
+    Missing,
+    /// The channel holds `per_channel_max` webhooks.
+    ChannelFull,
+    /// The guild holds `per_guild_max` webhooks.
+    GuildFull,
 }
 
 /// What creating a command did (Discord's POST is an upsert by name).
@@ -426,7 +466,7 @@ pub type SqliteStore = SqlStore<sqlx::Sqlite>;
 /// The PostgreSQL store (cluster mode).
 pub type PgStore = SqlStore<sqlx::Postgres>;
 
-const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
@@ -545,6 +585,7 @@ where
     for<'r> InviteRow: FromRow<'r, DB::Row>,
     for<'r> InvitePreviewRow: FromRow<'r, DB::Row>,
     for<'r> CommandRow: FromRow<'r, DB::Row>,
+    for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'r> (String, i64): FromRow<'r, DB::Row>,
@@ -577,6 +618,9 @@ where
             .bind(&m.content)
             .bind(m.tts)
             .bind(m.edited_ms)
+            .bind(m.webhook_id)
+            .bind(&m.author_name)
+            .bind(&m.author_avatar)
             .execute(executor)
             .await?;
         Ok(())
@@ -1124,6 +1168,11 @@ where
             .bind(id)
             .execute(&mut *tx)
             .await?;
+        // A channel's webhooks go with it (their messages went above).
+        sqlx::query("DELETE FROM webhooks WHERE channel_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM channels WHERE id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -1275,6 +1324,7 @@ where
             "DELETE FROM reactions WHERE message_id IN (SELECT id FROM messages WHERE guild_id = $1)",
             "DELETE FROM messages WHERE guild_id = $1",
             "DELETE FROM invites WHERE guild_id = $1",
+            "DELETE FROM webhooks WHERE guild_id = $1",
             "DELETE FROM member_roles WHERE guild_id = $1",
             "DELETE FROM members WHERE guild_id = $1",
             "DELETE FROM roles WHERE guild_id = $1",
@@ -1600,6 +1650,196 @@ where
         Ok(found.is_some())
     }
 
+    // ----- webhooks -----------------------------------------------------------
+
+    /// Opens a [`Dialect::BEGIN_WRITE`] transaction holding the lock on
+    /// `guild_id`'s row, so a webhook count and the write it allows hold
+    /// until the commit (two concurrent creates cannot both pass a cap).
+    async fn begin_guild_write(&self, guild_id: i64) -> Result<sqlx::Transaction<'static, DB>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let sql = format!("SELECT id FROM guilds WHERE id = $1{}", DB::FOR_UPDATE);
+        // Safe: the suffix is one of the dialects' literals; the id is bound.
+        let _: Option<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(guild_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
+    /// Whether one more webhook fits `channel_id` and its guild.
+    async fn webhook_room(
+        tx: &mut sqlx::Transaction<'static, DB>,
+        guild_id: i64,
+        channel_id: i64,
+        per_channel_max: i64,
+        per_guild_max: i64,
+    ) -> Result<WebhookWrite> {
+        let (in_channel,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM webhooks WHERE channel_id = $1")
+                .bind(channel_id)
+                .fetch_one(&mut **tx)
+                .await?;
+        if in_channel >= per_channel_max {
+            return Ok(WebhookWrite::ChannelFull);
+        }
+        let (in_guild,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM webhooks WHERE guild_id = $1")
+                .bind(guild_id)
+                .fetch_one(&mut **tx)
+                .await?;
+        if in_guild >= per_guild_max {
+            return Ok(WebhookWrite::GuildFull);
+        }
+        Ok(WebhookWrite::Done)
+    }
+
+    /// Creates a webhook in its channel, unless the channel (of that
+    /// guild) is gone or it, or the guild, is at its maximum.
+    pub async fn create_webhook(
+        &self,
+        row: &WebhookRow,
+        per_channel_max: i64,
+        per_guild_max: i64,
+    ) -> Result<WebhookWrite> {
+        let mut tx = self.begin_guild_write(row.guild_id).await?;
+        let channel: Option<(i64,)> =
+            sqlx::query_as("SELECT id FROM channels WHERE id = $1 AND guild_id = $2")
+                .bind(row.channel_id)
+                .bind(row.guild_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if channel.is_none() {
+            return Ok(WebhookWrite::Missing);
+        }
+        let room = Self::webhook_room(
+            &mut tx,
+            row.guild_id,
+            row.channel_id,
+            per_channel_max,
+            per_guild_max,
+        )
+        .await?;
+        if room != WebhookWrite::Done {
+            return Ok(room);
+        }
+        sqlx::query("INSERT INTO webhooks (id, guild_id, channel_id, creator_id, name, avatar, token) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+            .bind(row.id)
+            .bind(row.guild_id)
+            .bind(row.channel_id)
+            .bind(row.creator_id)
+            .bind(&row.name)
+            .bind(&row.avatar)
+            .bind(&row.token)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(WebhookWrite::Done)
+    }
+
+    /// A webhook by id.
+    pub async fn webhook(&self, id: i64) -> Result<Option<WebhookRow>> {
+        Ok(sqlx::query_as("SELECT * FROM webhooks WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// The webhooks of a channel, oldest first (at most the per-channel
+    /// maximum exist).
+    pub async fn channel_webhooks(&self, channel_id: i64) -> Result<Vec<WebhookRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM webhooks WHERE channel_id = $1 ORDER BY id")
+                .bind(channel_id)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    /// The webhooks of a guild, oldest first (at most the per-guild
+    /// maximum exist).
+    pub async fn guild_webhooks(&self, guild_id: i64) -> Result<Vec<WebhookRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM webhooks WHERE guild_id = $1 ORDER BY id")
+                .bind(guild_id)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Replaces a webhook's name, avatar and channel (within its guild: the
+    /// guild is not changed, and a channel of another guild is
+    /// [`WebhookWrite::Missing`]). A move is refused when the new channel
+    /// is at its maximum.
+    pub async fn update_webhook(
+        &self,
+        row: &WebhookRow,
+        per_channel_max: i64,
+    ) -> Result<WebhookWrite> {
+        let mut tx = self.begin_guild_write(row.guild_id).await?;
+        let old: Option<WebhookRow> =
+            sqlx::query_as("SELECT * FROM webhooks WHERE id = $1 AND guild_id = $2")
+                .bind(row.id)
+                .bind(row.guild_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(old) = old else {
+            return Ok(WebhookWrite::Missing);
+        };
+        if old.channel_id != row.channel_id {
+            let channel: Option<(i64,)> =
+                sqlx::query_as("SELECT id FROM channels WHERE id = $1 AND guild_id = $2")
+                    .bind(row.channel_id)
+                    .bind(row.guild_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if channel.is_none() {
+                return Ok(WebhookWrite::Missing);
+            }
+            // The guild's count does not change with a move.
+            let room = Self::webhook_room(
+                &mut tx,
+                row.guild_id,
+                row.channel_id,
+                per_channel_max,
+                i64::MAX,
+            )
+            .await?;
+            if room != WebhookWrite::Done {
+                return Ok(room);
+            }
+        }
+        sqlx::query("UPDATE webhooks SET name = $1, avatar = $2, channel_id = $3 WHERE id = $4 AND guild_id = $5")
+            .bind(&row.name)
+            .bind(&row.avatar)
+            .bind(row.channel_id)
+            .bind(row.id)
+            .bind(row.guild_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(WebhookWrite::Done)
+    }
+
+    /// A message `webhook_id` sent (a message of anyone else is `None`).
+    pub async fn webhook_message(&self, webhook_id: i64, id: i64) -> Result<Option<MessageRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM messages WHERE id = $1 AND webhook_id = $2")
+                .bind(id)
+                .bind(webhook_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Deletes a webhook (its messages stay); false if it did not exist.
+    pub async fn delete_webhook(&self, id: i64) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM webhooks WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Counts one use, if the invite has uses left; false otherwise.
     pub async fn use_invite(&self, code: &str) -> Result<bool> {
         let done = sqlx::query("UPDATE invites SET uses = uses + 1 WHERE code = $1 AND (max_uses = 0 OR uses < max_uses)")
@@ -1781,6 +2021,20 @@ store_api! {
     fn replace_commands<'a>(&'a self, application_id: i64, guild_id: i64, rows: &'a [CommandRow]) -> ();
     /// Whether a user is a member of a guild.
     fn is_member<'a>(&'a self, guild_id: i64, user_id: i64) -> bool;
+    /// Creates a webhook unless its channel or guild is full.
+    fn create_webhook<'a>(&'a self, row: &'a WebhookRow, per_channel_max: i64, per_guild_max: i64) -> WebhookWrite;
+    /// A webhook by id.
+    fn webhook<'a>(&'a self, id: i64) -> Option<WebhookRow>;
+    /// A channel's webhooks.
+    fn channel_webhooks<'a>(&'a self, channel_id: i64) -> Vec<WebhookRow>;
+    /// A guild's webhooks.
+    fn guild_webhooks<'a>(&'a self, guild_id: i64) -> Vec<WebhookRow>;
+    /// Renames or moves a webhook within its guild.
+    fn update_webhook<'a>(&'a self, row: &'a WebhookRow, per_channel_max: i64) -> WebhookWrite;
+    /// A message a webhook sent.
+    fn webhook_message<'a>(&'a self, webhook_id: i64, id: i64) -> Option<MessageRow>;
+    /// Deletes a webhook; its messages stay.
+    fn delete_webhook<'a>(&'a self, id: i64) -> bool;
 }
 
 /// The store as the roles hold it: a cheap handle to a [`StoreBackend`].
@@ -1914,6 +2168,9 @@ mod tests {
                 content: format!("m{id}"),
                 tts: false,
                 edited_ms: None,
+                webhook_id: None,
+                author_name: None,
+                author_avatar: None,
             };
             store.insert_message(&m).await.unwrap();
         }
@@ -1962,6 +2219,9 @@ mod tests {
                     content: "x".into(),
                     tts: false,
                     edited_ms: None,
+                    webhook_id: None,
+                    author_name: None,
+                    author_avatar: None,
                 };
                 store.insert_message(&m).await
             }));
@@ -1978,6 +2238,9 @@ mod tests {
             content: "x".into(),
             tts: false,
             edited_ms: None,
+            webhook_id: None,
+            author_name: None,
+            author_avatar: None,
         };
         let fresh = MessageRow {
             id: 501,
@@ -2038,6 +2301,9 @@ mod tests {
                 content: "hi".into(),
                 tts: false,
                 edited_ms: None,
+                webhook_id: None,
+                author_name: None,
+                author_avatar: None,
             };
             store.insert_message(&message).await.unwrap();
             assert!(
@@ -2388,7 +2654,152 @@ mod tests {
         };
     }
 
+    fn webhook_row(id: i64, channel_id: i64) -> WebhookRow {
+        WebhookRow {
+            id,
+            guild_id: 10,
+            channel_id,
+            creator_id: 1,
+            name: format!("hook{id}"),
+            avatar: None,
+            token: format!("token{id}"),
+        }
+    }
+
+    /// Webhooks: the per-channel and per-guild caps (counted under the
+    /// guild's lock, so concurrent creates cannot pass them together),
+    /// moves within the guild only, and a deleted channel taking its
+    /// webhooks while a deleted webhook leaves its messages.
+    async fn webhooks_are_capped_scoped_and_go_with_their_channel(store: Store) {
+        store.create_user(&user(1, "alice")).await.unwrap();
+        let guild = GuildRow {
+            id: 10,
+            name: "g".into(),
+            owner_id: 1,
+            created_ms: 5,
+        };
+        let everyone = RoleRow {
+            id: 10,
+            guild_id: 10,
+            name: "@everyone".into(),
+            permissions: 0,
+            position: 0,
+            color: 0,
+            hoist: false,
+            mentionable: false,
+        };
+        let channel = |id| ChannelRow {
+            id,
+            guild_id: Some(10),
+            kind: 0,
+            name: "c".into(),
+            position: 0,
+            topic: None,
+        };
+        store
+            .create_guild(&guild, &everyone, &channel(11))
+            .await
+            .unwrap();
+        store.create_channel(&channel(12)).await.unwrap();
+        store.create_channel(&channel(13)).await.unwrap();
+        // Eight concurrent creates into a channel of three places.
+        let outcomes = futures_all((0..8).map(|i| {
+            let store = store.clone();
+            async move { store.create_webhook(&webhook_row(100 + i, 11), 3, 5).await }
+        }))
+        .await;
+        let done = outcomes
+            .iter()
+            .filter(|o| matches!(o, Ok(WebhookWrite::Done)))
+            .count();
+        assert_eq!(done, 3, "{outcomes:?}");
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, Ok(WebhookWrite::Done | WebhookWrite::ChannelFull)))
+        );
+        assert_eq!(store.channel_webhooks(11).await.unwrap().len(), 3);
+        for id in [200, 201] {
+            assert_eq!(
+                store
+                    .create_webhook(&webhook_row(id, 12), 3, 5)
+                    .await
+                    .unwrap(),
+                WebhookWrite::Done
+            );
+        }
+        assert_eq!(
+            store
+                .create_webhook(&webhook_row(202, 13), 3, 5)
+                .await
+                .unwrap(),
+            WebhookWrite::GuildFull
+        );
+        assert_eq!(
+            store
+                .create_webhook(&webhook_row(203, 99), 3, 50)
+                .await
+                .unwrap(),
+            WebhookWrite::Missing,
+            "no such channel in the guild"
+        );
+        assert_eq!(store.guild_webhooks(10).await.unwrap().len(), 5);
+        // A move into a full channel is refused; into a channel with room
+        // it is stored; the guild never changes.
+        let mut moved = store.webhook(200).await.unwrap().unwrap();
+        moved.channel_id = 11;
+        assert_eq!(
+            store.update_webhook(&moved, 3).await.unwrap(),
+            WebhookWrite::ChannelFull
+        );
+        moved.channel_id = 13;
+        moved.name = "renamed".into();
+        assert_eq!(
+            store.update_webhook(&moved, 3).await.unwrap(),
+            WebhookWrite::Done
+        );
+        assert_eq!(store.webhook(200).await.unwrap(), Some(moved.clone()));
+        let elsewhere = WebhookRow {
+            guild_id: 77,
+            ..moved.clone()
+        };
+        assert_eq!(
+            store.update_webhook(&elsewhere, 3).await.unwrap(),
+            WebhookWrite::Missing
+        );
+        // A webhook's message outlives the webhook.
+        let message = MessageRow {
+            id: 300,
+            channel_id: 13,
+            guild_id: Some(10),
+            author_id: 1,
+            content: "from a hook".into(),
+            tts: false,
+            edited_ms: None,
+            webhook_id: Some(200),
+            author_name: Some("override".into()),
+            author_avatar: None,
+        };
+        store.insert_message(&message).await.unwrap();
+        assert!(store.delete_webhook(200).await.unwrap());
+        assert!(!store.delete_webhook(200).await.unwrap());
+        assert_eq!(store.message(13, 300).await.unwrap(), Some(message.clone()));
+        assert_eq!(
+            store.webhook_message(200, 300).await.unwrap(),
+            Some(message)
+        );
+        assert_eq!(store.webhook_message(201, 300).await.unwrap(), None);
+        // Deleting a channel deletes its webhooks.
+        assert!(store.delete_channel(10, 11).await.unwrap());
+        assert!(store.channel_webhooks(11).await.unwrap().is_empty());
+        assert_eq!(store.webhook(100).await.unwrap(), None);
+        assert_eq!(store.guild_webhooks(10).await.unwrap().len(), 1);
+        store.delete_guild(10).await.unwrap();
+        assert!(store.guild_webhooks(10).await.unwrap().is_empty());
+    }
+
     on_both_databases! {
+        webhooks_are_capped_scoped_and_go_with_their_channel(sqlite_file);
         guild_round_trip_and_unique_names(sqlite_memory);
         messages_page_newest_first(sqlite_memory);
         concurrent_inserts_are_all_durable_and_answered(sqlite_file);
