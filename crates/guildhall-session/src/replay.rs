@@ -101,6 +101,11 @@ impl ReplayBuffer {
             .map(|(s, e)| (*s, e)))
     }
 
+    /// The bound in events.
+    pub fn events_max(&self) -> usize {
+        self.events_max
+    }
+
     /// The newest sequence sent.
     pub fn last_seq(&self) -> u64 {
         self.last_seq
