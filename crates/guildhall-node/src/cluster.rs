@@ -36,11 +36,7 @@ pub struct GatewayInfo {
 /// `resume_gateway_url`): the configured public URL; else the least loaded
 /// live gateway node that is not draining (ties by name, so every api node
 /// answers alike); else `fallback` (this node's own listener).
-pub fn gateway_url_for(
-    public: Option<&str>,
-    gateways: &[GatewayInfo],
-    fallback: &str,
-) -> String {
+pub fn gateway_url_for(public: Option<&str>, gateways: &[GatewayInfo], fallback: &str) -> String {
     if let Some(public) = public {
         return public.to_owned();
     }
@@ -230,8 +226,12 @@ pub async fn start(
     // starting is written at once). An ended lease is the keep-alive
     // task's to replace.
     {
-        let (registry, state, base, sessions) =
-            (registry.clone(), state.clone(), base.clone(), sessions.clone());
+        let (registry, state, base, sessions) = (
+            registry.clone(),
+            state.clone(),
+            base.clone(),
+            sessions.clone(),
+        );
         let interval = Duration::from_millis(limits.gateway_announce_interval_ms.max(1));
         let mut written = announcement.clone();
         tokio::spawn(async move {
@@ -276,8 +276,12 @@ pub async fn start(
     // Keep-alive: its own task, doing nothing else, so no backlog elsewhere
     // can make this node miss its renewals (seed 004).
     {
-        let (registry, state, base, sessions) =
-            (registry.clone(), state.clone(), base.clone(), sessions.clone());
+        let (registry, state, base, sessions) = (
+            registry.clone(),
+            state.clone(),
+            base.clone(),
+            sessions.clone(),
+        );
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

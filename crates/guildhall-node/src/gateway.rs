@@ -801,7 +801,9 @@ impl Gateway {
                         }
                     }
                     Command::Resume(resume) => {
-                        let user_id = match authenticate(&self.shared, &self.users, &resume.token).await {
+                        let user_id = match authenticate(&self.shared, &self.users, &resume.token)
+                            .await
+                        {
                             Ok((_, identity, _)) => Some(identity.user_id.get() as i64),
                             Err(AuthFailure::BadToken) => {
                                 pending.push_front(Command::Close(CloseCode::AuthenticationFailed));

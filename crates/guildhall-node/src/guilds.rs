@@ -1277,7 +1277,8 @@ impl GuildOwner {
         }
         // Always confirmed, so the giver never waits out its timeout for a
         // guild that had not subscribed the session yet.
-        if self.streams.contains_key(&from) || self.streams.len() < self.shared.limits.ring_members_max
+        if self.streams.contains_key(&from)
+            || self.streams.len() < self.shared.limits.ring_members_max
         {
             self.streams.entry(from.clone()).or_default();
             self.send(
@@ -1292,7 +1293,8 @@ impl GuildOwner {
             self.subscribe(to, session_id, user_id, intents);
             return;
         }
-        if !self.streams.contains_key(&to) && self.streams.len() >= self.shared.limits.ring_members_max
+        if !self.streams.contains_key(&to)
+            && self.streams.len() >= self.shared.limits.ring_members_max
         {
             self.counters
                 .subscriptions_refused_total
@@ -2021,7 +2023,12 @@ impl GuildDirectory {
 
     /// Asks the owner of `guild_id` to move `slot`'s subscription from this
     /// node to `to` (see [`GuildCall::Move`]).
-    pub async fn move_session(&self, guild_id: i64, slot: &Slot, to: &str) -> Result<(), GuildError> {
+    pub async fn move_session(
+        &self,
+        guild_id: i64,
+        slot: &Slot,
+        to: &str,
+    ) -> Result<(), GuildError> {
         self.cast(
             guild_id,
             GuildCall::Move {

@@ -954,7 +954,14 @@ mod tests {
         let hub = Hub::new(&guildhall_limits::Limits::default());
         let (old, _old_inlet) = socket_queue(4, 1 << 20);
         let (control, _) = mpsc::channel(4);
-        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, None, old.clone(), control);
+        let slot = hub.register(
+            "s".to_owned(),
+            1,
+            intents::GUILDS,
+            None,
+            old.clone(),
+            control,
+        );
         let (new, mut new_inlet) = socket_queue(4, 1 << 20);
         let (control, _) = mpsc::channel(4);
         assert!(slot.resume(Some(0), new.clone(), control).is_ok());

@@ -742,9 +742,9 @@ const DRAIN_POLL_INTERVAL_MS: u64 = 50;
 /// Drains the node: announces it as draining at once (no new session is
 /// routed here), sends op 7 RECONNECT to every attached session, paced so
 /// all of them fit in the grace period (the drain planner), then waits
-/// until every session has moved to another node (their RESUMEs there take
-/// them over from this one, which must stay reachable meanwhile) or the
-/// grace period is over. The caller then revokes the lease.
+/// until every session it told to reconnect has moved to another node
+/// (their RESUMEs there take them over from this one, which must stay
+/// reachable meanwhile) or the grace period is over. The caller then revokes the lease.
 async fn drain(node: &Node) {
     let started = tokio::time::Instant::now();
     node.ready.store(false, Ordering::Relaxed);
@@ -778,8 +778,12 @@ async fn drain(node: &Node) {
         }
         tokio::time::sleep(Duration::from_millis(plan.interval_ms)).await;
     }
+    // Only the sessions told to reconnect are waited for: their clients
+    // come back at once. One detached before the drain may never resume;
+    // it stays resumable elsewhere only while this node lives.
     let grace_end = started + Duration::from_millis(limits.drain_grace_ms);
-    while !node.hub.is_empty() && tokio::time::Instant::now() < grace_end {
+    let moving = |node: &Node| sessions.iter().any(|s| node.hub.get(&s.id).is_some());
+    while moving(node) && tokio::time::Instant::now() < grace_end {
         tokio::time::sleep(Duration::from_millis(DRAIN_POLL_INTERVAL_MS)).await;
     }
     tracing::info!(left_behind = node.hub.len(), "drained");

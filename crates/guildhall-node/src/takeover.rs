@@ -146,12 +146,7 @@ impl Takeovers {
 
     fn refuse(&self, why: &'static str) {
         self.counters.refused_total.fetch_add(1, Ordering::Relaxed);
-        crate::throttled!(
-            info,
-            "takeover.refused",
-            why,
-            "session takeover refused"
-        );
+        crate::throttled!(info, "takeover.refused", why, "session takeover refused");
     }
 
     /// Serves takeovers of this node's sessions. A `Prepare` is answered
@@ -446,7 +441,9 @@ impl Takeovers {
             // The owners may already send the session here: tell them it
             // is gone, and forget it.
             for guild_id in self.hub.forget(session_id) {
-                self.guilds.unsubscribe(guild_id, session_id.to_owned()).await;
+                self.guilds
+                    .unsubscribe(guild_id, session_id.to_owned())
+                    .await;
             }
         }
         adopted.map(|()| slot)
@@ -497,9 +494,18 @@ mod tests {
     fn session_ids_name_their_holder_and_forged_ones_nothing() {
         let id = new_session_id("gw-a").unwrap();
         assert_eq!(id.len(), 48);
-        assert!(id.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase()));
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+        );
         assert_eq!(holder_tag(&id), Some(member_id_of("gw-a").0));
-        for forged in ["", "abc", &id[..47], &id.to_uppercase(), &format!("{}g", &id[..47])] {
+        for forged in [
+            "",
+            "abc",
+            &id[..47],
+            &id.to_uppercase(),
+            &format!("{}g", &id[..47]),
+        ] {
             assert_eq!(holder_tag(forged), None, "{forged}");
         }
     }

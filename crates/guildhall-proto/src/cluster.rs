@@ -243,10 +243,16 @@ mod tests {
             };
             assert_eq!(bad.encode(), Err(Rejection::InvalidField), "{url}");
             let raw = serde_json::to_vec(&bad).unwrap();
-            assert_eq!(Announcement::decode(&key, &raw), Err(Rejection::InvalidField));
+            assert_eq!(
+                Announcement::decode(&key, &raw),
+                Err(Rejection::InvalidField)
+            );
         }
         let wrong_type = br#"{"schema":1,"node":"node-1","roles":["gateway"],"addr":"127.0.0.1:1","started_ms":5,"sessions":-1}"#;
-        assert_eq!(Announcement::decode(&key, wrong_type), Err(Rejection::Malformed));
+        assert_eq!(
+            Announcement::decode(&key, wrong_type),
+            Err(Rejection::Malformed)
+        );
         // An announcement from before the gateway fields still decodes.
         let old = br#"{"schema":1,"node":"node-1","roles":["guilds"],"addr":"127.0.0.1:1","started_ms":5}"#;
         assert_eq!(Announcement::decode(&key, old), Ok(good()));
