@@ -974,6 +974,67 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_moving_session_records_until_confirmed_and_the_taker_numbers_after_it() {
+        let limits = guildhall_limits::Limits::default();
+        let (giver, taker) = (Hub::new(&limits), Hub::new(&limits));
+        let (out, _inlet) = socket_queue(16, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        let slot = giver.register("s".into(), 1, intents::GUILDS, None, out, control);
+        giver.want(10, &slot);
+        assert!(giver.subscribed(10, "s", None));
+        let event = |n: u32| EncodedDispatch::from_json("X", &n.to_string());
+        for n in 1..=3 {
+            slot.dispatch(&event(n), &giver.counters);
+        }
+        // The client saw 1; the move starts.
+        let adopting = taker
+            .register_adopting("s".into(), 1, intents::GUILDS, None, 0)
+            .unwrap();
+        assert!(taker.register_adopting("s".into(), 1, 0, None, 0).is_none());
+        assert!(slot.begin_move(&giver.guilds_of("s"), 0));
+        assert!(!slot.begin_move(&[10], 0), "one move at a time");
+        // In flight to the giver before the owner switched: recorded there.
+        giver.dispatch_guild_event(&GuildEvent {
+            guild_id: 10,
+            required_intent: intents::GUILDS,
+            full: event(4),
+            blanked: None,
+            content_exempt: vec![],
+        });
+        // After the switch: held by the taker.
+        assert!(taker.adopt_guild(10, "s"));
+        adopting.dispatch(&event(5), &taker.counters);
+        giver.moved(10, "s");
+        assert!(
+            slot.move_confirmations(std::time::Duration::from_secs(1))
+                .await
+                .is_empty()
+        );
+        let (seq, frames) = slot.handoff(Some(1)).unwrap();
+        assert_eq!((seq, frames.len()), (4, 3));
+        giver.forget("s");
+        assert!(giver.get("s").is_none() && !giver.follows(10));
+        assert!(
+            !adopting.adopt(Some(1), 5, frames.clone(), 1 << 20),
+            "must line up"
+        );
+        let adopting = taker
+            .register_adopting("t".into(), 1, intents::GUILDS, None, 0)
+            .unwrap();
+        adopting.dispatch(&event(5), &taker.counters);
+        assert!(adopting.adopt(Some(1), 4, frames, 1 << 20));
+        let (out, mut inlet) = socket_queue(16, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        adopting.resume(Some(1), out, control).unwrap();
+        let Some(Outbound::Replay(missed)) = inlet.try_recv() else {
+            panic!("no replay");
+        };
+        let seqs: Vec<u64> = missed.iter().map(|(_, s)| *s).collect();
+        assert_eq!(seqs, [2, 3, 4, 5], "original numbers, then the held one");
+        assert_eq!(missed[3].0, event(5));
+    }
+
+    #[tokio::test]
     async fn paced_dispatches_wait_for_room_instead_of_overflowing() {
         let hub = Hub::new(&guildhall_limits::Limits::default());
         let (out, mut inlet) = socket_queue(4, 1 << 20);

@@ -261,6 +261,16 @@ impl TakeoverRequest {
         if request.session_id.is_empty() || request.session_id.len() > SESSION_ID_BYTES_MAX {
             return Err(EnvelopeError::Bounds("session_id"));
         }
+        // A node name as announcements have them: the owners key a stream
+        // by it.
+        let node_ok = (1..=64).contains(&request.to_node.len())
+            && request
+                .to_node
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+        if !node_ok {
+            return Err(EnvelopeError::Bounds("to_node"));
+        }
         Ok(request)
     }
 }
@@ -445,6 +455,11 @@ mod tests {
             ..request.clone()
         };
         assert!(TakeoverRequest::decode(&serde_json::to_vec(&long).unwrap()).is_err());
+        let bad_node = TakeoverRequest {
+            to_node: "Not A Node".into(),
+            ..request.clone()
+        };
+        assert!(TakeoverRequest::decode(&serde_json::to_vec(&bad_node).unwrap()).is_err());
         let old = TakeoverRequest { v: 2, ..request };
         assert!(TakeoverRequest::decode(&serde_json::to_vec(&old).unwrap()).is_err());
         let reply = TakeoverReply::new(TakeoverAnswer::Committed(SessionHandoff {
