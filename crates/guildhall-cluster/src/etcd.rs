@@ -391,6 +391,25 @@ impl Registry for EtcdRegistry {
         }
     }
 
+    async fn put_under_lease(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<(), RegistryError> {
+        let id = lease_id(lease)?;
+        // A put naming a lease etcd no longer has fails with "requested
+        // lease not found" and writes nothing (classified UnknownLease).
+        let txn = Txn::new().and_then([TxnOp::put(
+            key,
+            value,
+            Some(PutOptions::new().with_lease(id)),
+        )]);
+        within(self.options.call_timeout_ms, self.main.kv_client().txn(txn))
+            .await
+            .map(|_| ())
+    }
+
     async fn keep_alive(&self, lease: LeaseId) -> Result<(), RegistryError> {
         let id = lease_id(lease)?;
         let slot = self.keeper_slot(lease);

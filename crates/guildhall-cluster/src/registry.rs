@@ -106,6 +106,17 @@ pub trait Registry: Send + Sync + std::fmt::Debug + 'static {
         value: Vec<u8>,
         ttl_ms: u64,
     ) -> Result<LeaseId, RegistryError>;
+    /// Replaces the value under `key` with `value`, bound to `lease`, an
+    /// existing lease (a refreshed announcement: its key lives and dies with
+    /// the lease the node already keeps alive, so no second lease can
+    /// outlive the node). One atomic put; [`RegistryError::UnknownLease`]
+    /// when the lease has ended (announce again with a new one).
+    async fn put_under_lease(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<(), RegistryError>;
     /// Extends a lease by its TTL.
     async fn keep_alive(&self, lease: LeaseId) -> Result<(), RegistryError>;
     /// Ends a lease and removes its keys (graceful leave).
@@ -290,6 +301,29 @@ impl Registry for LocalRegistry {
             value,
         });
         Ok(lease)
+    }
+
+    async fn put_under_lease(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<(), RegistryError> {
+        let mut state = self.current();
+        if !state.leases.contains_key(&lease) {
+            return Err(RegistryError::UnknownLease);
+        }
+        if !state.entries.contains_key(key) && state.entries.len() >= LOCAL_REGISTRY_ENTRIES_MAX {
+            return Err(RegistryError::Full);
+        }
+        state
+            .entries
+            .insert(key.to_owned(), (value.clone(), Some(lease)));
+        state.changed(WatchEvent::Put {
+            key: key.to_owned(),
+            value,
+        });
+        Ok(())
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<(), RegistryError> {

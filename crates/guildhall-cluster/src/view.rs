@@ -80,6 +80,9 @@ mod tests {
             roles: vec![Role::Guilds],
             addr: "127.0.0.1:9".into(),
             started_ms: 1,
+            gateway_url: None,
+            sessions: 0,
+            draining: false,
         };
         registry.put_raw(&instance_key(node), a.encode().unwrap());
         a

@@ -462,12 +462,25 @@ async fn registry_contract(registry: Arc<dyn Registry>) {
         Err(RegistryError::UnknownLease)
     );
     registry.keep_alive(a2).await.unwrap();
+    // A refreshed value under the lease the key already has; an ended
+    // lease is refused and writes nothing.
+    registry
+        .put_under_lease("/contract/instances/a", b"a3".to_vec(), a2)
+        .await
+        .unwrap();
+    assert_eq!(
+        registry
+            .put_under_lease("/contract/instances/b", b"stale".to_vec(), b)
+            .await,
+        Err(RegistryError::UnknownLease)
+    );
 
     for want in [
         put("/contract/instances/a", b"a1"),
         put("/contract/instances/b", b"b"),
         put("/contract/instances/a", b"a2"),
         delete("/contract/instances/b"),
+        put("/contract/instances/a", b"a3"),
     ] {
         assert_eq!(next(&mut watch).await, Some(want));
     }
@@ -477,7 +490,7 @@ async fn registry_contract(registry: Arc<dyn Registry>) {
     assert!(after.revision > listing.revision);
     assert_eq!(
         after.entries.into_iter().collect::<Vec<_>>(),
-        [("/contract/instances/a".to_owned(), b"a2".to_vec())]
+        [("/contract/instances/a".to_owned(), b"a3".to_vec())]
     );
     // A watch from the new listing sees what comes after it, nothing before.
     let mut next_watch = registry.watch(prefix, after.revision, 64).await.unwrap();

@@ -225,6 +225,33 @@ pub const REPLAY_BUFFER_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// How long a disconnected session stays resumable.
 pub const RESUME_WINDOW_MS: u64 = 180_000;
 
+/// How long a gateway node waits for the node holding a session to answer
+/// each step of a cross-node RESUME (prepare, then commit). When hit: the
+/// holder is taken for dead and the client gets op 9 INVALID_SESSION
+/// (d: false) and re-identifies. Long enough for the commit's
+/// `session_move_timeout_ms` plus a bus round trip, short enough that a
+/// client's RESUME is never held near its heartbeat interval.
+pub const SESSION_TAKEOVER_TIMEOUT_MS: u64 = 3_000;
+
+/// How long the node giving a session away waits for the owners of its
+/// guilds to confirm the move in their streams (each confirmation marks the
+/// last event of that guild it records for the session). When hit: the
+/// unconfirmed guilds are handed over as "subscribe afresh" (a new
+/// GUILD_CREATE on the new node) instead of as a seamless stream.
+pub const SESSION_MOVE_TIMEOUT_MS: u64 = 1_000;
+
+/// Cross-node RESUME requests a gateway node serves at once (each a task
+/// waiting for its guilds' move confirmations). When hit: the request is
+/// refused and the client gets op 9. Above a drain's resume rate times
+/// `session_move_timeout_ms`, so a paced drain never hits it.
+pub const SESSION_TAKEOVERS_IN_FLIGHT_MAX: usize = 4_096;
+
+/// How often a gateway node refreshes its announcement (session count,
+/// draining flag) under its lease. Bounds how stale `GET /gateway`'s
+/// least-loaded choice can be; every refresh is one registry write per
+/// node, so not much faster than the lease renewals.
+pub const GATEWAY_ANNOUNCE_INTERVAL_MS: u64 = 2_000;
+
 /// Sessions one node holds. When hit: upgrades are refused with 503 and
 /// `Retry-After` before the 101 (never accept-then-close).
 pub const SESSIONS_PER_NODE_MAX: usize = 19_000;
@@ -662,6 +689,7 @@ const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
 const _: () = assert!(ADAPTIVE_LIMIT_START <= ADAPTIVE_LIMIT_CEILING);
 const _: () = assert!(DRAIN_MARGIN_MS < DRAIN_GRACE_MS);
+const _: () = assert!(SESSION_MOVE_TIMEOUT_MS < SESSION_TAKEOVER_TIMEOUT_MS);
 const _: () = assert!(SELF_PRESERVATION_REMOVAL_PERMILLE < 1000);
 const _: () = assert!(DRAIN_RECEIVER_UTILIZATION_PERMILLE <= 1000);
 const _: () = assert!(RETRY_BUDGET_WINDOW_MS.is_multiple_of(RETRY_BUDGET_BUCKETS as u64));
@@ -771,6 +799,14 @@ pub struct Limits {
     pub replay_buffer_bytes_max: usize,
     /// See [`RESUME_WINDOW_MS`].
     pub resume_window_ms: u64,
+    /// See [`SESSION_TAKEOVER_TIMEOUT_MS`].
+    pub session_takeover_timeout_ms: u64,
+    /// See [`SESSION_MOVE_TIMEOUT_MS`].
+    pub session_move_timeout_ms: u64,
+    /// See [`SESSION_TAKEOVERS_IN_FLIGHT_MAX`].
+    pub session_takeovers_in_flight_max: usize,
+    /// See [`GATEWAY_ANNOUNCE_INTERVAL_MS`].
+    pub gateway_announce_interval_ms: u64,
     /// See [`SESSIONS_PER_NODE_MAX`].
     pub sessions_per_node_max: usize,
     /// See [`HANDSHAKE_RATE_PER_S`].
@@ -978,6 +1014,10 @@ impl Default for Limits {
             replay_buffer_events_max: REPLAY_BUFFER_EVENTS_MAX,
             replay_buffer_bytes_max: REPLAY_BUFFER_BYTES_MAX,
             resume_window_ms: RESUME_WINDOW_MS,
+            session_takeover_timeout_ms: SESSION_TAKEOVER_TIMEOUT_MS,
+            session_move_timeout_ms: SESSION_MOVE_TIMEOUT_MS,
+            session_takeovers_in_flight_max: SESSION_TAKEOVERS_IN_FLIGHT_MAX,
+            gateway_announce_interval_ms: GATEWAY_ANNOUNCE_INTERVAL_MS,
             sessions_per_node_max: SESSIONS_PER_NODE_MAX,
             handshake_rate_per_s: HANDSHAKE_RATE_PER_S,
             handshake_hold_ms_max: HANDSHAKE_HOLD_MS_MAX,
@@ -1269,6 +1309,30 @@ impl Limits {
         check(
             self.resume_window_ms >= 1,
             "resume_window_ms",
+            "must be at least 1",
+        );
+        check(
+            self.session_takeover_timeout_ms >= 1,
+            "session_takeover_timeout_ms",
+            "must be at least 1",
+        );
+        // The giver's wait for confirmations must end before the taker
+        // stops waiting for the commit's answer, or every slow move would
+        // be an INVALID_SESSION.
+        check(
+            self.session_move_timeout_ms >= 1
+                && self.session_move_timeout_ms < self.session_takeover_timeout_ms,
+            "session_move_timeout_ms",
+            "must be at least 1 and below session_takeover_timeout_ms",
+        );
+        check(
+            self.session_takeovers_in_flight_max >= 1,
+            "session_takeovers_in_flight_max",
+            "must be at least 1",
+        );
+        check(
+            self.gateway_announce_interval_ms >= 1,
+            "gateway_announce_interval_ms",
             "must be at least 1",
         );
         check(
@@ -1687,6 +1751,10 @@ mod tests {
             "replay_buffer_events_max",
             "replay_buffer_bytes_max",
             "resume_window_ms",
+            "session_takeover_timeout_ms",
+            "session_move_timeout_ms",
+            "session_takeovers_in_flight_max",
+            "gateway_announce_interval_ms",
             "sessions_per_node_max",
             "handshake_rate_per_s",
             "handshake_hold_ms_max",
@@ -1807,6 +1875,10 @@ mod tests {
             "replay_buffer_events_max" => l.replay_buffer_events_max = 0,
             "replay_buffer_bytes_max" => l.replay_buffer_bytes_max = 0,
             "resume_window_ms" => l.resume_window_ms = 0,
+            "session_takeover_timeout_ms" => l.session_takeover_timeout_ms = 0,
+            "session_move_timeout_ms" => l.session_move_timeout_ms = 0,
+            "session_takeovers_in_flight_max" => l.session_takeovers_in_flight_max = 0,
+            "gateway_announce_interval_ms" => l.gateway_announce_interval_ms = 0,
             "sessions_per_node_max" => l.sessions_per_node_max = 0,
             "handshake_rate_per_s" => l.handshake_rate_per_s = 0,
             "handshake_hold_ms_max" => l.handshake_hold_ms_max = 0,

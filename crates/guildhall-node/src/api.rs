@@ -342,12 +342,12 @@ pub(crate) fn parse_id(raw: &str) -> Result<i64, ApiError> {
 // ----- gateway discovery ----------------------------------------------------
 
 async fn get_gateway(State(node): State<AppState>) -> ApiResult {
-    ok(&json!({"url": node.shared.gateway_url}))
+    ok(&json!({"url": node.shared.client_gateway_url(&node.cluster)}))
 }
 
 async fn get_gateway_bot(State(node): State<AppState>, _caller: Caller) -> ApiResult {
     ok(&json!({
-        "url": node.shared.gateway_url,
+        "url": node.shared.client_gateway_url(&node.cluster),
         "shards": 1,
         "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 86_400_000u64, "max_concurrency": 1},
     }))

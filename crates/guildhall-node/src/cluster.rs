@@ -19,6 +19,35 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+/// A gateway node as its announcement describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayInfo {
+    /// Its name.
+    pub node: String,
+    /// Where clients reach it.
+    pub url: Option<String>,
+    /// Sessions it held at its last refresh.
+    pub sessions: u64,
+    /// Whether it is draining.
+    pub draining: bool,
+}
+
+/// The gateway URL clients are sent to (`GET /gateway`, READY's
+/// `resume_gateway_url`): the configured public URL; else the least loaded
+/// live gateway node that is not draining (ties by name, so every api node
+/// answers alike); else `fallback` (this node's own listener).
+pub fn gateway_url_for(public: Option<&str>, gateways: &[GatewayInfo], fallback: &str) -> String {
+    if let Some(public) = public {
+        return public.to_owned();
+    }
+    gateways
+        .iter()
+        .filter(|g| !g.draining)
+        .filter_map(|g| g.url.as_ref().map(|url| (g.sessions, &g.node, url)))
+        .min()
+        .map_or_else(|| fallback.to_owned(), |(_, _, url)| url.clone())
+}
+
 /// What the node knows of the cluster (read by /metrics and placement).
 #[derive(Debug)]
 pub struct ClusterState {
@@ -43,6 +72,17 @@ pub struct ClusterState {
     pub registry_errors_total: AtomicU64,
     /// Registry keys ignored beyond `registry_entries_max`.
     pub overflow_total: AtomicU64,
+    /// Gateway nodes of the view with what they announce.
+    pub gateway_infos: RwLock<Arc<Vec<GatewayInfo>>>,
+    /// This node drains: its announcement says so from now on.
+    pub draining: AtomicBool,
+    /// Wakes the announcement refresher at once (the drain starting).
+    pub announce_now: tokio::sync::Notify,
+    /// Set by [`leave`]: the keep-alive and refresh tasks stop, so a node
+    /// that left never announces itself again.
+    pub left: AtomicBool,
+    /// Announcement refreshes written under the lease.
+    pub announce_refreshes_total: AtomicU64,
 }
 
 impl Default for ClusterState {
@@ -58,6 +98,11 @@ impl Default for ClusterState {
             relists_total: AtomicU64::new(0),
             registry_errors_total: AtomicU64::new(0),
             overflow_total: AtomicU64::new(0),
+            gateway_infos: RwLock::new(Arc::new(Vec::new())),
+            draining: AtomicBool::new(false),
+            announce_now: tokio::sync::Notify::new(),
+            left: AtomicBool::new(false),
+            announce_refreshes_total: AtomicU64::new(0),
         }
     }
 }
@@ -77,6 +122,23 @@ impl ClusterState {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// The gateway nodes of the view with what they announce.
+    pub fn gateway_infos(&self) -> Arc<Vec<GatewayInfo>> {
+        self.gateway_infos
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The live gateway node whose name hashes to `tag` (a session id's
+    /// holder; see `takeover`).
+    pub fn gateway_by_tag(&self, tag: u64) -> Option<String> {
+        self.gateway_infos()
+            .iter()
+            .find(|g| member_id_of(&g.node).0 == tag)
+            .map(|g| g.node.clone())
     }
 
     /// The node whose guilds role owns `guild_id` on the current ring;
@@ -127,17 +189,85 @@ async fn announce(
     }
 }
 
-/// Announces this node and starts the keep-alive and watch tasks.
+/// How many sessions the node holds now (for its announcement).
+pub type SessionCount = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The announcement as it stands now: `base` with the session count and
+/// the draining flag.
+fn current(base: &Announcement, state: &ClusterState, sessions: &SessionCount) -> Announcement {
+    Announcement {
+        sessions: if base.roles.contains(&Role::Gateway) {
+            sessions()
+        } else {
+            0
+        },
+        draining: state.draining.load(Ordering::Relaxed),
+        ..base.clone()
+    }
+}
+
+/// Announces this node and starts the keep-alive, refresh and watch tasks.
 pub async fn start(
     registry: Arc<dyn Registry>,
-    announcement: Announcement,
+    base: Announcement,
     limits: &Limits,
     state: Arc<ClusterState>,
+    sessions: SessionCount,
 ) {
     let ttl_ms = limits.lease_ttl_ms;
     let renew_ms = limits.lease_renew_interval_ms.max(1);
+    let announcement = current(&base, &state, &sessions);
     if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms).await {
         state.lease.store(lease, Ordering::Relaxed);
+    }
+    // Refresh: the session count and the draining flag, rewritten under the
+    // lease the keep-alive task renews, at most every
+    // `gateway_announce_interval_ms` and only when they changed (a drain
+    // starting is written at once). An ended lease is the keep-alive
+    // task's to replace.
+    {
+        let (registry, state, base, sessions) = (
+            registry.clone(),
+            state.clone(),
+            base.clone(),
+            sessions.clone(),
+        );
+        let interval = Duration::from_millis(limits.gateway_announce_interval_ms.max(1));
+        let mut written = announcement.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = state.announce_now.notified() => {}
+                }
+                if state.left.load(Ordering::Relaxed) {
+                    return;
+                }
+                let lease = state.lease.load(Ordering::Relaxed);
+                let now = current(&base, &state, &sessions);
+                if lease == 0 || now == written {
+                    continue;
+                }
+                let Ok(bytes) = now.encode() else { continue };
+                match registry
+                    .put_under_lease(&instance_key(&now.node), bytes, lease)
+                    .await
+                {
+                    Ok(()) => {
+                        state
+                            .announce_refreshes_total
+                            .fetch_add(1, Ordering::Relaxed);
+                        written = now;
+                    }
+                    Err(error) => crate::throttled!(
+                        warn,
+                        "cluster.refresh_failed",
+                        %error,
+                        "refreshing the announcement failed; retrying at the next interval"
+                    ),
+                }
+            }
+        });
     }
     // This node knows itself before its first listing.
     if announcement.roles.contains(&Role::Gateway) {
@@ -146,13 +276,20 @@ pub async fn start(
     // Keep-alive: its own task, doing nothing else, so no backlog elsewhere
     // can make this node miss its renewals (seed 004).
     {
-        let (registry, state, announcement) =
-            (registry.clone(), state.clone(), announcement.clone());
+        let (registry, state, base, sessions) = (
+            registry.clone(),
+            state.clone(),
+            base.clone(),
+            sessions.clone(),
+        );
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
+                if state.left.load(Ordering::Relaxed) {
+                    return;
+                }
                 let lease = state.lease.load(Ordering::Relaxed);
                 let renewed = if lease == 0 {
                     Err(guildhall_cluster::RegistryError::UnknownLease)
@@ -178,6 +315,7 @@ pub async fn start(
                             lease,
                             "lease lost, announcing again"
                         );
+                        let announcement = current(&base, &state, &sessions);
                         if let Some(lease) =
                             announce(registry.as_ref(), &announcement, ttl_ms).await
                         {
@@ -293,6 +431,21 @@ pub async fn start(
             if !gateways.is_empty() {
                 state.set_gateways(gateways);
             }
+            let mut infos: Vec<GatewayInfo> = view
+                .instances()
+                .filter(|a| a.roles.contains(&Role::Gateway))
+                .map(|a| GatewayInfo {
+                    node: a.node.clone(),
+                    url: a.gateway_url.clone(),
+                    sessions: a.sessions,
+                    draining: a.draining,
+                })
+                .collect();
+            infos.sort_unstable_by(|a, b| a.node.cmp(&b.node));
+            *state
+                .gateway_infos
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(infos);
             let guild_nodes: BTreeMap<MemberId, String> = view
                 .instances()
                 .filter(|a| a.roles.contains(&Role::Guilds))
@@ -360,11 +513,40 @@ async fn next_event(watch: &mut Option<Watch>) -> Option<WatchEvent> {
 
 /// Graceful leave: the lease ends now, so peers move work at once.
 pub async fn leave(registry: &dyn Registry, state: &ClusterState) {
+    state.left.store(true, Ordering::Relaxed);
     let lease = state.lease.swap(0, Ordering::Relaxed);
     if lease != 0
         && let Err(error) = registry.revoke(lease).await
     {
         // The lease will expire on its own within its TTL.
         tracing::warn!(%error, lease, "revoking the lease failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_public_url_wins_then_the_least_loaded_live_node() {
+        let node = |name: &str, sessions, draining| GatewayInfo {
+            node: name.into(),
+            url: Some(format!("ws://{name}")),
+            sessions,
+            draining,
+        };
+        let nodes = [
+            node("a", 5, false),
+            node("b", 1, true),
+            node("c", 2, false),
+            node("d", 2, false),
+        ];
+        assert_eq!(
+            gateway_url_for(Some("wss://lb"), &nodes, "ws://me"),
+            "wss://lb"
+        );
+        assert_eq!(gateway_url_for(None, &nodes, "ws://me"), "ws://c");
+        assert_eq!(gateway_url_for(None, &nodes[1..2], "ws://me"), "ws://me");
+        assert_eq!(gateway_url_for(None, &[], "ws://me"), "ws://me");
     }
 }

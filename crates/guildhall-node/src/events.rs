@@ -268,6 +268,10 @@ impl Partition {
                     guild_create.map(|g| EncodedDispatch::from_json("GUILD_CREATE", g.get()));
                 self.hub.subscribed(guild_id, &session_id, event.as_ref());
             }
+            StreamBody::Moved { session_id } => self.hub.moved(guild_id, &session_id),
+            StreamBody::Adopt { session_id } => {
+                self.hub.adopt_guild(guild_id, &session_id);
+            }
             StreamBody::Remove { user_ids } => {
                 let data = serde_json::json!({"id": guild_id.to_string()});
                 let event = EncodedDispatch::new("GUILD_DELETE", &data).ok();

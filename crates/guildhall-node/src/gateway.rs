@@ -40,6 +40,7 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use guildhall_control::admission::{Decision, HandshakeAdmission, HandshakeBounds};
+use guildhall_proto::bus::TakeoverRefusal;
 use guildhall_proto::gateway::{self, CloseCode, EncodedDispatch, OneOrMany, RequestGuildMembers};
 use guildhall_proto::intents;
 use guildhall_proto::model::{PartialApplication, Ready, UnavailableGuild};
@@ -173,6 +174,10 @@ pub struct Gateway {
     pub bus: Arc<dyn guildhall_cluster::Bus>,
     /// Presence counters.
     pub presence: Arc<crate::presence::PresenceCounters>,
+    /// What the node knows of the cluster (READY's `resume_gateway_url`).
+    pub cluster: Arc<crate::cluster::ClusterState>,
+    /// Cross-node RESUME.
+    pub takeovers: Arc<crate::takeover::Takeovers>,
 }
 
 /// Who a token is, with the privileged intents they may use and their
@@ -453,10 +458,17 @@ impl Gateway {
         if guild_ids.len() > self.shared.limits.ready_guilds_max {
             return Err(CloseCode::ShardingRequired);
         }
-        let session_id = crate::auth::random_hex().map_err(|_| CloseCode::UnknownError)?;
-        let slot = self
-            .hub
-            .register(session_id, user.id, intents, out.clone(), control.clone());
+        // The id names this node, so a RESUME on any gateway node finds it.
+        let session_id = crate::takeover::new_session_id(self.takeovers.node_name())
+            .map_err(|_| CloseCode::UnknownError)?;
+        let slot = self.hub.register(
+            session_id,
+            user.id,
+            intents,
+            shard,
+            out.clone(),
+            control.clone(),
+        );
         let application_id = if user.bot {
             user.id
         } else {
@@ -473,7 +485,7 @@ impl Gateway {
                 })
                 .collect(),
             session_id: slot.id.clone(),
-            resume_gateway_url: self.shared.gateway_url.clone(),
+            resume_gateway_url: self.shared.client_gateway_url(&self.cluster),
             shard,
             application: PartialApplication {
                 id: sf(application_id),
@@ -789,38 +801,48 @@ impl Gateway {
                         }
                     }
                     Command::Resume(resume) => {
-                        let result = match (
-                            authenticate(&self.shared, &self.users, &resume.token).await,
-                            self.hub.get(&resume.session_id),
-                        ) {
-                            (Ok((_, identity, _)), Some(s))
-                                if s.user_id == identity.user_id.get() as i64 =>
-                            {
-                                match s.resume(resume.seq, outlet.clone(), control_tx.clone()) {
-                                    Ok(()) => {
-                                        unattached.attached();
-                                        if let Ok(resumed) =
-                                            EncodedDispatch::new("RESUMED", &serde_json::json!({}))
-                                        {
-                                            s.dispatch(&resumed, &self.hub.counters);
-                                        }
-                                        self.counters.resumed_total.fetch_add(1, Ordering::Relaxed);
-                                        let intents = s.intents;
-                                        slot = Some(s);
-                                        Ok(intents)
-                                    }
-                                    Err(ReplayError::Gap) => Err(ResumeFailure::Invalid),
-                                    Err(ReplayError::FromTheFuture) => {
-                                        Err(ResumeFailure::InvalidSeq)
-                                    }
-                                }
-                            }
-                            (Err(AuthFailure::BadToken), _) => {
+                        let user_id = match authenticate(&self.shared, &self.users, &resume.token)
+                            .await
+                        {
+                            Ok((_, identity, _)) => Some(identity.user_id.get() as i64),
+                            Err(AuthFailure::BadToken) => {
                                 pending.push_front(Command::Close(CloseCode::AuthenticationFailed));
                                 continue;
                             }
+                            Err(_) => None,
+                        };
+                        let found = match (user_id, self.hub.get(&resume.session_id)) {
+                            (Some(user_id), Some(s)) if s.user_id == user_id => Ok(s),
+                            // Not here: held by another gateway node, which
+                            // hands it over (or it is gone: op 9).
+                            (Some(user_id), None) => self
+                                .takeovers
+                                .take(&resume.session_id, user_id, resume.seq)
+                                .await
+                                .map_err(|reason| match reason {
+                                    TakeoverRefusal::FromTheFuture => ResumeFailure::InvalidSeq,
+                                    _ => ResumeFailure::Invalid,
+                                }),
                             _ => Err(ResumeFailure::Invalid),
                         };
+                        let result = found.and_then(|s| {
+                            match s.resume(resume.seq, outlet.clone(), control_tx.clone()) {
+                                Ok(()) => {
+                                    unattached.attached();
+                                    if let Ok(resumed) =
+                                        EncodedDispatch::new("RESUMED", &serde_json::json!({}))
+                                    {
+                                        s.dispatch(&resumed, &self.hub.counters);
+                                    }
+                                    self.counters.resumed_total.fetch_add(1, Ordering::Relaxed);
+                                    let intents = s.intents;
+                                    slot = Some(s);
+                                    Ok(intents)
+                                }
+                                Err(ReplayError::Gap) => Err(ResumeFailure::Invalid),
+                                Err(ReplayError::FromTheFuture) => Err(ResumeFailure::InvalidSeq),
+                            }
+                        });
                         session.resumed(now_ms(), result, &mut scratch);
                         pending.extend(scratch.drain(..));
                     }

@@ -220,6 +220,24 @@ pub enum GuildCall {
         /// Its intents.
         intents: u64,
     },
+    /// A session moves from gateway node `from` to `to` (a RESUME there):
+    /// `from`'s stream gets `Moved` (the last event it records for the
+    /// session is the one before), `to`'s gets `Adopt` (or a fresh
+    /// GUILD_CREATE when `from` held no subscription), and every later
+    /// event goes to `to` only. The owner's mailbox orders this against
+    /// every publish, so each event goes to exactly one of the two nodes.
+    Move {
+        /// The node giving the session away.
+        from: String,
+        /// The node taking it.
+        to: String,
+        /// The session.
+        session_id: String,
+        /// Its user.
+        user_id: i64,
+        /// Its intents.
+        intents: u64,
+    },
     /// A session is gone: stop counting it.
     Unsubscribe {
         /// The session's gateway node.
@@ -1248,6 +1266,57 @@ impl GuildOwner {
         );
     }
 
+    fn move_session(
+        &mut self,
+        from: String,
+        to: String,
+        session_id: String,
+        user_id: i64,
+        intents: u64,
+    ) {
+        let held = self
+            .streams
+            .get_mut(&from)
+            .and_then(|s| s.sessions.remove(&session_id))
+            .is_some();
+        if held {
+            self.subscriptions -= 1;
+        }
+        // Always confirmed, so the giver never waits out its timeout for a
+        // guild that had not subscribed the session yet.
+        if self.streams.contains_key(&from)
+            || self.streams.len() < self.shared.limits.ring_members_max
+        {
+            self.streams.entry(from.clone()).or_default();
+            self.send(
+                &from,
+                StreamBody::Moved {
+                    session_id: session_id.clone(),
+                },
+            );
+        }
+        if !held || !self.members.contains_key(&user_id) {
+            // Nothing to continue: subscribe afresh (or refuse a non-member).
+            self.subscribe(to, session_id, user_id, intents);
+            return;
+        }
+        if !self.streams.contains_key(&to)
+            && self.streams.len() >= self.shared.limits.ring_members_max
+        {
+            self.counters
+                .subscriptions_refused_total
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.streams
+            .entry(to.clone())
+            .or_default()
+            .sessions
+            .insert(session_id.clone(), user_id);
+        self.subscriptions += 1;
+        self.send(&to, StreamBody::Adopt { session_id });
+    }
+
     fn unsubscribe(&mut self, node: &str, session_id: &str) {
         if let Some(stream) = self.streams.get_mut(node)
             && stream.sessions.remove(session_id).is_some()
@@ -1316,6 +1385,16 @@ impl GuildOwner {
             }
             GuildCall::Unsubscribe { node, session_id } => {
                 self.unsubscribe(&node, &session_id);
+                None
+            }
+            GuildCall::Move {
+                from,
+                to,
+                session_id,
+                user_id,
+                intents,
+            } => {
+                self.move_session(from, to, session_id, user_id, intents);
                 None
             }
             GuildCall::Authorize {
@@ -1952,6 +2031,27 @@ impl GuildDirectory {
                 let _ = self.subscribe(*guild_id, slot).await;
             }
         }
+    }
+
+    /// Asks the owner of `guild_id` to move `slot`'s subscription from this
+    /// node to `to` (see [`GuildCall::Move`]).
+    pub async fn move_session(
+        &self,
+        guild_id: i64,
+        slot: &Slot,
+        to: &str,
+    ) -> Result<(), GuildError> {
+        self.cast(
+            guild_id,
+            GuildCall::Move {
+                from: self.node_name.clone(),
+                to: to.to_owned(),
+                session_id: slot.id.clone(),
+                user_id: slot.user_id,
+                intents: slot.intents,
+            },
+        )
+        .await
     }
 
     /// Tells the owner of `guild_id` that a session of this node is gone.

@@ -31,7 +31,7 @@ use guildhall_proto::gateway::{CloseCode, EncodedDispatch};
 use guildhall_proto::intents;
 use guildhall_session::queue::Outbound;
 use guildhall_session::replay::ReplayBuffer;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::{Notify, mpsc};
@@ -173,14 +173,33 @@ struct SlotState {
     out: Option<Outlet>,
     control: Option<mpsc::Sender<Control>>,
     detached_at_ms: Option<u64>,
+    /// Set while the session moves to another node (this node gives it
+    /// away): the guilds whose owners have not yet confirmed the move in
+    /// their streams. The slot keeps recording until then.
+    moving: Option<BTreeSet<i64>>,
+    /// Set while the session moves here (this node takes it): events that
+    /// arrived before the holder's state, numbered once it is here. At most
+    /// the replay buffer's event bound; beyond it the move fails (op 9).
+    adopting: Option<Vec<EncodedDispatch>>,
+    adopt_overflow: bool,
 }
 
 impl SlotState {
-    /// Numbers and records `event`; returns its sequence.
-    fn record(&mut self, event: &EncodedDispatch) -> u64 {
+    /// Numbers and records `event`; returns its sequence, or `None` while
+    /// the session is being adopted (held until its numbering arrives).
+    fn record(&mut self, event: &EncodedDispatch) -> Option<u64> {
+        let events_max = self.replay.events_max();
+        if let Some(pending) = &mut self.adopting {
+            if pending.len() < events_max {
+                pending.push(event.clone());
+            } else {
+                self.adopt_overflow = true;
+            }
+            return None;
+        }
         self.seq += 1;
         self.replay.push(self.seq, event.clone());
-        self.seq
+        Some(self.seq)
     }
 
     /// The socket's queue is full: detach now (what it missed stays in the
@@ -205,7 +224,11 @@ pub struct Slot {
     pub user_id: i64,
     /// Granted intents.
     pub intents: u64,
+    /// IDENTIFY's shard (handed over with the session when it moves).
+    pub shard: Option<[u32; 2]>,
     state: Mutex<SlotState>,
+    /// Woken as the owners confirm a move (see [`SlotState::moving`]).
+    move_progress: Notify,
 }
 
 /// Counters the node exports.
@@ -232,7 +255,9 @@ impl Slot {
     /// turned out to be a slow consumer (it has been told to close).
     pub fn dispatch(&self, event: &EncodedDispatch, counters: &HubCounters) -> bool {
         let mut state = self.lock();
-        let seq = state.record(event);
+        let Some(seq) = state.record(event) else {
+            return true;
+        };
         let Some(out) = &state.out else {
             counters
                 .recorded_detached_total
@@ -267,7 +292,9 @@ impl Slot {
                 let Some(out) = &state.out else { return false };
                 if out.has_room_paced(event.len_bytes()) {
                     let out = out.clone();
-                    let seq = state.record(event);
+                    let Some(seq) = state.record(event) else {
+                        return false;
+                    };
                     if out.try_push(Outbound::Dispatch(event.clone(), seq)) {
                         counters.dispatched_total.fetch_add(1, Ordering::Relaxed);
                         return true;
@@ -310,6 +337,10 @@ impl Slot {
         control: mpsc::Sender<Control>,
     ) -> Result<(), guildhall_session::replay::ReplayError> {
         let mut state = self.lock();
+        // Moving away, or not yet here: this node cannot serve it now.
+        if state.moving.is_some() || state.adopting.is_some() {
+            return Err(guildhall_session::replay::ReplayError::Gap);
+        }
         let missed: Vec<(EncodedDispatch, u64)> = state
             .replay
             .since(client_seq)?
@@ -346,6 +377,122 @@ impl Slot {
 
     fn detached_since(&self) -> Option<u64> {
         self.lock().detached_at_ms
+    }
+
+    /// Whether the session is moving to another node (a stream gap does
+    /// not re-subscribe it here: its guild is handed over unconfirmed).
+    pub fn is_moving(&self) -> bool {
+        self.lock().moving.is_some()
+    }
+
+    /// Whether the replay buffer can serve a RESUME from `client_seq`.
+    pub fn can_replay(
+        &self,
+        client_seq: Option<u64>,
+    ) -> Result<(), guildhall_session::replay::ReplayError> {
+        self.lock().replay.since(client_seq).map(|_| ())
+    }
+
+    /// Starts giving the session away: detaches its socket (told to close
+    /// with a resumable code: the client is on another node now) and waits
+    /// for `guilds` to confirm. The slot keeps recording meanwhile. `false`
+    /// when it is moving already or being adopted.
+    pub fn begin_move(&self, guilds: &[i64], now_ms: u64) -> bool {
+        let mut state = self.lock();
+        if state.moving.is_some() || state.adopting.is_some() {
+            return false;
+        }
+        state.moving = Some(guilds.iter().copied().collect());
+        if let Some(control) = state.control.take() {
+            let _ = control.try_send(Control::Close(CloseCode::UnknownError));
+        }
+        state.out = None;
+        state.detached_at_ms.get_or_insert(now_ms);
+        true
+    }
+
+    /// An owner confirmed the move of `guild_id`'s stream.
+    fn move_confirmed(&self, guild_id: i64) {
+        if let Some(pending) = &mut self.lock().moving {
+            pending.remove(&guild_id);
+        }
+        self.move_progress.notify_waiters();
+    }
+
+    /// Waits until every owner confirmed the move or `timeout` passed;
+    /// returns the guilds still unconfirmed.
+    pub async fn move_confirmations(&self, timeout: std::time::Duration) -> Vec<i64> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Registered before the check, so a confirmation between the
+            // check and the wait still wakes this.
+            let progress = self.move_progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            let pending: Vec<i64> = self
+                .lock()
+                .moving
+                .as_ref()
+                .map(|p| p.iter().copied().collect())
+                .unwrap_or_default();
+            if pending.is_empty() {
+                return pending;
+            }
+            if tokio::time::timeout_at(deadline, progress).await.is_err() {
+                return pending;
+            }
+        }
+    }
+
+    /// The session's numbering and the dispatches after `client_seq`, to
+    /// hand over (the move is complete).
+    pub fn handoff(
+        &self,
+        client_seq: Option<u64>,
+    ) -> Result<(u64, Vec<(u64, EncodedDispatch)>), guildhall_session::replay::ReplayError> {
+        let state = self.lock();
+        let frames = state
+            .replay
+            .since(client_seq)?
+            .map(|(seq, event)| (seq, event.clone()))
+            .collect();
+        Ok((state.seq, frames))
+    }
+
+    /// The holder's state arrived: continue the session's numbering after
+    /// `seq`, with `frames` (the dispatches after `client_seq`, checked
+    /// consecutive and ending at `seq`) in the replay buffer, then number
+    /// what arrived here meanwhile. `false` when the frames do not line up
+    /// or more arrived than the buffer holds: the move failed.
+    pub fn adopt(
+        &self,
+        client_seq: Option<u64>,
+        seq: u64,
+        frames: Vec<(u64, EncodedDispatch)>,
+        replay_bytes_max: usize,
+    ) -> bool {
+        let mut state = self.lock();
+        let Some(pending) = state.adopting.take() else {
+            return false;
+        };
+        let start = client_seq.unwrap_or(0);
+        let consecutive = frames
+            .iter()
+            .enumerate()
+            .all(|(i, (s, _))| *s == start + 1 + i as u64);
+        if state.adopt_overflow || !consecutive || start + frames.len() as u64 != seq {
+            return false;
+        }
+        let events_max = state.replay.events_max();
+        state.replay = ReplayBuffer::after(events_max, replay_bytes_max, start);
+        for (s, event) in frames {
+            state.replay.push(s, event);
+        }
+        state.seq = seq;
+        for event in pending {
+            let _ = state.record(&event);
+        }
+        true
     }
 }
 
@@ -393,6 +540,7 @@ impl Hub {
         id: String,
         user_id: i64,
         intents: u64,
+        shard: Option<[u32; 2]>,
         out: Outlet,
         control: mpsc::Sender<Control>,
     ) -> Arc<Slot> {
@@ -400,13 +548,18 @@ impl Hub {
             id: id.clone(),
             user_id,
             intents,
+            shard,
             state: Mutex::new(SlotState {
                 seq: 0,
                 replay: ReplayBuffer::new(self.replay_events_max, self.replay_bytes_max),
                 out: Some(out),
                 control: Some(control),
                 detached_at_ms: None,
+                moving: None,
+                adopting: None,
+                adopt_overflow: false,
             }),
+            move_progress: Notify::new(),
         });
         write(&self.sessions).insert(id.clone(), slot.clone());
         write(&self.by_user)
@@ -414,6 +567,126 @@ impl Hub {
             .or_default()
             .insert(id, slot.clone());
         slot
+    }
+
+    /// Registers a session moving here from another node: detached,
+    /// holding what arrives until [`Slot::adopt`]. Not yet among its user's
+    /// sessions (user events reach it once adopted; the holder records them
+    /// until then). `None` when the id is taken here.
+    pub fn register_adopting(
+        &self,
+        id: String,
+        user_id: i64,
+        intents: u64,
+        shard: Option<[u32; 2]>,
+        now_ms: u64,
+    ) -> Option<Arc<Slot>> {
+        let mut sessions = write(&self.sessions);
+        if sessions.contains_key(&id) {
+            return None;
+        }
+        let slot = Arc::new(Slot {
+            id: id.clone(),
+            user_id,
+            intents,
+            shard,
+            state: Mutex::new(SlotState {
+                seq: 0,
+                replay: ReplayBuffer::new(self.replay_events_max, self.replay_bytes_max),
+                out: None,
+                control: None,
+                // Reaped like any detached session should the move stall.
+                detached_at_ms: Some(now_ms),
+                moving: None,
+                adopting: Some(Vec::new()),
+                adopt_overflow: false,
+            }),
+            move_progress: Notify::new(),
+        });
+        sessions.insert(id, slot.clone());
+        Some(slot)
+    }
+
+    /// An adopted session joins its user's sessions (user events).
+    pub fn adopted(&self, slot: &Arc<Slot>) {
+        write(&self.by_user)
+            .entry(slot.user_id)
+            .or_default()
+            .insert(slot.id.clone(), slot.clone());
+    }
+
+    /// Forgets a session at once, from every index (it moved away, or a
+    /// move here failed); returns the guilds it wanted.
+    pub fn forget(&self, id: &str) -> Vec<i64> {
+        let Some(slot) = write(&self.sessions).remove(id) else {
+            return Vec::new();
+        };
+        {
+            let mut by_user = write(&self.by_user);
+            if let Some(ids) = by_user.get_mut(&slot.user_id) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    by_user.remove(&slot.user_id);
+                }
+            }
+        }
+        write(&self.by_guild).retain(|_, slots| {
+            slots.remove(id);
+            !slots.is_empty()
+        });
+        let mut guilds = Vec::new();
+        write(&self.wanted).retain(|guild_id, slots| {
+            if slots.remove(id).is_some() {
+                guilds.push(*guild_id);
+            }
+            !slots.is_empty()
+        });
+        guilds
+    }
+
+    /// The guilds a session asked to follow.
+    pub fn guilds_of(&self, id: &str) -> Vec<i64> {
+        read(&self.wanted)
+            .iter()
+            .filter(|(_, slots)| slots.contains_key(id))
+            .map(|(guild_id, _)| *guild_id)
+            .collect()
+    }
+
+    /// The owner moved the session's subscription to `guild_id` away (a
+    /// `Moved` in the guild's stream): this node stops delivering the guild
+    /// to it, and the move counts the guild as confirmed.
+    pub fn moved(&self, guild_id: i64, session_id: &str) {
+        let mut slot = None;
+        for index in [&self.by_guild, &self.wanted] {
+            let mut index = write(index);
+            if let Some(slots) = index.get_mut(&guild_id) {
+                slot = slots.remove(session_id).or(slot);
+                if slots.is_empty() {
+                    index.remove(&guild_id);
+                }
+            }
+        }
+        if let Some(slot) = slot.or_else(|| self.get(session_id)) {
+            slot.move_confirmed(guild_id);
+        }
+    }
+
+    /// The owner moved a session's subscription here (an `Adopt` in the
+    /// guild's stream): deliver the guild's events to it from now on.
+    pub fn adopt_guild(&self, guild_id: i64, session_id: &str) -> bool {
+        let Some(slot) = self.get(session_id) else {
+            return false;
+        };
+        write(&self.wanted)
+            .entry(guild_id)
+            .or_default()
+            .insert(slot.id.clone(), slot.clone());
+        write(&self.by_guild)
+            .entry(guild_id)
+            .or_default()
+            .insert(slot.id.clone(), slot);
+        true
     }
 
     /// A session by id.
@@ -515,7 +788,7 @@ impl Hub {
         self.stop(guild_id);
         read(&self.wanted)
             .get(&guild_id)
-            .map(|s| s.values().cloned().collect())
+            .map(|s| s.values().filter(|s| !s.is_moving()).cloned().collect())
             .unwrap_or_default()
     }
 
@@ -653,7 +926,7 @@ mod tests {
         let session = |id: &str, user: i64| {
             let (out, _) = socket_queue(4, 1 << 20);
             let (control, _) = mpsc::channel(4);
-            hub.register(id.to_owned(), user, intents::GUILDS, out, control)
+            hub.register(id.to_owned(), user, intents::GUILDS, None, out, control)
         };
         let (gone, kept) = (session("gone", 1), session("kept", 2));
         for guild in [10, 20] {
@@ -681,7 +954,14 @@ mod tests {
         let hub = Hub::new(&guildhall_limits::Limits::default());
         let (old, _old_inlet) = socket_queue(4, 1 << 20);
         let (control, _) = mpsc::channel(4);
-        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, old.clone(), control);
+        let slot = hub.register(
+            "s".to_owned(),
+            1,
+            intents::GUILDS,
+            None,
+            old.clone(),
+            control,
+        );
         let (new, mut new_inlet) = socket_queue(4, 1 << 20);
         let (control, _) = mpsc::channel(4);
         assert!(slot.resume(Some(0), new.clone(), control).is_ok());
@@ -694,11 +974,72 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_moving_session_records_until_confirmed_and_the_taker_numbers_after_it() {
+        let limits = guildhall_limits::Limits::default();
+        let (giver, taker) = (Hub::new(&limits), Hub::new(&limits));
+        let (out, _inlet) = socket_queue(16, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        let slot = giver.register("s".into(), 1, intents::GUILDS, None, out, control);
+        giver.want(10, &slot);
+        assert!(giver.subscribed(10, "s", None));
+        let event = |n: u32| EncodedDispatch::from_json("X", &n.to_string());
+        for n in 1..=3 {
+            slot.dispatch(&event(n), &giver.counters);
+        }
+        // The client saw 1; the move starts.
+        let adopting = taker
+            .register_adopting("s".into(), 1, intents::GUILDS, None, 0)
+            .unwrap();
+        assert!(taker.register_adopting("s".into(), 1, 0, None, 0).is_none());
+        assert!(slot.begin_move(&giver.guilds_of("s"), 0));
+        assert!(!slot.begin_move(&[10], 0), "one move at a time");
+        // In flight to the giver before the owner switched: recorded there.
+        giver.dispatch_guild_event(&GuildEvent {
+            guild_id: 10,
+            required_intent: intents::GUILDS,
+            full: event(4),
+            blanked: None,
+            content_exempt: vec![],
+        });
+        // After the switch: held by the taker.
+        assert!(taker.adopt_guild(10, "s"));
+        adopting.dispatch(&event(5), &taker.counters);
+        giver.moved(10, "s");
+        assert!(
+            slot.move_confirmations(std::time::Duration::from_secs(1))
+                .await
+                .is_empty()
+        );
+        let (seq, frames) = slot.handoff(Some(1)).unwrap();
+        assert_eq!((seq, frames.len()), (4, 3));
+        giver.forget("s");
+        assert!(giver.get("s").is_none() && !giver.follows(10));
+        assert!(
+            !adopting.adopt(Some(1), 5, frames.clone(), 1 << 20),
+            "must line up"
+        );
+        let adopting = taker
+            .register_adopting("t".into(), 1, intents::GUILDS, None, 0)
+            .unwrap();
+        adopting.dispatch(&event(5), &taker.counters);
+        assert!(adopting.adopt(Some(1), 4, frames, 1 << 20));
+        let (out, mut inlet) = socket_queue(16, 1 << 20);
+        let (control, _) = mpsc::channel(4);
+        adopting.resume(Some(1), out, control).unwrap();
+        let Some(Outbound::Replay(missed)) = inlet.try_recv() else {
+            panic!("no replay");
+        };
+        let seqs: Vec<u64> = missed.iter().map(|(_, s)| *s).collect();
+        assert_eq!(seqs, [2, 3, 4, 5], "original numbers, then the held one");
+        assert_eq!(missed[3].0, event(5));
+    }
+
+    #[tokio::test]
     async fn paced_dispatches_wait_for_room_instead_of_overflowing() {
         let hub = Hub::new(&guildhall_limits::Limits::default());
         let (out, mut inlet) = socket_queue(4, 1 << 20);
         let (control, _) = mpsc::channel(4);
-        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, out, control);
+        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, None, out, control);
         let event = EncodedDispatch::from_json("X", "{}");
         // Half of four: two paced frames fit, the third waits.
         for _ in 0..2 {

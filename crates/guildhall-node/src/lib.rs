@@ -2,6 +2,7 @@
 //!
 //! - [`gateway`]: WebSocket sessions (admission, the session task).
 //! - [`hub`]: the node's sessions and local fanout.
+//! - [`takeover`]: RESUME on any gateway node (a session moves over the bus).
 //! - [`events`]: this node's guild event streams on the bus (numbered,
 //!   gap-checked, resynchronised).
 //! - [`guilds`]: one owner per guild, behind a bounded mailbox, fanning out
@@ -34,6 +35,7 @@ pub mod log;
 pub mod presence;
 pub mod ratelimit;
 pub mod state;
+pub mod takeover;
 pub mod users;
 pub mod webhooks;
 
@@ -164,6 +166,8 @@ pub struct Node {
     pub http: Arc<http::Edge>,
     /// Password-hashing permits and their memory.
     pub passwords: auth::Passwords,
+    /// Cross-node RESUME.
+    pub takeovers: Arc<takeover::Takeovers>,
 }
 
 impl Node {
@@ -554,6 +558,41 @@ async fn metrics(
             &node.guilds.subscribes.tasks_refused_total,
         ),
         (
+            "guildhall_sessions_taken_total",
+            "Sessions taken over from another gateway node (cross-node RESUME).",
+            &node.takeovers.counters.taken_total,
+        ),
+        (
+            "guildhall_sessions_given_total",
+            "Sessions handed to another gateway node.",
+            &node.takeovers.counters.given_total,
+        ),
+        (
+            "guildhall_session_takeovers_failed_total",
+            "Cross-node RESUMEs that failed (op 9 to the client).",
+            &node.takeovers.counters.failed_total,
+        ),
+        (
+            "guildhall_session_takeover_unknown_holder_total",
+            "RESUMEs naming no live gateway node (dead holder or forged id).",
+            &node.takeovers.counters.unknown_holder_total,
+        ),
+        (
+            "guildhall_session_takeovers_refused_total",
+            "Takeover requests this node refused.",
+            &node.takeovers.counters.refused_total,
+        ),
+        (
+            "guildhall_session_move_unconfirmed_guilds_total",
+            "Guilds handed over without the owner's move confirmation (subscribed afresh).",
+            &node.takeovers.counters.unconfirmed_guilds_total,
+        ),
+        (
+            "guildhall_announce_refreshes_total",
+            "Announcement refreshes (sessions, draining) written under the lease.",
+            &node.cluster.announce_refreshes_total,
+        ),
+        (
             "guildhall_log_lines_suppressed_total",
             "Log lines held back by the log throttle (process-wide).",
             &log::SUPPRESSED_TOTAL,
@@ -714,10 +753,21 @@ async fn healthz(
     }
 }
 
-/// Sends op 7 RECONNECT to every attached session, paced so all of them fit
-/// in the grace period (the drain planner), then returns.
+/// Polls of the hub while a drain waits for its sessions to move: often
+/// enough to leave soon after the last one, rare enough to cost nothing.
+const DRAIN_POLL_INTERVAL_MS: u64 = 50;
+
+/// Drains the node: announces it as draining at once (no new session is
+/// routed here), sends op 7 RECONNECT to every attached session, paced so
+/// all of them fit in the grace period (the drain planner), then waits
+/// until every session it told to reconnect has moved to another node
+/// (their RESUMEs there take them over from this one, which must stay
+/// reachable meanwhile) or the grace period is over. The caller then revokes the lease.
 async fn drain(node: &Node) {
+    let started = tokio::time::Instant::now();
     node.ready.store(false, Ordering::Relaxed);
+    node.cluster.draining.store(true, Ordering::Relaxed);
+    node.cluster.announce_now.notify_one();
     let sessions = node.hub.attached();
     let limits = &node.shared.limits;
     let plan = guildhall_control::drain::plan(guildhall_control::drain::DrainInput {
@@ -746,6 +796,15 @@ async fn drain(node: &Node) {
         }
         tokio::time::sleep(Duration::from_millis(plan.interval_ms)).await;
     }
+    // Only the sessions told to reconnect are waited for: their clients
+    // come back at once. One detached before the drain may never resume;
+    // it stays resumable elsewhere only while this node lives.
+    let grace_end = started + Duration::from_millis(limits.drain_grace_ms);
+    let moving = |node: &Node| sessions.iter().any(|s| node.hub.get(&s.id).is_some());
+    while moving(node) && tokio::time::Instant::now() < grace_end {
+        tokio::time::sleep(Duration::from_millis(DRAIN_POLL_INTERVAL_MS)).await;
+    }
+    tracing::info!(left_behind = node.hub.len(), "drained");
 }
 
 /// Runs a node on `listener` until `shutdown` completes, then drains.
@@ -780,15 +839,15 @@ pub async fn run(
         source,
     })?;
     let addr = listener.local_addr().map_err(NodeError::Serve)?;
-    let shared = Arc::new(state::Shared::new(
+    let own_gateway_url = format!("ws://{addr}");
+    let mut shared = state::Shared::new(
         store,
         config.limits.clone(),
-        config
-            .public_gateway_url
-            .clone()
-            .unwrap_or_else(|| format!("ws://{addr}")),
+        own_gateway_url.clone(),
         config.worker_id,
-    ));
+    );
+    shared.public_gateway_url = config.public_gateway_url.clone();
+    let shared = Arc::new(shared);
     let hub = Arc::new(hub::Hub::new(&config.limits));
     let bus: Arc<dyn guildhall_cluster::Bus> = config.bus.clone().unwrap_or_else(|| {
         Arc::new(guildhall_cluster::LocalBus::new(
@@ -827,6 +886,17 @@ pub async fn run(
             .map_err(bus_error)?,
         );
     }
+    let takeovers = Arc::new(takeover::Takeovers::new(
+        hub.clone(),
+        guilds.clone(),
+        bus.clone(),
+        cluster_state.clone(),
+        config.node_name.clone(),
+        &config.limits,
+    ));
+    if config.runs(Role::Gateway) {
+        roles.push(takeovers.serve().await.map_err(bus_error)?);
+    }
     let users = users::Users::new(shared.store.clone(), &config.limits, bus.clone());
     let presence_counters = Arc::new(presence::PresenceCounters::default());
     if config.runs(Role::Users) {
@@ -841,6 +911,8 @@ pub async fn run(
         admission: gateway::Admission::new(&config.limits),
         bus: bus.clone(),
         presence: presence_counters.clone(),
+        cluster: cluster_state.clone(),
+        takeovers: takeovers.clone(),
     });
     if config.runs(Role::Presence) {
         roles.push(
@@ -874,6 +946,7 @@ pub async fn run(
         events: event_counters,
         http: http::Edge::new(&config.limits),
         passwords: auth::Passwords::new(config.limits.password_hash_concurrency_max),
+        takeovers,
     });
     let announcement = guildhall_proto::cluster::Announcement {
         schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,
@@ -881,12 +954,20 @@ pub async fn run(
         roles: config.roles.clone(),
         addr: addr.to_string(),
         started_ms: state::now_ms(),
+        gateway_url: config.runs(Role::Gateway).then_some(own_gateway_url),
+        sessions: 0,
+        draining: false,
+    };
+    let sessions: cluster::SessionCount = {
+        let hub = node.hub.clone();
+        Arc::new(move || hub.len() as u64)
     };
     cluster::start(
         node.registry.clone(),
         announcement,
         &config.limits,
         node.cluster.clone(),
+        sessions,
     )
     .await;
     let rest = api::routes()

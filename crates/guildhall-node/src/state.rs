@@ -22,8 +22,11 @@ pub struct Shared {
     pub store: Store,
     /// Every bound.
     pub limits: Limits,
-    /// `ws://host:port` clients connect and resume to.
+    /// This node's own `ws://host:port` (what it announces as a gateway
+    /// node, and the answer when the cluster offers nothing better).
     pub gateway_url: String,
+    /// The configured public gateway URL (a load balancer), if any.
+    pub public_gateway_url: Option<String>,
     ids: Mutex<SnowflakeGenerator>,
 }
 
@@ -34,8 +37,19 @@ impl Shared {
             store,
             limits,
             gateway_url,
+            public_gateway_url: None,
             ids: Mutex::new(SnowflakeGenerator::new(worker_id)),
         }
+    }
+
+    /// Where clients are sent (`GET /gateway`, READY's
+    /// `resume_gateway_url`): see [`crate::cluster::gateway_url_for`].
+    pub fn client_gateway_url(&self, cluster: &crate::cluster::ClusterState) -> String {
+        crate::cluster::gateway_url_for(
+            self.public_gateway_url.as_deref(),
+            &cluster.gateway_infos(),
+            &self.gateway_url,
+        )
     }
 
     /// A new id.

@@ -184,6 +184,20 @@ impl TestNode {
             .unwrap_or_else(|| panic!("metric {name} missing"))
     }
 
+    /// Starts the node's shutdown (SIGTERM: the drain) without waiting.
+    pub fn begin_stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Waits for a node whose shutdown began to finish (bounded).
+    pub async fn stopped(mut self) {
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(60), task).await;
+        }
+    }
+
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

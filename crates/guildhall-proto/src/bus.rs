@@ -110,6 +110,21 @@ pub enum StreamBody {
         /// GUILD_CREATE's data.
         guild_create: Option<Box<RawValue>>,
     },
+    /// A session of this node has moved to another node (a RESUME there):
+    /// every event of the guild before this one in the stream was for this
+    /// node to record; from here on the owner sends the session's events to
+    /// the new node's stream (which gets [`StreamBody::Adopt`]).
+    Moved {
+        /// The session.
+        session_id: String,
+    },
+    /// A session moving here from another node: deliver the guild's events
+    /// to it from here on, with no GUILD_CREATE (it has the guild; what it
+    /// missed travels in the handoff).
+    Adopt {
+        /// The session.
+        session_id: String,
+    },
     /// Users lost the guild (left, kicked; all of them when `user_ids` is
     /// empty: the guild was deleted): unsubscribe their sessions and send
     /// GUILD_DELETE to those holding GUILDS.
@@ -117,6 +132,166 @@ pub enum StreamBody {
         /// The users (empty: everyone).
         user_ids: Vec<i64>,
     },
+}
+
+/// Subject on which gateway node `node` serves takeovers of its sessions
+/// (a RESUME that reached another node).
+pub fn session_takeover_subject(node: &str) -> String {
+    format!("gw.{node}.takeover")
+}
+
+/// Longest session id a takeover request may name, in bytes (ours are 48).
+pub const SESSION_ID_BYTES_MAX: usize = 64;
+
+/// A gateway node asks the node holding a session for it (a client
+/// RESUMEd there). Two steps: `Prepare` changes nothing and tells the
+/// taker how to hold the session (intents, shard, guilds); `Commit` moves
+/// it. The holder checks `user_id` (the token the taker verified) against
+/// the session's user.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeoverRequest {
+    /// [`ENVELOPE_VERSION`].
+    pub v: u32,
+    /// Which step.
+    pub step: TakeoverStep,
+    /// The session.
+    pub session_id: String,
+    /// The user the RESUME's token resolved to.
+    pub user_id: i64,
+    /// The client's last sequence (RESUME's `seq`).
+    pub seq: Option<u64>,
+    /// The taking node (owners send the session's events there).
+    pub to_node: String,
+}
+
+/// The steps of a takeover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TakeoverStep {
+    /// Check and describe; nothing moves.
+    Prepare,
+    /// Move the session and hand over its state.
+    Commit,
+}
+
+/// The holder's answer.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TakeoverReply {
+    /// [`ENVELOPE_VERSION`].
+    pub v: u32,
+    /// What it says.
+    pub body: TakeoverAnswer,
+}
+
+/// What the holder says.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TakeoverAnswer {
+    /// The session can move: hold it like this.
+    Prepared {
+        /// Its intents.
+        intents: u64,
+        /// Its shard.
+        shard: Option<[u32; 2]>,
+        /// The guilds it follows.
+        guilds: Vec<i64>,
+    },
+    /// The session has moved: its state.
+    Committed(SessionHandoff),
+    /// It cannot move.
+    Refused(TakeoverRefusal),
+}
+
+/// Why a takeover was refused (each is op 9 for the client, but
+/// `FromTheFuture`, which is close 4007 as on the holding node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TakeoverRefusal {
+    /// No such session here (expired, forged, or already moved). A session
+    /// of another user answers the same, so ids cannot be probed.
+    Unknown,
+    /// The replay buffer no longer reaches back to the client's `seq`.
+    Gap,
+    /// The client claims a sequence the session never sent.
+    FromTheFuture,
+    /// The session is moving already, or `session_takeovers_in_flight_max`
+    /// takeovers are running.
+    Busy,
+    /// The missed dispatches do not fit one bus message
+    /// (`bus_payload_bytes_max`); the client re-identifies.
+    TooLarge,
+}
+
+/// A moved session's state: everything the new node needs to continue it
+/// exactly.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct SessionHandoff {
+    /// The session's last sequence number.
+    pub seq: u64,
+    /// The dispatches after the client's `seq`, in order, with their
+    /// original sequence numbers (consecutive, the last one `seq`).
+    pub frames: Vec<HandoffFrame>,
+    /// Guilds whose owners confirmed the move: their streams continue on
+    /// the new node without a gap.
+    pub guilds: Vec<i64>,
+    /// Guilds whose move was not confirmed in time (an owner unreachable,
+    /// a stream gap during the move): the new node subscribes afresh (a
+    /// GUILD_CREATE each, the stream resync rule).
+    pub resubscribe: Vec<i64>,
+}
+
+/// One dispatch of a handoff.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HandoffFrame {
+    /// Its sequence number.
+    pub seq: u64,
+    /// Event name.
+    pub name: String,
+    /// Event data.
+    pub data: Box<RawValue>,
+}
+
+impl TakeoverRequest {
+    /// Parses and checks a request.
+    pub fn decode(bytes: &[u8]) -> Result<Self, EnvelopeError> {
+        let request: Self = serde_json::from_slice(bytes)?;
+        if request.v != ENVELOPE_VERSION {
+            return Err(EnvelopeError::Version(request.v));
+        }
+        if request.session_id.is_empty() || request.session_id.len() > SESSION_ID_BYTES_MAX {
+            return Err(EnvelopeError::Bounds("session_id"));
+        }
+        // A node name as announcements have them: the owners key a stream
+        // by it.
+        let node_ok = (1..=64).contains(&request.to_node.len())
+            && request
+                .to_node
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+        if !node_ok {
+            return Err(EnvelopeError::Bounds("to_node"));
+        }
+        Ok(request)
+    }
+}
+
+impl TakeoverReply {
+    /// Wraps `body` at the current version.
+    pub fn new(body: TakeoverAnswer) -> Self {
+        Self {
+            v: ENVELOPE_VERSION,
+            body,
+        }
+    }
+
+    /// Parses and checks a reply.
+    pub fn decode(bytes: &[u8]) -> Result<Self, EnvelopeError> {
+        let reply: Self = serde_json::from_slice(bytes)?;
+        if reply.v != ENVELOPE_VERSION {
+            return Err(EnvelopeError::Version(reply.v));
+        }
+        Ok(reply)
+    }
 }
 
 /// Why an envelope was refused.
@@ -128,6 +303,9 @@ pub enum EnvelopeError {
     /// Another version.
     #[error("envelope version {0}")]
     Version(u32),
+    /// A field outside its bound.
+    #[error("field {0} out of bounds")]
+    Bounds(&'static str),
 }
 
 impl NodeEvent {
@@ -257,6 +435,50 @@ mod tests {
             br#"{"v":1,"body":{"nope":{}}}"#,
         ] {
             assert!(NodeEvent::decode(bytes).is_err());
+        }
+    }
+
+    #[test]
+    fn takeover_envelopes_round_trip_and_bad_ones_are_refused() {
+        let request = TakeoverRequest {
+            v: ENVELOPE_VERSION,
+            step: TakeoverStep::Commit,
+            session_id: "ab12".into(),
+            user_id: 7,
+            seq: Some(3),
+            to_node: "gw-b".into(),
+        };
+        let bytes = serde_json::to_vec(&request).unwrap();
+        assert_eq!(TakeoverRequest::decode(&bytes).unwrap(), request);
+        let long = TakeoverRequest {
+            session_id: "a".repeat(SESSION_ID_BYTES_MAX + 1),
+            ..request.clone()
+        };
+        assert!(TakeoverRequest::decode(&serde_json::to_vec(&long).unwrap()).is_err());
+        let bad_node = TakeoverRequest {
+            to_node: "Not A Node".into(),
+            ..request.clone()
+        };
+        assert!(TakeoverRequest::decode(&serde_json::to_vec(&bad_node).unwrap()).is_err());
+        let old = TakeoverRequest { v: 2, ..request };
+        assert!(TakeoverRequest::decode(&serde_json::to_vec(&old).unwrap()).is_err());
+        let reply = TakeoverReply::new(TakeoverAnswer::Committed(SessionHandoff {
+            seq: 4,
+            frames: vec![HandoffFrame {
+                seq: 4,
+                name: "MESSAGE_CREATE".into(),
+                data: RawValue::from_string(r#"{"x":1}"#.into()).unwrap(),
+            }],
+            guilds: vec![1],
+            resubscribe: vec![],
+        }));
+        let bytes = serde_json::to_vec(&reply).unwrap();
+        let TakeoverAnswer::Committed(back) = TakeoverReply::decode(&bytes).unwrap().body else {
+            panic!("not committed");
+        };
+        assert_eq!(back.frames[0].data.get(), r#"{"x":1}"#);
+        for bad in [&b""[..], b"{}", br#"{"v":1,"body":{"nope":1}}"#] {
+            assert!(TakeoverReply::decode(bad).is_err());
         }
     }
 

@@ -16,6 +16,10 @@ pub const ANNOUNCEMENT_SCHEMA: u32 = 1;
 /// Largest announcement accepted, in bytes.
 pub const ANNOUNCEMENT_BYTES_MAX: usize = 4096;
 
+/// Longest gateway URL an announcement may carry, in bytes (a
+/// `ws[s]://host:port/path` fits many times over; more is corruption).
+pub const GATEWAY_URL_BYTES_MAX: usize = 256;
+
 /// Prefix of instance keys: `/guildhall/instances/{node}`.
 pub const INSTANCE_PREFIX: &str = "/guildhall/instances/";
 
@@ -51,6 +55,19 @@ pub struct Announcement {
     pub addr: String,
     /// When it started, Unix ms.
     pub started_ms: u64,
+    /// A gateway node: where clients connect to it (`ws://` or `wss://`,
+    /// at most [`GATEWAY_URL_BYTES_MAX`] bytes, no whitespace or control
+    /// characters). Absent for nodes without the gateway role and in
+    /// announcements of nodes that predate the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_url: Option<String>,
+    /// Sessions the node holds (attached or resumable), as of its last
+    /// refresh: `GET /gateway` sends new clients to the least loaded.
+    #[serde(default)]
+    pub sessions: u64,
+    /// The node is draining (SIGTERM): route no new session to it.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// Why an entry was rejected.
@@ -112,6 +129,13 @@ impl Announcement {
         if !name_ok || self.roles.is_empty() || self.addr.parse::<SocketAddr>().is_err() {
             return Err(Rejection::InvalidField);
         }
+        if let Some(url) = &self.gateway_url {
+            let scheme_ok = url.starts_with("ws://") || url.starts_with("wss://");
+            let chars_ok = url.bytes().all(|b| b.is_ascii_graphic());
+            if !scheme_ok || !chars_ok || url.len() > GATEWAY_URL_BYTES_MAX {
+                return Err(Rejection::InvalidField);
+            }
+        }
         Ok(())
     }
 
@@ -119,7 +143,7 @@ impl Announcement {
     ///
     /// ```
     /// use guildhall_proto::cluster::{Announcement, Rejection, Role, instance_key};
-    /// let a = Announcement { schema: 1, node: "gw-1".into(), roles: vec![Role::Gateway], addr: "10.0.0.1:8080".into(), started_ms: 1 };
+    /// let a = Announcement { schema: 1, node: "gw-1".into(), roles: vec![Role::Gateway], addr: "10.0.0.1:8080".into(), started_ms: 1, gateway_url: Some("ws://10.0.0.1:8080".into()), sessions: 3, draining: false };
     /// let bytes = a.encode().unwrap();
     /// assert_eq!(Announcement::decode(&instance_key("gw-1"), &bytes), Ok(a));
     /// assert_eq!(Announcement::decode(&instance_key("gw-1"), b""), Err(Rejection::Empty));
@@ -167,6 +191,9 @@ mod tests {
             roles: vec![Role::Guilds],
             addr: "127.0.0.1:1".into(),
             started_ms: 5,
+            gateway_url: None,
+            sessions: 0,
+            draining: false,
         }
     }
 
@@ -195,5 +222,39 @@ mod tests {
             Err(Rejection::KeyMismatch)
         );
         assert_eq!(Announcement::decode(&key, &bytes), Ok(good()));
+    }
+
+    #[test]
+    fn gateway_fields_are_validated_and_optional() {
+        let key = instance_key("node-1");
+        let gateway = Announcement {
+            gateway_url: Some("ws://127.0.0.1:9".into()),
+            sessions: 12,
+            draining: true,
+            ..good()
+        };
+        let bytes = gateway.encode().unwrap();
+        assert_eq!(Announcement::decode(&key, &bytes), Ok(gateway.clone()));
+        let long = format!("ws://{}", "a".repeat(GATEWAY_URL_BYTES_MAX));
+        for url in ["http://x:1", "ws://a b", "ws://a\u{0}", long.as_str()] {
+            let bad = Announcement {
+                gateway_url: Some(url.to_owned()),
+                ..gateway.clone()
+            };
+            assert_eq!(bad.encode(), Err(Rejection::InvalidField), "{url}");
+            let raw = serde_json::to_vec(&bad).unwrap();
+            assert_eq!(
+                Announcement::decode(&key, &raw),
+                Err(Rejection::InvalidField)
+            );
+        }
+        let wrong_type = br#"{"schema":1,"node":"node-1","roles":["gateway"],"addr":"127.0.0.1:1","started_ms":5,"sessions":-1}"#;
+        assert_eq!(
+            Announcement::decode(&key, wrong_type),
+            Err(Rejection::Malformed)
+        );
+        // An announcement from before the gateway fields still decodes.
+        let old = br#"{"schema":1,"node":"node-1","roles":["guilds"],"addr":"127.0.0.1:1","started_ms":5}"#;
+        assert_eq!(Announcement::decode(&key, old), Ok(good()));
     }
 }

@@ -408,6 +408,23 @@ impl EncodedDispatch {
         frame
     }
 
+    /// The event's name and data JSON, split out of the head (a session
+    /// moving to another node carries its replay buffer as these). `None`
+    /// for a head not built by [`EncodedDispatch::from_json`].
+    ///
+    /// ```
+    /// use guildhall_proto::gateway::EncodedDispatch;
+    /// let event = EncodedDispatch::from_json("MESSAGE_CREATE", r#"{"a":"\",\"d\":1"}"#);
+    /// assert_eq!(event.parts(), Some(("MESSAGE_CREATE", r#"{"a":"\",\"d\":1"}"#)));
+    /// ```
+    pub fn parts(&self) -> Option<(&str, &str)> {
+        let rest = self.head.strip_prefix(r#"{"op":0,"t":""#)?;
+        // Event names are upper-case ASCII, so the first `","d":` ends it.
+        let (name, rest) = rest.split_once(r#"","d":"#)?;
+        let data = rest.strip_suffix(r#","s":"#)?;
+        Some((name, data))
+    }
+
     /// Bytes of the frame (for queue accounting).
     pub fn len_bytes(&self) -> usize {
         self.head.len() + 21

@@ -39,6 +39,16 @@ impl ReplayBuffer {
         }
     }
 
+    /// An empty buffer continuing a session whose last dispatch was
+    /// `last_seq` (a session moved from another node: its numbering goes
+    /// on, and a RESUME from `last_seq` replays nothing).
+    pub fn after(events_max: usize, bytes_max: usize, last_seq: u64) -> Self {
+        Self {
+            last_seq,
+            ..Self::new(events_max, bytes_max)
+        }
+    }
+
     /// Records dispatch `seq` (sequences must increase by one).
     pub fn push(&mut self, seq: u64, event: EncodedDispatch) {
         debug_assert!(
@@ -89,6 +99,11 @@ impl ReplayBuffer {
             .iter()
             .filter(move |(s, _)| *s > client_seq)
             .map(|(s, e)| (*s, e)))
+    }
+
+    /// The bound in events.
+    pub fn events_max(&self) -> usize {
+        self.events_max
     }
 
     /// The newest sequence sent.
