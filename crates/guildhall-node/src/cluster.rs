@@ -560,7 +560,9 @@ async fn list_guild_ids(
                 let done = batch.len() < want;
                 for id in batch {
                     if ids.len() >= guilds_max {
-                        state.placement_truncated_total.fetch_add(1, Ordering::Relaxed);
+                        state
+                            .placement_truncated_total
+                            .fetch_add(1, Ordering::Relaxed);
                         return Some(ids);
                     }
                     after = id;

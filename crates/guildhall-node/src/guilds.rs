@@ -1989,7 +1989,14 @@ impl GuildDirectory {
             return;
         };
         let ask = bytes::Bytes::from(ask);
-        let timeout = Duration::from_millis(self.shared.limits.guild_pull_timeout_ms);
+        // Inside the wait of the caller whose request started the load.
+        let limits = &self.shared.limits;
+        let timeout = Duration::from_millis(
+            limits
+                .guild_pull_timeout_ms
+                .min(limits.guild_reply_timeout_ms / 2)
+                .max(1),
+        );
         // One question per gateway node, all at once (bounded by the view).
         let subjects: Vec<String> = gateways.iter().map(|n| follows_subject(n)).collect();
         let answers = futures_util::future::join_all(
@@ -2135,12 +2142,7 @@ impl GuildDirectory {
     /// those that waited, in arrival order, go to the new owner (or are
     /// refused with the load's error). The owner becomes reachable only
     /// after its queue is handed over, so nothing overtakes a waiter.
-    fn loaded_now(
-        &self,
-        guild_id: i64,
-        first: Envelope,
-        result: Result<OwnerHandle, GuildError>,
-    ) {
+    fn loaded_now(&self, guild_id: i64, first: Envelope, result: Result<OwnerHandle, GuildError>) {
         let mut loads = self.lock_loads();
         let waiting = loads.flights.complete(&guild_id);
         let envelopes: Vec<Envelope> = std::iter::once(first)

@@ -76,6 +76,10 @@ pub struct NodeConfig {
     /// The store: `None` is SQLite in `data_dir` (embedded mode); cluster
     /// mode gives a `postgres://` URL every process shares.
     pub database_url: Option<String>,
+    /// The node's cluster state; `None`: a fresh one. Tests pass their own
+    /// to watch placement and to cut a node off from the registry
+    /// (`ClusterState::partitioned`) while it keeps running.
+    pub cluster_state: Option<Arc<cluster::ClusterState>>,
 }
 
 /// The roles a process can run; embedded mode runs all of them.
@@ -101,6 +105,7 @@ impl NodeConfig {
             roles: ROLES_ALL.to_vec(),
             public_gateway_url: None,
             database_url: None,
+            cluster_state: None,
         }
     }
 
@@ -876,7 +881,7 @@ pub async fn run(
             config.limits.bus_payload_bytes_max,
         ))
     });
-    let cluster_state = Arc::new(cluster::ClusterState::default());
+    let cluster_state = config.cluster_state.clone().unwrap_or_default();
     let guilds = Arc::new(guilds::GuildDirectory::new(
         shared.clone(),
         hub.clone(),
@@ -895,11 +900,7 @@ pub async fn run(
         roles.push(guilds.start_rebalance());
     }
     // Every node routes guild requests, so every node keeps placement.
-    cluster::start_placement(
-        shared.store.clone(),
-        &config.limits,
-        cluster_state.clone(),
-    );
+    cluster::start_placement(shared.store.clone(), &config.limits, cluster_state.clone());
     let event_counters = Arc::new(events::EventCounters::default());
     if config.runs(Role::Gateway) {
         roles.extend(

@@ -198,8 +198,10 @@ mod tests {
         let ring = Ring::new(1, &members(&[1, 2, 3]), 16);
         let placement = Placement::compute(ring.clone(), &[10, 20], 250);
         assert_eq!(placement.owner(12345), ring.primary(12345));
-        assert!(Placement::compute(Ring::new(1, &[], 16), &[1], 250)
-            .owner(1)
-            .is_none());
+        assert!(
+            Placement::compute(Ring::new(1, &[], 16), &[1], 250)
+                .owner(1)
+                .is_none()
+        );
     }
 }

@@ -1322,11 +1322,13 @@ where
         guild_id: i64,
         epoch: i64,
     ) -> Result<()> {
-        let done = sqlx::query("UPDATE guilds SET owner_epoch = owner_epoch WHERE id = $1 AND owner_epoch = $2")
-            .bind(guild_id)
-            .bind(epoch)
-            .execute(&mut **tx)
-            .await?;
+        let done = sqlx::query(
+            "UPDATE guilds SET owner_epoch = owner_epoch WHERE id = $1 AND owner_epoch = $2",
+        )
+        .bind(guild_id)
+        .bind(epoch)
+        .execute(&mut **tx)
+        .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::StaleEpoch);
         }
