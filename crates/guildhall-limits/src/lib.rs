@@ -318,8 +318,8 @@ pub const PLACEMENT_GUILDS_MAX: usize = 262_144;
 /// Guild ids read per store query while listing placement's input, so a listing never holds a connection for one huge result. When hit: the listing continues with the next page.
 pub const PLACEMENT_LIST_PAGE_MAX: usize = 10_000;
 
-/// How often a node lists the guild ids again and recomputes placement (it also recomputes at once when the ring changes). A guild created since the last listing is on its plain ring primary until then, and may move once after (the move path re-subscribes its sessions). When hit: nothing; it is a period.
-pub const PLACEMENT_REFRESH_INTERVAL_MS: u64 = 2_000;
+/// How often a node lists the guild ids again and recomputes placement (it also lists and recomputes at once when the ring changes; a ring of one member needs no listing). A guild created since the last listing is on its plain ring primary until then, and may move once after (the move path re-subscribes its sessions). When hit: nothing; it is a period.
+pub const PLACEMENT_REFRESH_INTERVAL_MS: u64 = 5_000;
 
 /// Times a guild request is forwarded between guilds nodes whose views of placement disagree (a request reaching a node that gave the guild up goes to the owner in that node's view). When hit: the request is answered `Overloaded` (503), never dropped; two nodes that disagree cannot bounce it forever.
 pub const GUILD_FORWARD_HOPS_MAX: u32 = 2;

@@ -518,14 +518,7 @@ pub fn start_placement(store: guildhall_store::Store, limits: &Limits, state: Ar
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => {
-                    if let Some(ids) = list_guild_ids(&store, page, guilds_max, &state).await {
-                        *state
-                            .guild_ids
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(ids);
-                    }
-                }
+                _ = tick.tick() => {}
                 changed = ring_changes.changed() => {
                     if changed.is_err() {
                         break;
@@ -534,6 +527,18 @@ pub fn start_placement(store: guildhall_store::Store, limits: &Limits, state: Ar
             }
             if state.left.load(Ordering::Relaxed) {
                 break;
+            }
+            // One member (embedded mode) owns every guild whatever the
+            // listing says: no store reads for it. With more, list on every
+            // tick and at each ring change, so a second member's arrival
+            // is placed over current ids.
+            if state.ring().members().len() > 1
+                && let Some(ids) = list_guild_ids(&store, page, guilds_max, &state).await
+            {
+                *state
+                    .guild_ids
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(ids);
             }
             // Off the runtime's workers: a large listing takes a while to
             // place, and one computation runs at a time (this loop awaits it).

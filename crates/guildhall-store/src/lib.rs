@@ -990,7 +990,11 @@ where
     /// Creates a channel.
     pub async fn create_channel(&self, channel: &ChannelRow, epoch: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        Self::fence(&mut tx, channel.guild_id.unwrap_or_default(), epoch).await?;
+        // A guild's channel is its owner's to write; a direct message
+        // channel has no owner to fence.
+        if let Some(guild_id) = channel.guild_id {
+            Self::fence(&mut tx, guild_id, epoch).await?;
+        }
         sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(channel.id)
             .bind(channel.guild_id)
@@ -1091,7 +1095,11 @@ where
     /// false if the guild has no such channel.
     pub async fn update_channel(&self, channel: &ChannelRow, epoch: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
-        Self::fence(&mut tx, channel.guild_id.unwrap_or_default(), epoch).await?;
+        // A guild's channel is its owner's to write; a direct message
+        // channel has no owner to fence.
+        if let Some(guild_id) = channel.guild_id {
+            Self::fence(&mut tx, guild_id, epoch).await?;
+        }
         let done = sqlx::query(
             "UPDATE channels SET name = $2, topic = $3, position = $4 WHERE id = $1 AND guild_id = $5",
         )
