@@ -766,11 +766,11 @@ impl GuildOwner {
                     .iter()
                     .position(|c| c.id == channel_id)
                     .ok_or(GuildError::UnknownChannel)?;
-                if !store
-                    .delete_channel(guild_id, channel_id)
-                    .await
-                    .map_err(|_| GuildError::Store)?
-                {
+                let deleted = match store.delete_channel(guild_id, channel_id, epoch).await {
+                    Ok(deleted) => deleted,
+                    Err(error) => return Err(self.store_failed(Some(&error))),
+                };
+                if !deleted {
                     return Err(GuildError::UnknownChannel);
                 }
                 let row = self.channels.remove(index);
@@ -891,10 +891,9 @@ impl GuildOwner {
                 if role_id == guild_id || self.roles[index].position >= self.rank(actor) {
                     return Err(GuildError::MissingPermissions);
                 }
-                store
-                    .delete_role(guild_id, role_id)
-                    .await
-                    .map_err(|_| GuildError::Store)?;
+                if let Err(error) = store.delete_role(guild_id, role_id, epoch).await {
+                    return Err(self.store_failed(Some(&error)));
+                }
                 self.roles.remove(index);
                 for member in self.members.values_mut() {
                     member.roles.retain(|r| *r != role_id);
@@ -946,10 +945,12 @@ impl GuildOwner {
                 };
                 let new_nick = nick.unwrap_or_else(|| entry.row.nick.clone());
                 let new_roles = roles.unwrap_or_else(|| entry.roles.clone());
-                store
-                    .update_member(guild_id, member_id, new_nick.as_deref(), &new_roles)
+                if let Err(error) = store
+                    .update_member(guild_id, member_id, new_nick.as_deref(), &new_roles, epoch)
                     .await
-                    .map_err(|_| GuildError::Store)?;
+                {
+                    return Err(self.store_failed(Some(&error)));
+                }
                 entry.row.nick = new_nick;
                 entry.roles = new_roles;
                 let wire = wire_member(entry, true);
@@ -1034,10 +1035,9 @@ impl GuildOwner {
                     .get(&member_id)
                     .cloned()
                     .ok_or(GuildError::UnknownMember)?;
-                store
-                    .remove_member(guild_id, member_id)
-                    .await
-                    .map_err(|_| GuildError::Store)?;
+                if let Err(error) = store.remove_member(guild_id, member_id, epoch).await {
+                    return Err(self.store_failed(Some(&error)));
+                }
                 self.publish(
                     "GUILD_MEMBER_REMOVE",
                     intents::GUILD_MEMBERS,

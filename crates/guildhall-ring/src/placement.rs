@@ -193,6 +193,29 @@ mod tests {
         }
     }
 
+    /// Seed 003's acceptance at the simulator's scale: 20 members, 20,000
+    /// keys, 5 removed at once → max ≤ ⌈1.25 × average⌉ and moved ≤ the
+    /// removed share + 10 %.
+    #[test]
+    fn five_of_twenty_leave() {
+        let all: Vec<MemberId> = (0..20).map(|i| MemberId(i * 7_919 + 1)).collect();
+        let keys: Vec<u64> = (0..20_000u64)
+            .map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        let before = Placement::compute(Ring::new(1, &all, 160), &keys, 250);
+        let removed: u32 = before.loads().take(5).map(|(_, l)| l).sum();
+        let after = Placement::compute(Ring::new(2, &all[5..], 160), &keys, 250);
+        let cap = capacity_for(keys.len(), 15, 250);
+        let moved = after.moved_from(&before);
+        eprintln!(
+            "20 → 15 members, 20000 keys: max {} (cap {cap}, avg {}), moved {moved} (removed share {removed})",
+            after.max_load(),
+            after.average_load_permille() / 1000
+        );
+        assert!(after.max_load() <= cap);
+        assert!(moved <= removed as usize + keys.len() / 10);
+    }
+
     #[test]
     fn unlisted_keys_fall_back_to_the_plain_ring() {
         let ring = Ring::new(1, &members(&[1, 2, 3]), 16);

@@ -1116,8 +1116,9 @@ where
 
     /// Deletes a guild's channel with its messages, reactions and invites;
     /// false if the guild has no such channel.
-    pub async fn delete_channel(&self, guild_id: i64, id: i64) -> Result<bool> {
+    pub async fn delete_channel(&self, guild_id: i64, id: i64, epoch: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
         let found: Option<(i64,)> =
             sqlx::query_as("SELECT id FROM channels WHERE id = $1 AND guild_id = $2")
                 .bind(id)
@@ -1177,8 +1178,9 @@ where
     }
 
     /// Deletes a role and its assignments.
-    pub async fn delete_role(&self, guild_id: i64, role_id: i64) -> Result<()> {
+    pub async fn delete_role(&self, guild_id: i64, role_id: i64, epoch: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
         sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND role_id = $2")
             .bind(guild_id)
             .bind(role_id)
@@ -1201,8 +1203,10 @@ where
         user_id: i64,
         nick: Option<&str>,
         roles: &[i64],
+        epoch: i64,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
         sqlx::query("UPDATE members SET nick = $3 WHERE guild_id = $1 AND user_id = $2")
             .bind(guild_id)
             .bind(user_id)
@@ -1230,8 +1234,9 @@ where
     }
 
     /// Removes a member and their roles.
-    pub async fn remove_member(&self, guild_id: i64, user_id: i64) -> Result<()> {
+    pub async fn remove_member(&self, guild_id: i64, user_id: i64, epoch: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
         sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND user_id = $2")
             .bind(guild_id)
             .bind(user_id)
@@ -1799,17 +1804,17 @@ store_api! {
     fn update_channel<'a>(&'a self, channel: &'a ChannelRow, epoch: i64) -> bool;
     /// Deletes a guild's channel with its messages, reactions and invites;
     /// false if the guild has no such channel.
-    fn delete_channel<'a>(&'a self, guild_id: i64, id: i64) -> bool;
+    fn delete_channel<'a>(&'a self, guild_id: i64, id: i64, epoch: i64) -> bool;
     /// Creates or replaces a role of `role.guild_id`; false if the id is
     /// another guild's role (which is left as it is).
     fn upsert_role<'a>(&'a self, role: &'a RoleRow, epoch: i64) -> bool;
     /// Deletes a role and its assignments.
-    fn delete_role<'a>(&'a self, guild_id: i64, role_id: i64) -> ();
+    fn delete_role<'a>(&'a self, guild_id: i64, role_id: i64, epoch: i64) -> ();
     /// Replaces a member's nickname and roles; role ids that are not the
     /// guild's, and repeats, are not assigned.
-    fn update_member<'a>(&'a self, guild_id: i64, user_id: i64, nick: Option<&'a str>, roles: &'a [i64]) -> ();
+    fn update_member<'a>(&'a self, guild_id: i64, user_id: i64, nick: Option<&'a str>, roles: &'a [i64], epoch: i64) -> ();
     /// Removes a member and their roles.
-    fn remove_member<'a>(&'a self, guild_id: i64, user_id: i64) -> ();
+    fn remove_member<'a>(&'a self, guild_id: i64, user_id: i64, epoch: i64) -> ();
     /// Deletes those of `ids` that are messages of `channel_id`, with
     /// their reactions; returns the ids it deleted.
     fn delete_messages<'a>(&'a self, channel_id: i64, ids: &'a [i64]) -> Vec<i64>;
@@ -2193,12 +2198,12 @@ mod tests {
             topic: None,
         };
         assert!(!store.update_channel(&moved, 0).await.unwrap());
-        assert!(!store.delete_channel(a, b_channel).await.unwrap());
+        assert!(!store.delete_channel(a, b_channel, 0).await.unwrap());
         store
-            .update_member(a, 1, None, &[b_role, b_role])
+            .update_member(a, 1, None, &[b_role, b_role], 0)
             .await
             .unwrap();
-        store.delete_role(a, b_role).await.unwrap();
+        store.delete_role(a, b_role, 0).await.unwrap();
         let state = store.load_guild(b).await.unwrap();
         assert_eq!(state.roles[1].name, "mods");
         assert_eq!(state.channels[0].name, "general");
@@ -2296,8 +2301,8 @@ mod tests {
         assert!(store.add_member(&bob, 0).await.unwrap());
         assert!(!store.add_member(&bob, 0).await.unwrap());
         assert_eq!(count(store.clone()).await, 2);
-        store.remove_member(a, 2).await.unwrap();
-        store.remove_member(a, 2).await.unwrap();
+        store.remove_member(a, 2, 0).await.unwrap();
+        store.remove_member(a, 2, 0).await.unwrap();
         assert_eq!(count(store.clone()).await, 1);
         let preview = store.invite_preview("abc").await.unwrap().unwrap();
         assert_eq!(preview.invite, invite);
