@@ -30,6 +30,10 @@ const ENV: [(&str, &str); 6] = [
     ("GUILDHALL_REST_RATE_LIMIT_PER_WINDOW", "1000000"),
 ];
 
+/// What the session heard: (guild, when) of each GUILD_CREATE, and the ids
+/// of the MESSAGE_CREATEs.
+type Heard = (Vec<(String, Instant)>, BTreeSet<String>);
+
 struct Process {
     child: Child,
     base: String,
@@ -191,7 +195,7 @@ async fn a_killed_guilds_process_hands_its_guilds_to_the_survivors() {
     ))
     .await
     .unwrap();
-    let heard: Arc<Mutex<(Vec<(String, Instant)>, BTreeSet<String>)>> = Arc::default();
+    let heard: Arc<Mutex<Heard>> = Arc::default();
     let reader = {
         let heard = heard.clone();
         tokio::spawn(async move {
