@@ -42,6 +42,11 @@ pub struct ClusterState {
     pub gateways: RwLock<Arc<Vec<String>>>,
     /// Names of the guilds nodes, by ring member id.
     pub guild_nodes: RwLock<Arc<BTreeMap<MemberId, String>>>,
+    /// Guilds nodes announced in the registry view now (a member can stay
+    /// on the ring after its lease ended, until membership removes it;
+    /// requests for it fail fast instead of waiting for no answer). Empty
+    /// before the first listing: nothing is known to be gone.
+    pub live_guild_nodes: RwLock<Arc<std::collections::BTreeSet<String>>>,
     /// Full listings of the registry (the first, and one after each watch
     /// that ended).
     pub relists_total: AtomicU64,
@@ -92,6 +97,7 @@ impl Default for ClusterState {
             lease: AtomicU64::new(0),
             gateways: RwLock::new(Arc::new(Vec::new())),
             guild_nodes: RwLock::new(Arc::new(BTreeMap::new())),
+            live_guild_nodes: RwLock::new(Arc::new(std::collections::BTreeSet::new())),
             relists_total: AtomicU64::new(0),
             registry_errors_total: AtomicU64::new(0),
             overflow_total: AtomicU64::new(0),
@@ -144,6 +150,16 @@ impl ClusterState {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&member)
             .cloned()
+    }
+
+    /// Whether `node`'s guilds role may answer: announced in the view now
+    /// (or no view yet).
+    pub fn guild_node_live(&self, node: &str) -> bool {
+        let live = self
+            .live_guild_nodes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        live.is_empty() || live.contains(node)
     }
 
     /// Whether this node may claim a guild now: its lease is live as far
@@ -431,6 +447,11 @@ pub async fn start(
                 .filter(|a| a.roles.contains(&Role::Guilds))
                 .map(|a| (member_id_of(&a.node), a.node.clone()))
                 .collect();
+            *state
+                .live_guild_nodes
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Arc::new(guild_nodes.values().cloned().collect());
             // Names are only added between rings: a member that leaves the
             // view may still be on the ring until membership removes it.
             {

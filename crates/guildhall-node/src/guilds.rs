@@ -217,6 +217,9 @@ pub struct FanoutCounters {
     pub pulled_sessions_total: AtomicU64,
     /// Gateway nodes that did not answer a new owner's question in time.
     pub pulls_failed_total: AtomicU64,
+    /// Requests refused at once because their owner's node is still on the
+    /// ring but no longer announced (its lease ended).
+    pub owner_gone_total: AtomicU64,
 }
 
 /// A new owner's question to a gateway node: which of your sessions follow
@@ -1628,6 +1631,7 @@ impl GuildOwner {
         while let Some(envelope) = next {
             forward(
                 self.bus.as_ref(),
+                &self.cluster,
                 &self.shared.limits,
                 &self.counters,
                 target.as_deref().filter(|t| *t != self.node_name.as_str()),
@@ -1645,6 +1649,7 @@ impl GuildOwner {
 /// reached or the bus refuses: never dropped without an answer.
 fn forward(
     bus: &dyn Bus,
+    cluster: &ClusterState,
     limits: &guildhall_limits::Limits,
     counters: &FanoutCounters,
     target: Option<&str>,
@@ -1662,6 +1667,12 @@ fn forward(
     let Some(target) = target else {
         return refuse(envelope.reply);
     };
+    if !cluster.guild_node_live(target) {
+        // Its lease ended (it is on the ring only until membership
+        // removes it): nobody would answer; refuse now, not at the
+        // caller's timeout.
+        return refuse(envelope.reply);
+    }
     if envelope.hops >= limits.guild_forward_hops_max {
         return refuse(envelope.reply);
     }
@@ -2306,6 +2317,22 @@ impl GuildDirectory {
             .unwrap_or_else(|| self.node_name.clone())
     }
 
+    /// [`GuildDirectory::owner_node`], refused at once (`Overloaded`) when
+    /// that node's lease has ended but membership has not removed it yet:
+    /// nobody would answer, and the caller should not wait
+    /// `guild_reply_timeout_ms` to learn it.
+    fn live_owner_node(&self, guild_id: i64) -> Result<String, GuildError> {
+        let node = self.owner_node(guild_id);
+        if self.cluster.guild_node_live(&node) {
+            Ok(node)
+        } else {
+            self.counters
+                .owner_gone_total
+                .fetch_add(1, Ordering::Relaxed);
+            Err(GuildError::Overloaded)
+        }
+    }
+
     fn request_bytes(&self, guild_id: i64, call: GuildCall) -> Result<bytes::Bytes, GuildError> {
         let request = GuildRequest {
             v: guildhall_proto::bus::ENVELOPE_VERSION,
@@ -2321,7 +2348,7 @@ impl GuildDirectory {
     /// Sends `call` to the owner of `guild_id` without waiting for an
     /// answer; refused at once when the owner's node cannot take it.
     pub async fn cast(&self, guild_id: i64, call: GuildCall) -> Result<(), GuildError> {
-        let subject = guild_requests_subject(&self.owner_node(guild_id));
+        let subject = guild_requests_subject(&self.live_owner_node(guild_id)?);
         let bytes = self.request_bytes(guild_id, call)?;
         self.bus
             .publish(&subject, None, bytes)
@@ -2331,7 +2358,7 @@ impl GuildDirectory {
     /// Sends `call` to the owner of `guild_id` and waits at most
     /// `guild_reply_timeout_ms` for its answer.
     pub async fn call(&self, guild_id: i64, call: GuildCall) -> Result<GuildAnswer, GuildError> {
-        let subject = guild_requests_subject(&self.owner_node(guild_id));
+        let subject = guild_requests_subject(&self.live_owner_node(guild_id)?);
         let bytes = self.request_bytes(guild_id, call)?;
         let timeout = Duration::from_millis(self.shared.limits.guild_reply_timeout_ms);
         let message = self
@@ -2405,6 +2432,7 @@ impl GuildDirectory {
                 {
                     forward(
                         directory.bus.as_ref(),
+                        &directory.cluster,
                         &directory.shared.limits,
                         &directory.counters,
                         Some(&owner),

@@ -573,6 +573,11 @@ async fn metrics(
             &node.guilds.counters.pulls_failed_total,
         ),
         (
+            "guildhall_guild_owner_gone_total",
+            "Guild requests refused at once: their owner's node is on the ring but its lease ended.",
+            &node.guilds.counters.owner_gone_total,
+        ),
+        (
             "guildhall_placement_truncated_total",
             "Guild listings that left ids out at placement_guilds_max.",
             &node.cluster.placement_truncated_total,
