@@ -298,6 +298,7 @@ async fn history(front: &TestNode, token: &str, channel: &str) -> BTreeSet<Strin
 /// guild in `moved` heard a GUILD_CREATE after `since` (that no event of a
 /// new owner precedes it is the gateway's epoch rule, held by the stale
 /// owner test).
+#[allow(clippy::too_many_arguments)]
 async fn check_run(
     front: &TestNode,
     token: &str,
@@ -328,7 +329,7 @@ async fn check_run(
     }
     // Messages answered before `settled` (while two owners could both be
     // running) may miss their event; every later one must arrive.
-    let (undelivered, window_lost): (Vec<_>, Vec<_>) = ok
+    let (undelivered, window_lost): (Vec<&&Answer>, Vec<&&Answer>) = ok
         .iter()
         .filter(|a| !heard.messages.contains(a.1.as_ref().unwrap()))
         .partition(|a| settled.is_none_or(|at| a.3 >= at));
