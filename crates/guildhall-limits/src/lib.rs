@@ -312,7 +312,7 @@ pub const GUILD_SUBSCRIPTIONS_MAX: usize = 1_000_000;
 /// Shortest time between two re-subscriptions of one guild's sessions on one gateway node after gaps in its stream. When hit: delivery of the guild stops at the gap and the sessions re-subscribe when the interval ends, so a stream that keeps overflowing cannot become a storm of GUILD_CREATEs.
 pub const STREAM_RESYNC_INTERVAL_MS: u64 = 500;
 
-/// Guild ids a node lists from the store as the input of guild-owner placement (`guildhall_ring::placement`; about 40 bytes each in the table). When hit: guilds beyond the first this many ids are placed on their plain ring primary (no load bound for them) and the excess is counted on /metrics.
+/// Guild ids a node lists from the store as the input of guild-owner placement (`guildhall_ring::placement`; about 40 bytes each in the table). When hit: guilds beyond the first this many ids are placed on their plain ring primary (no load bound for them), and each listing that left some out is counted on /metrics (`guildhall_placement_truncated_total`).
 pub const PLACEMENT_GUILDS_MAX: usize = 262_144;
 
 /// Guild ids read per store query while listing placement's input, so a listing never holds a connection for one huge result. When hit: the listing continues with the next page.
