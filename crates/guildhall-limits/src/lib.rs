@@ -339,6 +339,24 @@ pub const GUILD_SUBSCRIPTIONS_MAX: usize = 1_000_000;
 /// Shortest time between two re-subscriptions of one guild's sessions on one gateway node after gaps in its stream. When hit: delivery of the guild stops at the gap and the sessions re-subscribe when the interval ends, so a stream that keeps overflowing cannot become a storm of GUILD_CREATEs.
 pub const STREAM_RESYNC_INTERVAL_MS: u64 = 500;
 
+/// Guild ids a node lists from the store as the input of guild-owner placement (`guildhall_ring::placement`; about 40 bytes each in the table). When hit: guilds beyond the first this many ids are placed on their plain ring primary (no load bound for them), and each listing that left some out is counted on /metrics (`guildhall_placement_truncated_total`).
+pub const PLACEMENT_GUILDS_MAX: usize = 262_144;
+
+/// Guild ids read per store query while listing placement's input, so a listing never holds a connection for one huge result. When hit: the listing continues with the next page.
+pub const PLACEMENT_LIST_PAGE_MAX: usize = 10_000;
+
+/// How often a node lists the guild ids again and recomputes placement (it also lists and recomputes at once when the ring changes; a ring of one member needs no listing). A guild created since the last listing is on its plain ring primary until then, and may move once after (the move path re-subscribes its sessions). When hit: nothing; it is a period.
+pub const PLACEMENT_REFRESH_INTERVAL_MS: u64 = 5_000;
+
+/// Times a guild request is forwarded between guilds nodes whose views of placement disagree (a request reaching a node that gave the guild up goes to the owner in that node's view). When hit: the request is answered `Overloaded` (503), never dropped; two nodes that disagree cannot bounce it forever.
+pub const GUILD_FORWARD_HOPS_MAX: u32 = 2;
+
+/// Sessions one gateway node reports in one answer when a new owner of a guild asks who follows it (about 100 bytes each, well under the bus payload). When hit: the rest are re-subscribed by the gateway's own resync (paced by `stream_resync_interval_ms`) when the new owner's stream starts.
+pub const GUILD_PULL_SESSIONS_MAX: usize = 4_096;
+
+/// How long a new guild owner waits for each gateway node's list of sessions following the guild before it serves requests (all gateways are asked at once; never longer than half of `guild_reply_timeout_ms`, since the load it delays is inside a caller's wait). When hit: that node's sessions are re-subscribed by the node itself when the new owner's stream reaches it (paced by `stream_resync_interval_ms`); the load goes on without them.
+pub const GUILD_PULL_TIMEOUT_MS: u64 = 1_000;
+
 /// Guilds a node loads at once (each load is one store read and a few user batches; one load per guild however many requests wait for it). When hit: a request for another guild that is not loaded is answered `Overloaded` (503 for REST) at once.
 pub const GUILD_REQUESTS_IN_FLIGHT_MAX: usize = 1_024;
 
@@ -841,6 +859,18 @@ pub struct Limits {
     pub guild_requests_in_flight_max: usize,
     /// See [`STREAM_RESYNC_INTERVAL_MS`].
     pub stream_resync_interval_ms: u64,
+    /// See [`PLACEMENT_GUILDS_MAX`].
+    pub placement_guilds_max: usize,
+    /// See [`PLACEMENT_LIST_PAGE_MAX`].
+    pub placement_list_page_max: usize,
+    /// See [`PLACEMENT_REFRESH_INTERVAL_MS`].
+    pub placement_refresh_interval_ms: u64,
+    /// See [`GUILD_FORWARD_HOPS_MAX`].
+    pub guild_forward_hops_max: u32,
+    /// See [`GUILD_PULL_TIMEOUT_MS`].
+    pub guild_pull_timeout_ms: u64,
+    /// See [`GUILD_PULL_SESSIONS_MAX`].
+    pub guild_pull_sessions_max: usize,
     /// See [`GUILD_REPLY_TIMEOUT_MS`].
     pub guild_reply_timeout_ms: u64,
     /// See [`GUILD_OWNERS_MAX`].
@@ -1035,6 +1065,12 @@ impl Default for Limits {
             guild_subscriptions_max: GUILD_SUBSCRIPTIONS_MAX,
             guild_requests_in_flight_max: GUILD_REQUESTS_IN_FLIGHT_MAX,
             stream_resync_interval_ms: STREAM_RESYNC_INTERVAL_MS,
+            placement_guilds_max: PLACEMENT_GUILDS_MAX,
+            placement_list_page_max: PLACEMENT_LIST_PAGE_MAX,
+            placement_refresh_interval_ms: PLACEMENT_REFRESH_INTERVAL_MS,
+            guild_forward_hops_max: GUILD_FORWARD_HOPS_MAX,
+            guild_pull_timeout_ms: GUILD_PULL_TIMEOUT_MS,
+            guild_pull_sessions_max: GUILD_PULL_SESSIONS_MAX,
             guild_reply_timeout_ms: GUILD_REPLY_TIMEOUT_MS,
             guild_owners_max: GUILD_OWNERS_MAX,
             ready_guilds_max: READY_GUILDS_MAX,
@@ -1456,6 +1492,36 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.placement_guilds_max >= 1,
+            "placement_guilds_max",
+            "must be at least 1",
+        );
+        check(
+            (1..=100_000).contains(&self.placement_list_page_max),
+            "placement_list_page_max",
+            "must be 1 to 100000",
+        );
+        check(
+            self.placement_refresh_interval_ms >= 100,
+            "placement_refresh_interval_ms",
+            "must be at least 100 (a store listing per node per interval)",
+        );
+        check(
+            (1..=8).contains(&self.guild_forward_hops_max),
+            "guild_forward_hops_max",
+            "must be 1 to 8",
+        );
+        check(
+            self.guild_pull_timeout_ms >= 1,
+            "guild_pull_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            (1..=8_192).contains(&self.guild_pull_sessions_max),
+            "guild_pull_sessions_max",
+            "must be 1 to 8192 (one bus payload)",
+        );
+        check(
             self.guild_requests_in_flight_max >= 1,
             "guild_requests_in_flight_max",
             "must be at least 1",
@@ -1777,6 +1843,12 @@ mod tests {
             "guild_subscriptions_max",
             "guild_requests_in_flight_max",
             "stream_resync_interval_ms",
+            "placement_guilds_max",
+            "placement_list_page_max",
+            "placement_refresh_interval_ms",
+            "guild_forward_hops_max",
+            "guild_pull_timeout_ms",
+            "guild_pull_sessions_max",
             "users_batch_ids_max",
             "presence_sessions_max",
             "users_shards",
@@ -1901,6 +1973,12 @@ mod tests {
             "guild_subscriptions_max" => l.guild_subscriptions_max = 0,
             "guild_requests_in_flight_max" => l.guild_requests_in_flight_max = 0,
             "stream_resync_interval_ms" => l.stream_resync_interval_ms = 0,
+            "placement_guilds_max" => l.placement_guilds_max = 0,
+            "placement_list_page_max" => l.placement_list_page_max = 0,
+            "placement_refresh_interval_ms" => l.placement_refresh_interval_ms = 0,
+            "guild_forward_hops_max" => l.guild_forward_hops_max = 0,
+            "guild_pull_timeout_ms" => l.guild_pull_timeout_ms = 0,
+            "guild_pull_sessions_max" => l.guild_pull_sessions_max = 0,
             "users_batch_ids_max" => l.users_batch_ids_max = 0,
             "presence_sessions_max" => l.presence_sessions_max = 0,
             "users_shards" => l.users_shards = 0,

@@ -58,7 +58,9 @@ pub enum ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::Busy => ApiError::Overloaded,
+            // Busy, or (only owners write under an epoch) a superseded
+            // owner's write: retry later, the new owner serves it.
+            StoreError::Busy | StoreError::StaleEpoch => ApiError::Overloaded,
             // The only unique keys a handler can collide on without
             // checking first are usernames (commands map their own).
             StoreError::Conflict(_) => taken(),

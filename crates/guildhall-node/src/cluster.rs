@@ -4,6 +4,11 @@
 //! registry through a validated view feeding the membership table, which
 //! publishes the ring that guild owners are placed on.
 //!
+//! Guild owners are placed with bounded loads over the ring's members and
+//! the guild ids listed from the store (`guildhall_ring::placement`): a
+//! function of inputs every node reads alike, so every node computes the
+//! same owner (see [`start_placement`] for why this input and not another).
+//!
 //! In embedded mode the registry is in-process and the ring has one member.
 
 use crate::state::now_ms;
@@ -14,6 +19,7 @@ use guildhall_ring::MemberId;
 use guildhall_ring::Ring;
 use guildhall_ring::hash::member_id_of;
 use guildhall_ring::membership::{Membership, MembershipConfig, MembershipEffect};
+use guildhall_ring::placement::Placement;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -65,6 +71,11 @@ pub struct ClusterState {
     pub gateways: RwLock<Arc<Vec<String>>>,
     /// Names of the guilds nodes, by ring member id.
     pub guild_nodes: RwLock<Arc<BTreeMap<MemberId, String>>>,
+    /// Guilds nodes announced in the registry view now (a member can stay
+    /// on the ring after its lease ended, until membership removes it;
+    /// requests for it fail fast instead of waiting for no answer). Empty
+    /// before the first listing: nothing is known to be gone.
+    pub live_guild_nodes: RwLock<Arc<std::collections::BTreeSet<String>>>,
     /// Full listings of the registry (the first, and one after each watch
     /// that ended).
     pub relists_total: AtomicU64,
@@ -78,11 +89,40 @@ pub struct ClusterState {
     pub draining: AtomicBool,
     /// Wakes the announcement refresher at once (the drain starting).
     pub announce_now: tokio::sync::Notify,
-    /// Set by [`leave`]: the keep-alive and refresh tasks stop, so a node
-    /// that left never announces itself again.
-    pub left: AtomicBool,
     /// Announcement refreshes written under the lease.
     pub announce_refreshes_total: AtomicU64,
+    /// Where guild owners go: bounded loads over the ring and the listed
+    /// guild ids.
+    pub placement: RwLock<Arc<Placement>>,
+    /// Bumped whenever a recomputed placement differs from the last one
+    /// (the guilds role stops the owners that moved away).
+    pub placement_changes: tokio::sync::watch::Sender<u64>,
+    /// Bumped whenever the ring changes (placement recomputes at once).
+    ring_changes: tokio::sync::watch::Sender<u64>,
+    /// The guild ids of the last listing (placement's input).
+    guild_ids: Mutex<Arc<Vec<u64>>>,
+    /// Guild ids left out of placement at `placement_guilds_max`.
+    pub placement_truncated_total: AtomicU64,
+    /// Placements computed.
+    pub placement_recomputes_total: AtomicU64,
+    /// When this node's lease was last renewed (or granted), Unix ms; 0
+    /// before. Past `lease_ttl_ms` the registry may have ended it, so the
+    /// node claims no guild and stops its owners (self-fencing).
+    pub lease_renewed_ms: AtomicU64,
+    /// The lease's time to live, ms (set at start).
+    pub lease_ttl_ms: AtomicU64,
+    /// Until when (Unix ms) this node claims no guild: a write of one of
+    /// its owners was refused as stale, so the registry moved on without
+    /// this node's view; it waits for its view (or its lease) to settle
+    /// instead of claiming the guild back.
+    pub claims_held_until_ms: AtomicU64,
+    /// Set by [`leave`]: the keep-alive, refresh and watch tasks stop, so
+    /// a node that left never announces itself again.
+    pub left: AtomicBool,
+    /// Test seam: the node behaves as if cut off from the registry (no
+    /// renewals, no view updates) while it keeps running, to reproduce a
+    /// stale owner.
+    pub partitioned: AtomicBool,
 }
 
 impl Default for ClusterState {
@@ -95,14 +135,25 @@ impl Default for ClusterState {
             lease: AtomicU64::new(0),
             gateways: RwLock::new(Arc::new(Vec::new())),
             guild_nodes: RwLock::new(Arc::new(BTreeMap::new())),
+            live_guild_nodes: RwLock::new(Arc::new(std::collections::BTreeSet::new())),
             relists_total: AtomicU64::new(0),
             registry_errors_total: AtomicU64::new(0),
             overflow_total: AtomicU64::new(0),
             gateway_infos: RwLock::new(Arc::new(Vec::new())),
             draining: AtomicBool::new(false),
             announce_now: tokio::sync::Notify::new(),
-            left: AtomicBool::new(false),
             announce_refreshes_total: AtomicU64::new(0),
+            placement: RwLock::new(Arc::new(Placement::compute(Ring::new(0, &[], 1), &[], 0))),
+            placement_changes: tokio::sync::watch::Sender::new(0),
+            ring_changes: tokio::sync::watch::Sender::new(0),
+            guild_ids: Mutex::new(Arc::new(Vec::new())),
+            placement_truncated_total: AtomicU64::new(0),
+            placement_recomputes_total: AtomicU64::new(0),
+            lease_renewed_ms: AtomicU64::new(0),
+            lease_ttl_ms: AtomicU64::new(u64::MAX),
+            claims_held_until_ms: AtomicU64::new(0),
+            left: AtomicBool::new(false),
+            partitioned: AtomicBool::new(false),
         }
     }
 }
@@ -132,6 +183,14 @@ impl ClusterState {
             .clone()
     }
 
+    /// The current placement.
+    pub fn placement(&self) -> Arc<Placement> {
+        self.placement
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// The live gateway node whose name hashes to `tag` (a session id's
     /// holder; see `takeover`).
     pub fn gateway_by_tag(&self, tag: u64) -> Option<String> {
@@ -141,15 +200,78 @@ impl ClusterState {
             .map(|g| g.node.clone())
     }
 
-    /// The node whose guilds role owns `guild_id` on the current ring;
-    /// `None` before the ring has a member.
+    /// The node whose guilds role owns `guild_id` under the current
+    /// placement; `None` before the ring has a member.
     pub fn owner_of(&self, guild_id: i64) -> Option<String> {
-        let member = self.ring().primary(guild_id as u64)?;
+        let member = self.placement().owner(guild_id as u64)?;
         self.guild_nodes
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&member)
             .cloned()
+    }
+
+    /// Whether `node`'s guilds role may answer: announced in the view now
+    /// (or no view yet).
+    pub fn guild_node_live(&self, node: &str) -> bool {
+        let live = self
+            .live_guild_nodes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        live.is_empty() || live.contains(node)
+    }
+
+    /// Whether this node may claim a guild now: its lease is live as far
+    /// as it knows (renewed within its TTL) and no stale write told it the
+    /// cluster moved on. A node that never had a view (no ring yet) serves
+    /// as embedded mode always did.
+    pub fn may_claim(&self, now_ms: u64) -> bool {
+        if self.ring().is_empty() {
+            return true;
+        }
+        self.lease_live(now_ms) && now_ms >= self.claims_held_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// Whether this node's lease was renewed within its TTL.
+    pub fn lease_live(&self, now_ms: u64) -> bool {
+        let renewed = self.lease_renewed_ms.load(Ordering::Relaxed);
+        let ttl = self.lease_ttl_ms.load(Ordering::Relaxed);
+        renewed != 0 && now_ms < renewed.saturating_add(ttl)
+    }
+
+    /// One of this node's owners was fenced: claim nothing for a lease
+    /// TTL (by then the view has caught up, or the lease has ended and
+    /// [`ClusterState::lease_live`] keeps the node out).
+    pub fn hold_claims(&self, now_ms: u64) {
+        let ttl = self.lease_ttl_ms.load(Ordering::Relaxed);
+        self.claims_held_until_ms
+            .fetch_max(now_ms.saturating_add(ttl), Ordering::Relaxed);
+    }
+
+    /// Recomputes placement from the current ring and guild ids; tells the
+    /// guilds role when anything moved.
+    fn recompute(&self, epsilon_permille: u32) {
+        let ring = (*self.ring()).clone();
+        let ids = self
+            .guild_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let placement = Arc::new(Placement::compute(ring, &ids, epsilon_permille));
+        self.placement_recomputes_total
+            .fetch_add(1, Ordering::Relaxed);
+        let previous = std::mem::replace(
+            &mut *self
+                .placement
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            placement.clone(),
+        );
+        if previous.ring().members() != placement.ring().members()
+            || placement.moved_from(&previous) > 0
+        {
+            self.placement_changes.send_modify(|n| *n += 1);
+        }
     }
 
     /// Registry keys beyond `registry_entries_max`, counted with the
@@ -217,8 +339,11 @@ pub async fn start(
     let ttl_ms = limits.lease_ttl_ms;
     let renew_ms = limits.lease_renew_interval_ms.max(1);
     let announcement = current(&base, &state, &sessions);
+    state.lease_ttl_ms.store(ttl_ms, Ordering::Relaxed);
+    let asked = now_ms();
     if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms).await {
         state.lease.store(lease, Ordering::Relaxed);
+        state.lease_renewed_ms.store(asked, Ordering::Relaxed);
     }
     // Refresh: the session count and the draining flag, rewritten under the
     // lease the keep-alive task renews, at most every
@@ -288,8 +413,16 @@ pub async fn start(
             loop {
                 tick.tick().await;
                 if state.left.load(Ordering::Relaxed) {
-                    return;
+                    // Gracefully gone: announcing again would bring the
+                    // node back onto the ring.
+                    break;
                 }
+                if state.partitioned.load(Ordering::Relaxed) {
+                    continue;
+                }
+                // The time the renewal was asked: the registry's expiry is
+                // at least this plus the TTL.
+                let asked = now_ms();
                 let lease = state.lease.load(Ordering::Relaxed);
                 let renewed = if lease == 0 {
                     Err(guildhall_cluster::RegistryError::UnknownLease)
@@ -297,7 +430,7 @@ pub async fn start(
                     registry.keep_alive(lease).await
                 };
                 match renewed {
-                    Ok(()) => {}
+                    Ok(()) => state.lease_renewed_ms.store(asked, Ordering::Relaxed),
                     // The registry is unreachable: the lease may still be
                     // live; try again next tick rather than piling leases.
                     Err(guildhall_cluster::RegistryError::Unavailable) => {
@@ -320,6 +453,7 @@ pub async fn start(
                             announce(registry.as_ref(), &announcement, ttl_ms).await
                         {
                             state.lease.store(lease, Ordering::Relaxed);
+                            state.lease_renewed_ms.store(asked, Ordering::Relaxed);
                         }
                     }
                 }
@@ -350,6 +484,15 @@ pub async fn start(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut effects = Vec::new();
         loop {
+            if state.left.load(Ordering::Relaxed) {
+                break;
+            }
+            if state.partitioned.load(Ordering::Relaxed) {
+                // Cut off: the last view stays, as it would.
+                watch = None;
+                tick.tick().await;
+                continue;
+            }
             if watch.is_none() {
                 // (Re-)list, then watch from the listing's revision: after a
                 // compaction, a reconnect or a burst the watcher could not
@@ -451,6 +594,11 @@ pub async fn start(
                 .filter(|a| a.roles.contains(&Role::Guilds))
                 .map(|a| (member_id_of(&a.node), a.node.clone()))
                 .collect();
+            *state
+                .live_guild_nodes
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Arc::new(guild_nodes.values().cloned().collect());
             // Names are only added between rings: a member that leaves the
             // view may still be on the ring until membership removes it.
             {
@@ -483,6 +631,7 @@ pub async fn start(
                             .ring
                             .write()
                             .unwrap_or_else(std::sync::PoisonError::into_inner) = ring;
+                        state.ring_changes.send_modify(|n| *n += 1);
                     }
                     MembershipEffect::Alarm { down, budget } => {
                         state.frozen.store(true, Ordering::Relaxed);
@@ -508,6 +657,104 @@ async fn next_event(watch: &mut Option<Watch>) -> Option<WatchEvent> {
     match watch {
         Some(watch) => watch.next().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Keeps placement current: recomputed at once when the ring changes
+/// (from the last listing), and the guild ids listed again from the store
+/// every `placement_refresh_interval_ms`.
+///
+/// Why this input: bounded loads need the set of keys, and every node must
+/// compute the same owner for a guild. The guilds *loaded* somewhere are
+/// known to no node in full; an assignment table written by a leader
+/// needs an election and a registry write per move; a variant that needs
+/// only the member set cannot bound loads (a plain ring's max/avg grows
+/// with fewer guilds per node). The guild ids in the store are one list
+/// every node reads alike, so (members, ids) → owner is a function, and
+/// nodes that listed at different moments differ only on guilds created
+/// in between (those fall back to their plain ring primary until listed;
+/// a request meeting such a disagreement is forwarded, at most
+/// `guild_forward_hops_max` times).
+pub fn start_placement(store: guildhall_store::Store, limits: &Limits, state: Arc<ClusterState>) {
+    let epsilon = limits.ring_load_epsilon_permille;
+    let page = limits.placement_list_page_max;
+    let guilds_max = limits.placement_guilds_max;
+    let refresh = Duration::from_millis(limits.placement_refresh_interval_ms);
+    tokio::spawn(async move {
+        let mut ring_changes = state.ring_changes.subscribe();
+        let mut tick = tokio::time::interval(refresh);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                changed = ring_changes.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+            }
+            if state.left.load(Ordering::Relaxed) {
+                break;
+            }
+            // One member (embedded mode) owns every guild whatever the
+            // listing says: no store reads for it. With more, list on every
+            // tick and at each ring change, so a second member's arrival
+            // is placed over current ids.
+            if state.ring().members().len() > 1
+                && let Some(ids) = list_guild_ids(&store, page, guilds_max, &state).await
+            {
+                *state
+                    .guild_ids
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(ids);
+            }
+            // Off the runtime's workers: a large listing takes a while to
+            // place, and one computation runs at a time (this loop awaits it).
+            let task_state = state.clone();
+            let _ = tokio::task::spawn_blocking(move || task_state.recompute(epsilon)).await;
+        }
+    });
+}
+
+/// Every guild id, ascending, in pages; `None` when the store fails (the
+/// last listing stays).
+async fn list_guild_ids(
+    store: &guildhall_store::Store,
+    page: usize,
+    guilds_max: usize,
+    state: &ClusterState,
+) -> Option<Vec<u64>> {
+    let mut ids: Vec<u64> = Vec::new();
+    let mut after = i64::MIN;
+    loop {
+        let want = page.min(guilds_max.saturating_sub(ids.len()) + 1);
+        match store.guild_ids_after(after, want as i64).await {
+            Ok(batch) => {
+                let done = batch.len() < want;
+                for id in batch {
+                    if ids.len() >= guilds_max {
+                        state
+                            .placement_truncated_total
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Some(ids);
+                    }
+                    after = id;
+                    ids.push(id as u64);
+                }
+                if done {
+                    return Some(ids);
+                }
+            }
+            Err(error) => {
+                crate::throttled!(
+                    warn,
+                    "cluster.placement_list_failed",
+                    %error,
+                    "listing guild ids failed; placement keeps the last listing"
+                );
+                return None;
+            }
+        }
     }
 }
 

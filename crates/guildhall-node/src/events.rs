@@ -23,8 +23,22 @@
 //! guild stays stopped meanwhile: later, never lossy). A `Joined` is
 //! handled inline: subscribing is one non-waiting publish per session of
 //! the user here, so it needs no task at all.
+//!
+//! Owner changes. A stream's epoch is the owner's fencing epoch (claimed in
+//! the store, larger for every new owner of the guild). An event of an
+//! older epoch than the newest seen here is refused and counted
+//! (`stale_epoch_total`): a stale owner (one that lost its lease and does
+//! not know it yet) cannot reach a session once the new owner has. The
+//! first event of a newer epoch stops the guild's delivery here before it
+//! is applied; the new owner's stream starts with a Subscribe (and its
+//! GUILD_CREATE) for every session it learnt of by asking this node
+//! ([`serve_follows`]), so each session hears the new owner only after its
+//! fresh GUILD_CREATE, and never two owners' streams interleaved. Sessions
+//! it did not learn of (the question timed out, or they came later) are
+//! re-subscribed by the resync path, one interval later, within the same
+//! task permits.
 
-use crate::guilds::GuildDirectory;
+use crate::guilds::{Follower, FollowsAsk, GuildDirectory, follows_subject};
 use crate::hub::{GuildEvent, Hub};
 use guildhall_cluster::{Bus, BusError, Subscription};
 use guildhall_proto::bus::{
@@ -81,6 +95,13 @@ pub struct EventCounters {
     pub resyncs_total: AtomicU64,
     /// Duplicates and stragglers skipped.
     pub stale_total: AtomicU64,
+    /// Of those, events of an older owner epoch than the newest seen for
+    /// the guild (a superseded owner's stream, refused).
+    pub stale_epoch_total: AtomicU64,
+    /// Streams whose epoch advanced (a new owner of the guild).
+    pub owner_changes_total: AtomicU64,
+    /// Questions of new owners answered (which sessions follow a guild).
+    pub follows_answered_total: AtomicU64,
     /// Envelopes that did not decode.
     pub malformed_total: AtomicU64,
     /// Resyncs moved to the next interval because `event_resync_tasks_max`
@@ -110,6 +131,10 @@ struct Partition {
     /// Resyncs still to run, by when (at most one per guild: `due_at`).
     due: BTreeSet<(Instant, i64)>,
     due_at: HashMap<i64, Instant>,
+    /// Due resyncs that re-subscribe only the sessions without a
+    /// GUILD_CREATE of the current stream (after an owner change); a gap
+    /// makes one a full resync again.
+    awaiting_only: std::collections::HashSet<i64>,
     /// Permits of the node's resync tasks (`event_resync_tasks_max`, shared
     /// by every partition).
     resync_tasks: Arc<Semaphore>,
@@ -117,7 +142,7 @@ struct Partition {
 
 /// Subscribes this node's partitions and starts their tasks.
 pub async fn start(
-    bus: &dyn Bus,
+    bus: &Arc<dyn Bus>,
     node_name: &str,
     limits: &guildhall_limits::Limits,
     hub: Arc<Hub>,
@@ -143,11 +168,62 @@ pub async fn start(
             resync_interval: Duration::from_millis(limits.stream_resync_interval_ms),
             due: BTreeSet::new(),
             due_at: HashMap::new(),
+            awaiting_only: std::collections::HashSet::new(),
             resync_tasks: resync_tasks.clone(),
         };
         tasks.push(tokio::spawn(partition.run(subscription)));
     }
+    tasks.push(serve_follows(bus.clone(), node_name, limits, hub, counters).await?);
     Ok(tasks)
+}
+
+/// Answers new owners: which sessions here follow (or want) a guild, at
+/// most `guild_pull_sessions_max` of them. Inline and non-waiting (a map
+/// read and one publish), so the task never falls behind its subscription
+/// for long; a question that finds it full is dropped by the bus and the
+/// owner goes on without this node's list (the resync path covers it).
+async fn serve_follows(
+    bus: Arc<dyn Bus>,
+    node_name: &str,
+    limits: &guildhall_limits::Limits,
+    hub: Arc<Hub>,
+    counters: Arc<EventCounters>,
+) -> Result<tokio::task::JoinHandle<()>, BusError> {
+    let mut questions = bus
+        .subscribe(
+            &follows_subject(node_name),
+            None,
+            limits.bus_subscription_messages_max,
+        )
+        .await?;
+    let max = limits.guild_pull_sessions_max;
+    Ok(tokio::spawn(async move {
+        while let Some(message) = questions.next().await {
+            let (Some(reply), Ok(ask)) = (
+                message.reply.as_deref(),
+                serde_json::from_slice::<FollowsAsk>(&message.payload),
+            ) else {
+                counters.malformed_total.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let followers: Vec<Follower> = hub
+                .followers(ask.guild_id, max)
+                .into_iter()
+                .map(|(session_id, user_id, intents)| Follower {
+                    session_id,
+                    user_id,
+                    intents,
+                })
+                .collect();
+            if let Ok(bytes) = serde_json::to_vec(&followers) {
+                // Best effort: an owner that gave up waiting has no inbox.
+                let _ = bus.publish(reply, None, bytes.into());
+                counters
+                    .follows_answered_total
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }))
 }
 
 impl Partition {
@@ -210,10 +286,28 @@ impl Partition {
             position: StreamPosition::default(),
             resync_at: None,
         });
+        let newest_epoch = stream.position.epoch;
         match stream.position.check(event.epoch, event.seq) {
-            StreamCheck::Next => {}
+            StreamCheck::Next => {
+                if newest_epoch != 0 && event.epoch > newest_epoch {
+                    self.owner_changed(guild_id);
+                }
+            }
             StreamCheck::Stale => {
                 self.counters.stale_total.fetch_add(1, Ordering::Relaxed);
+                if event.epoch < newest_epoch {
+                    self.counters
+                        .stale_epoch_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    crate::throttled!(
+                        warn,
+                        "events.stale_epoch",
+                        guild_id,
+                        epoch = event.epoch,
+                        newest_epoch,
+                        "event of a superseded guild owner refused"
+                    );
+                }
                 return;
             }
             StreamCheck::Gap { missing } => {
@@ -243,6 +337,8 @@ impl Partition {
                     stream.resync_at = Some(when);
                     self.resync_at(guild_id, when);
                 }
+                // Whatever was due, everyone re-subscribes now.
+                self.awaiting_only.remove(&guild_id);
             }
         }
         self.counters.applied_total.fetch_add(1, Ordering::Relaxed);
@@ -280,6 +376,25 @@ impl Partition {
         }
     }
 
+    /// A new owner's stream begins: nobody here hears it before the
+    /// Subscribe (and GUILD_CREATE) it sends for them; the sessions it
+    /// sends none for are re-subscribed one interval later (unless a
+    /// resync is due anyway).
+    fn owner_changed(&mut self, guild_id: i64) {
+        self.counters
+            .owner_changes_total
+            .fetch_add(1, Ordering::Relaxed);
+        self.hub.stop(guild_id);
+        if !self.due_at.contains_key(&guild_id) {
+            let when = Instant::now() + self.resync_interval;
+            if let Some(stream) = self.streams.get_mut(&guild_id) {
+                stream.resync_at = Some(when);
+            }
+            self.resync_at(guild_id, when);
+            self.awaiting_only.insert(guild_id);
+        }
+    }
+
     /// Schedules the guild's resync for `when` (replacing one scheduled
     /// earlier: one per guild).
     fn resync_at(&mut self, guild_id: i64, when: Instant) {
@@ -299,6 +414,7 @@ impl Partition {
             self.due.remove(&(at, guild_id));
             self.due_at.remove(&guild_id);
             let Ok(permit) = self.resync_tasks.clone().try_acquire_owned() else {
+                // Stays awaiting-only if it was: `awaiting_only` is kept.
                 self.counters
                     .resyncs_deferred_total
                     .fetch_add(1, Ordering::Relaxed);
@@ -318,10 +434,16 @@ impl Partition {
                 .fetch_max(running, Ordering::Relaxed);
             let (hub, guilds, counters) =
                 (self.hub.clone(), self.guilds.clone(), self.counters.clone());
+            let awaiting_only = self.awaiting_only.remove(&guild_id);
             tokio::spawn(async move {
-                // Whatever re-subscribed meanwhile is dropped too: everyone
-                // starts again from one GUILD_CREATE.
-                let slots = hub.resync(guild_id);
+                // After a gap, whatever re-subscribed meanwhile is dropped
+                // too: everyone starts again from one GUILD_CREATE. After an
+                // owner change, only those the new owner did not subscribe.
+                let slots = if awaiting_only {
+                    hub.awaiting_slots(guild_id)
+                } else {
+                    hub.resync(guild_id)
+                };
                 counters.resyncs_total.fetch_add(1, Ordering::Relaxed);
                 for slot in slots {
                     let _ = guilds.subscribe(guild_id, &slot).await;
@@ -366,6 +488,7 @@ mod tests {
             resync_interval: Duration::from_millis(500),
             due: BTreeSet::new(),
             due_at: HashMap::new(),
+            awaiting_only: std::collections::HashSet::new(),
             resync_tasks: Arc::new(Semaphore::new(permits)),
         }
     }

@@ -201,6 +201,55 @@ pub struct FanoutCounters {
     pub malformed_requests_total: AtomicU64,
     /// Requests refused because an owner's mailbox was full.
     pub mailbox_refusals_total: AtomicU64,
+    /// Owners stopped because placement moved their guild to another node
+    /// (or this node's lease could no longer be vouched for).
+    pub moved_out_total: AtomicU64,
+    /// Owners started for a guild that had an owner before (claimed epoch
+    /// above 1: a move, or a restart).
+    pub moved_in_total: AtomicU64,
+    /// Owners stopped because the store refused one of their writes as
+    /// stale (a newer owner claimed the guild).
+    pub fenced_total: AtomicU64,
+    /// Requests forwarded to the owner in this node's view (they reached
+    /// a node that is not, or no longer, the guild's owner).
+    pub forwarded_total: AtomicU64,
+    /// Requests refused instead of forwarded (`guild_forward_hops_max`
+    /// reached, or no other owner known).
+    pub forward_refused_total: AtomicU64,
+    /// Loads refused because this node could not claim (lease not renewed
+    /// within its TTL, or claims held after a fenced write).
+    pub claims_refused_total: AtomicU64,
+    /// Sessions a new owner subscribed from the gateways' answers.
+    pub pulled_sessions_total: AtomicU64,
+    /// Gateway nodes that did not answer a new owner's question in time.
+    pub pulls_failed_total: AtomicU64,
+    /// Requests refused at once because their owner's node is still on the
+    /// ring but no longer announced (its lease ended).
+    pub owner_gone_total: AtomicU64,
+}
+
+/// A new owner's question to a gateway node: which of your sessions follow
+/// this guild? (Subject [`follows_subject`].)
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FollowsAsk {
+    /// The guild.
+    pub guild_id: i64,
+}
+
+/// A session that follows a guild, as a gateway node reports it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Follower {
+    /// The session.
+    pub session_id: String,
+    /// Its user.
+    pub user_id: i64,
+    /// Its intents.
+    pub intents: u64,
+}
+
+/// Subject where `node`'s gateway answers [`FollowsAsk`].
+pub fn follows_subject(node: &str) -> String {
+    format!("gw.{node}.follows")
 }
 
 /// A request to a guild's owner, as it travels on the bus (subject
@@ -608,6 +657,17 @@ pub struct GuildOwner {
     voice: BTreeMap<i64, serde_json::Value>,
     /// Set when the guild was deleted: the owner stops.
     deleted: bool,
+    /// Set when the store refused a write as stale: the owner stops.
+    fenced: bool,
+    /// This node (a stopped owner forwards to any other).
+    node_name: String,
+    /// Set by the directory when placement moved the guild away: the
+    /// owner handles nothing more and forwards what its mailbox holds.
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Sessions this incarnation subscribed from the gateways' answers at
+    /// load; a Subscribe of theirs that waited behind the load is already
+    /// served (one GUILD_CREATE each, not two).
+    pulled: std::collections::HashSet<(String, String)>,
 }
 
 impl GuildOwner {
@@ -653,9 +713,32 @@ impl GuildOwner {
         Some(value)
     }
 
+    /// The error a failed owner write answers. A write refused as stale
+    /// means a newer owner claimed the guild: this one stops (the request
+    /// is answered `Overloaded`, which the caller may retry at the new
+    /// owner) and the node claims nothing for a while.
+    fn store_failed(&mut self, error: Option<&guildhall_store::StoreError>) -> GuildError {
+        if matches!(error, Some(guildhall_store::StoreError::StaleEpoch)) {
+            self.fenced = true;
+            self.counters.fenced_total.fetch_add(1, Ordering::Relaxed);
+            self.cluster.hold_claims(crate::state::now_ms());
+            crate::throttled!(
+                warn,
+                "guilds.fenced",
+                guild_id = self.guild.id,
+                epoch = self.epoch,
+                "a newer owner claimed the guild; this owner stops"
+            );
+            GuildError::Overloaded
+        } else {
+            GuildError::Store
+        }
+    }
+
     async fn change(&mut self, actor: i64, change: GuildChange) -> Result<Changed, GuildError> {
         let store = self.shared.store.clone();
         let guild_id = self.guild.id;
+        let epoch = self.epoch as i64;
         match change {
             GuildChange::UpdateChannel {
                 channel_id,
@@ -689,15 +772,15 @@ impl GuildOwner {
                     self.channels[index] = old;
                     return Err(GuildError::SizeLimit(grown));
                 }
-                match store.update_channel(&row).await {
+                match store.update_channel(&row, epoch).await {
                     Ok(true) => {}
                     Ok(false) => {
                         self.channels[index] = old;
                         return Err(GuildError::UnknownChannel);
                     }
-                    Err(_) => {
+                    Err(error) => {
                         self.channels[index] = old;
-                        return Err(GuildError::Store);
+                        return Err(self.store_failed(Some(&error)));
                     }
                 }
                 let wire = wire_channel(&row, true);
@@ -711,11 +794,11 @@ impl GuildOwner {
                     .iter()
                     .position(|c| c.id == channel_id)
                     .ok_or(GuildError::UnknownChannel)?;
-                if !store
-                    .delete_channel(guild_id, channel_id)
-                    .await
-                    .map_err(|_| GuildError::Store)?
-                {
+                let deleted = match store.delete_channel(guild_id, channel_id, epoch).await {
+                    Ok(deleted) => deleted,
+                    Err(error) => return Err(self.store_failed(Some(&error))),
+                };
+                if !deleted {
                     return Err(GuildError::UnknownChannel);
                 }
                 let row = self.channels.remove(index);
@@ -737,9 +820,9 @@ impl GuildOwner {
                     self.channels.pop();
                     return Err(GuildError::MaxChannels);
                 }
-                if store.create_channel(&channel).await.is_err() {
+                if let Err(error) = store.create_channel(&channel, epoch).await {
                     self.channels.pop();
-                    return Err(GuildError::Store);
+                    return Err(self.store_failed(Some(&error)));
                 }
                 let wire = wire_channel(&channel, true);
                 self.publish("CHANNEL_CREATE", intents::GUILDS, &wire);
@@ -765,9 +848,10 @@ impl GuildOwner {
                 }
                 // False: the id is another guild's role (never, for a fresh
                 // snowflake); either way nothing of it is kept here.
-                if !matches!(store.upsert_role(&role).await, Ok(true)) {
+                let upserted = store.upsert_role(&role, epoch).await;
+                if !matches!(upserted, Ok(true)) {
                     self.roles.pop();
-                    return Err(GuildError::Store);
+                    return Err(self.store_failed(upserted.as_ref().err()));
                 }
                 let wire = wire_role(&role);
                 self.publish(
@@ -812,9 +896,10 @@ impl GuildOwner {
                     self.roles[index] = old;
                     return Err(GuildError::SizeLimit(Grown::Name));
                 }
-                if !matches!(store.upsert_role(&role).await, Ok(true)) {
+                let upserted = store.upsert_role(&role, epoch).await;
+                if !matches!(upserted, Ok(true)) {
                     self.roles[index] = old;
-                    return Err(GuildError::Store);
+                    return Err(self.store_failed(upserted.as_ref().err()));
                 }
                 let wire = wire_role(&role);
                 self.publish(
@@ -834,10 +919,9 @@ impl GuildOwner {
                 if role_id == guild_id || self.roles[index].position >= self.rank(actor) {
                     return Err(GuildError::MissingPermissions);
                 }
-                store
-                    .delete_role(guild_id, role_id)
-                    .await
-                    .map_err(|_| GuildError::Store)?;
+                if let Err(error) = store.delete_role(guild_id, role_id, epoch).await {
+                    return Err(self.store_failed(Some(&error)));
+                }
                 self.roles.remove(index);
                 for member in self.members.values_mut() {
                     member.roles.retain(|r| *r != role_id);
@@ -889,10 +973,12 @@ impl GuildOwner {
                 };
                 let new_nick = nick.unwrap_or_else(|| entry.row.nick.clone());
                 let new_roles = roles.unwrap_or_else(|| entry.roles.clone());
-                store
-                    .update_member(guild_id, member_id, new_nick.as_deref(), &new_roles)
+                if let Err(error) = store
+                    .update_member(guild_id, member_id, new_nick.as_deref(), &new_roles, epoch)
                     .await
-                    .map_err(|_| GuildError::Store)?;
+                {
+                    return Err(self.store_failed(Some(&error)));
+                }
                 entry.row.nick = new_nick;
                 entry.roles = new_roles;
                 let wire = wire_member(entry, true);
@@ -941,9 +1027,9 @@ impl GuildOwner {
                     self.guild.name = old;
                     return Err(GuildError::SizeLimit(Grown::Name));
                 }
-                if store.rename_guild(guild_id, &name).await.is_err() {
+                if let Err(error) = store.rename_guild(guild_id, &name, epoch).await {
                     self.guild.name = old;
-                    return Err(GuildError::Store);
+                    return Err(self.store_failed(Some(&error)));
                 }
                 let guild = rest_guild(&self.guild_object(actor, false));
                 self.publish("GUILD_UPDATE", intents::GUILDS, &guild);
@@ -977,10 +1063,9 @@ impl GuildOwner {
                     .get(&member_id)
                     .cloned()
                     .ok_or(GuildError::UnknownMember)?;
-                store
-                    .remove_member(guild_id, member_id)
-                    .await
-                    .map_err(|_| GuildError::Store)?;
+                if let Err(error) = store.remove_member(guild_id, member_id, epoch).await {
+                    return Err(self.store_failed(Some(&error)));
+                }
                 self.publish(
                     "GUILD_MEMBER_REMOVE",
                     intents::GUILD_MEMBERS,
@@ -1471,8 +1556,8 @@ impl GuildOwner {
                     joined_ms: crate::state::now_ms() as i64,
                     nick: None,
                 };
-                if self.shared.store.add_member(&row).await.is_err() {
-                    return Some(Err(GuildError::Store));
+                if let Err(error) = self.shared.store.add_member(&row, self.epoch as i64).await {
+                    return Some(Err(self.store_failed(Some(&error))));
                 }
                 let entry = MemberEntry {
                     row,
@@ -1588,8 +1673,31 @@ impl GuildOwner {
         }
     }
 
+    /// Serves the mailbox until the guild is deleted, or the owner is
+    /// stopped (placement moved the guild, or a write was fenced). A
+    /// stopped owner handles nothing more: what its mailbox still holds is
+    /// forwarded to the owner in this node's view, so every event after
+    /// the stop comes from the new owner's stream alone.
     async fn run(mut self, mut mailbox: mpsc::Receiver<Envelope>) {
-        while let Some(Envelope { call, reply }) = mailbox.recv().await {
+        while let Some(envelope) = mailbox.recv().await {
+            if self.fenced || self.stop.load(Ordering::Relaxed) {
+                self.hand_over(envelope, &mut mailbox);
+                return;
+            }
+            let Envelope {
+                call,
+                reply,
+                hops: _,
+                queued,
+            } = envelope;
+            if queued
+                && let GuildCall::Subscribe {
+                    node, session_id, ..
+                } = &call
+                && self.pulled.remove(&(node.clone(), session_id.clone()))
+            {
+                continue;
+            }
             let result = self.handle(call).await;
             if let (Some(reply), Some(result)) = (reply, result) {
                 answer(self.bus.as_ref(), &reply, result);
@@ -1598,7 +1706,85 @@ impl GuildOwner {
                 // Dropping the mailbox makes the directory forget this owner.
                 break;
             }
+            if self.fenced {
+                self.stop.store(true, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// Forwards `first` and everything left in the mailbox (closed first,
+    /// so nothing more arrives) to the guild's owner in this node's view.
+    fn hand_over(&self, first: Envelope, mailbox: &mut mpsc::Receiver<Envelope>) {
+        self.stop.store(true, Ordering::Relaxed);
+        mailbox.close();
+        let target = self.cluster.owner_of(self.guild.id);
+        let mut next = Some(first);
+        while let Some(envelope) = next {
+            forward(
+                self.bus.as_ref(),
+                &self.cluster,
+                &self.shared.limits,
+                &self.counters,
+                target.as_deref().filter(|t| *t != self.node_name.as_str()),
+                self.guild.id,
+                envelope,
+            );
+            next = mailbox.try_recv().ok();
+        }
+    }
+}
+
+/// Sends `envelope` on to `target`'s guilds role (one more hop; the owner
+/// there answers the original caller's inbox), or refuses it with
+/// `Overloaded` when there is no other owner to go to, the hop bound is
+/// reached or the bus refuses: never dropped without an answer.
+fn forward(
+    bus: &dyn Bus,
+    cluster: &ClusterState,
+    limits: &guildhall_limits::Limits,
+    counters: &FanoutCounters,
+    target: Option<&str>,
+    guild_id: i64,
+    envelope: Envelope,
+) {
+    let refuse = |reply: Option<String>| {
+        counters
+            .forward_refused_total
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(reply) = reply {
+            answer(bus, &reply, Err(GuildError::Overloaded));
+        }
+    };
+    let Some(target) = target else {
+        return refuse(envelope.reply);
+    };
+    if !cluster.guild_node_live(target) {
+        // Its lease ended (it is on the ring only until membership
+        // removes it): nobody would answer; refuse now, not at the
+        // caller's timeout.
+        return refuse(envelope.reply);
+    }
+    if envelope.hops >= limits.guild_forward_hops_max {
+        return refuse(envelope.reply);
+    }
+    let request = GuildRequest {
+        v: guildhall_proto::bus::ENVELOPE_VERSION,
+        guild_id,
+        call: envelope.call,
+        hops: envelope.hops + 1,
+    };
+    let Ok(bytes) = serde_json::to_vec(&request) else {
+        return refuse(envelope.reply);
+    };
+    match bus.publish(
+        &guild_requests_subject(target),
+        envelope.reply.as_deref(),
+        bytes.into(),
+    ) {
+        Ok(()) => {
+            counters.forwarded_total.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => refuse(envelope.reply),
     }
 }
 
@@ -1606,6 +1792,11 @@ impl GuildOwner {
 struct Envelope {
     call: GuildCall,
     reply: Option<String>,
+    /// Times it was forwarded between guilds nodes already.
+    hops: u32,
+    /// It waited behind the guild's load (so it may be a subscription the
+    /// load's pull served already).
+    queued: bool,
 }
 
 /// A guild request on the bus.
@@ -1614,6 +1805,9 @@ struct GuildRequest {
     v: u32,
     guild_id: i64,
     call: GuildCall,
+    /// Forwards so far (absent: 0, a request straight from its caller).
+    #[serde(default)]
+    hops: u32,
 }
 
 /// A guild owner's answer on the bus.
@@ -1681,6 +1875,20 @@ struct Loads {
     next_arrival: u64,
 }
 
+/// The directory's hold on a running owner.
+struct OwnerHandle {
+    mailbox: mpsc::Sender<Envelope>,
+    /// Set to stop the owner (it forwards what is left); also set by the
+    /// owner itself when fenced.
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl OwnerHandle {
+    fn running(&self) -> bool {
+        !self.mailbox.is_closed() && !self.stop.load(Ordering::Relaxed)
+    }
+}
+
 /// Finds guild owners, starting them on first use.
 pub struct GuildDirectory {
     shared: Arc<Shared>,
@@ -1701,7 +1909,7 @@ pub struct GuildDirectory {
     subscribe_tasks: Arc<tokio::sync::Semaphore>,
     // Loaded owners, read without awaiting: requests to a loaded guild never
     // wait behind the load of another one.
-    owners: std::sync::RwLock<HashMap<i64, mpsc::Sender<Envelope>>>,
+    owners: std::sync::RwLock<HashMap<i64, OwnerHandle>>,
     // Loads in flight and the requests waiting behind each. Held only for
     // non-waiting steps (a lookup, a queue push, handing the queue to a
     // loaded owner), never across an await; distinct guilds load at once.
@@ -1773,22 +1981,43 @@ impl GuildDirectory {
             .owners
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        owners.get(&guild_id).filter(|s| !s.is_closed()).cloned()
+        owners
+            .get(&guild_id)
+            .filter(|h| h.running())
+            .map(|h| h.mailbox.clone())
     }
 
     /// Loads `guild_id` and starts its owner; the caller makes it
     /// reachable (see [`GuildDirectory::loaded_or_queue`]).
-    async fn load(&self, guild_id: i64) -> Result<mpsc::Sender<Envelope>, GuildError> {
+    async fn load(&self, guild_id: i64) -> Result<OwnerHandle, GuildError> {
         {
             let mut owners = self
                 .owners
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             // Forget owners that stopped (deleted guilds), then check the bound.
-            owners.retain(|_, s| !s.is_closed());
+            owners.retain(|_, h| h.running());
             if owners.len() >= self.shared.limits.guild_owners_max {
                 return Err(GuildError::Overloaded);
             }
+        }
+        // Fencing: an owner acts only under an epoch it claimed while its
+        // lease was live. The claim comes before the read, so every write
+        // of the previous owner is either in what this load reads or
+        // refused (the previous owner's epoch is no longer the row's).
+        if !self.cluster.may_claim(crate::state::now_ms()) {
+            self.counters
+                .claims_refused_total
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(GuildError::Overloaded);
+        }
+        let epoch = match self.shared.store.claim_guild(guild_id).await {
+            Ok(Some(epoch)) => epoch,
+            Ok(None) => return Err(GuildError::UnknownGuild),
+            Err(_) => return Err(GuildError::Store),
+        };
+        if epoch > 1 {
+            self.counters.moved_in_total.fetch_add(1, Ordering::Relaxed);
         }
         let state = self
             .shared
@@ -1819,12 +2048,12 @@ impl GuildDirectory {
                 );
             }
         }
-        let owner = GuildOwner {
+        let mut owner = GuildOwner {
             shared: self.shared.clone(),
             bus: self.bus.clone(),
             cluster: self.cluster.clone(),
             counters: self.counters.clone(),
-            epoch: self.shared.next_id().get(),
+            epoch: epoch as u64,
             streams: BTreeMap::new(),
             subscriptions: 0,
             guild,
@@ -1833,10 +2062,128 @@ impl GuildDirectory {
             members,
             voice: BTreeMap::new(),
             deleted: false,
+            fenced: false,
+            node_name: self.node_name.clone(),
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            pulled: std::collections::HashSet::new(),
         };
+        self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
+        let handle = OwnerHandle {
+            mailbox: sender,
+            stop: owner.stop.clone(),
+        };
         tokio::spawn(owner.run(mailbox));
-        Ok(sender)
+        Ok(handle)
+    }
+
+    /// A new owner asks every gateway node which of its sessions follow the
+    /// guild and subscribes them before it serves anything: each gets a
+    /// fresh GUILD_CREATE first in the new epoch's stream, so the events of
+    /// the requests that follow (a message posted right after a move) reach
+    /// them. A gateway that does not answer within `guild_pull_timeout_ms`
+    /// resubscribes its sessions itself when the new epoch's stream starts.
+    async fn pull(&self, owner: &mut GuildOwner) {
+        let gateways = self.cluster.gateways();
+        let Ok(ask) = serde_json::to_vec(&FollowsAsk {
+            guild_id: owner.guild.id,
+        }) else {
+            return;
+        };
+        let ask = bytes::Bytes::from(ask);
+        // Inside the wait of the caller whose request started the load.
+        let limits = &self.shared.limits;
+        let timeout = Duration::from_millis(
+            limits
+                .guild_pull_timeout_ms
+                .min(limits.guild_reply_timeout_ms / 2)
+                .max(1),
+        );
+        // One question per gateway node, all at once (bounded by the view).
+        let subjects: Vec<String> = gateways.iter().map(|n| follows_subject(n)).collect();
+        let answers = futures_util::future::join_all(
+            subjects
+                .iter()
+                .map(|subject| self.bus.request(subject, ask.clone(), timeout)),
+        )
+        .await;
+        for (node, answer) in gateways.iter().zip(answers) {
+            let followers = answer
+                .ok()
+                .and_then(|m| serde_json::from_slice::<Vec<Follower>>(&m.payload).ok());
+            let Some(followers) = followers else {
+                self.counters
+                    .pulls_failed_total
+                    .fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            self.counters
+                .pulled_sessions_total
+                .fetch_add(followers.len() as u64, Ordering::Relaxed);
+            for follower in followers {
+                owner
+                    .pulled
+                    .insert((node.clone(), follower.session_id.clone()));
+                owner.subscribe(
+                    node.clone(),
+                    follower.session_id,
+                    follower.user_id,
+                    follower.intents,
+                );
+            }
+        }
+    }
+
+    /// Stops the owners whose guild placement now puts elsewhere, and all
+    /// of them when this node's lease is no longer vouched for (renewed
+    /// within its TTL): an owner acts only while the registry would call
+    /// it one. Each stopped owner forwards what its mailbox holds.
+    pub fn rebalance(&self, now_ms: u64) -> usize {
+        let vouched = self.cluster.ring().is_empty() || self.cluster.lease_live(now_ms);
+        let mut stopped = 0;
+        let mut owners = self
+            .owners
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        owners.retain(|guild_id, handle| {
+            if !handle.running() {
+                return false;
+            }
+            let mine = self
+                .cluster
+                .owner_of(*guild_id)
+                .is_none_or(|node| node == self.node_name);
+            if vouched && mine {
+                return true;
+            }
+            handle.stop.store(true, Ordering::Relaxed);
+            stopped += 1;
+            false
+        });
+        drop(owners);
+        self.counters
+            .moved_out_total
+            .fetch_add(stopped as u64, Ordering::Relaxed);
+        stopped
+    }
+
+    /// Runs [`GuildDirectory::rebalance`] whenever placement changes, and
+    /// every `lease_renew_interval_ms` (the lease check).
+    pub fn start_rebalance(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let directory = self.clone();
+        let period = Duration::from_millis(self.shared.limits.lease_renew_interval_ms.max(1));
+        tokio::spawn(async move {
+            let mut changes = directory.cluster.placement_changes.subscribe();
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { break },
+                    _ = tick.tick() => {}
+                }
+                directory.rebalance(crate::state::now_ms());
+            }
+        })
     }
 
     fn lock_loads(&self) -> std::sync::MutexGuard<'_, Loads> {
@@ -1848,7 +2195,7 @@ impl GuildDirectory {
     /// Hands `envelope` to the owner of its guild if it is loaded, else
     /// queues it behind the guild's load; returns it when this request must
     /// start that load.
-    fn loaded_or_queue(&self, guild_id: i64, envelope: Envelope) -> Option<Envelope> {
+    fn loaded_or_queue(&self, guild_id: i64, mut envelope: Envelope) -> Option<Envelope> {
         if let Some(owner) = self.loaded(guild_id) {
             self.deliver(&owner, envelope);
             return None;
@@ -1873,9 +2220,11 @@ impl GuildDirectory {
                     .fetch_max(in_flight, Ordering::Relaxed);
                 drop(loads);
                 self.loads.started_total.fetch_add(1, Ordering::Relaxed);
+                envelope.queued = true;
                 Some(envelope)
             }
             Join::Follow => {
+                envelope.queued = true;
                 loads.queued.insert(arrival, envelope);
                 self.loads
                     .waiters
@@ -1895,12 +2244,7 @@ impl GuildDirectory {
     /// those that waited, in arrival order, go to the new owner (or are
     /// refused with the load's error). The owner becomes reachable only
     /// after its queue is handed over, so nothing overtakes a waiter.
-    fn loaded_now(
-        &self,
-        guild_id: i64,
-        first: Envelope,
-        result: Result<mpsc::Sender<Envelope>, GuildError>,
-    ) {
+    fn loaded_now(&self, guild_id: i64, first: Envelope, result: Result<OwnerHandle, GuildError>) {
         let mut loads = self.lock_loads();
         let waiting = loads.flights.complete(&guild_id);
         let envelopes: Vec<Envelope> = std::iter::once(first)
@@ -1915,7 +2259,7 @@ impl GuildDirectory {
         match result {
             Ok(owner) => {
                 for envelope in envelopes {
-                    self.deliver(&owner, envelope);
+                    self.deliver(&owner.mailbox, envelope);
                 }
                 self.owners
                     .write()
@@ -2062,13 +2406,18 @@ impl GuildDirectory {
             .await;
     }
 
+    /// This node's name.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
     /// Owners running on this node.
     pub fn owners_loaded(&self) -> usize {
         self.owners
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
-            .filter(|s| !s.is_closed())
+            .filter(|h| h.running())
             .count()
     }
 
@@ -2080,11 +2429,28 @@ impl GuildDirectory {
             .unwrap_or_else(|| self.node_name.clone())
     }
 
+    /// [`GuildDirectory::owner_node`], refused at once (`Overloaded`) when
+    /// that node's lease has ended but membership has not removed it yet:
+    /// nobody would answer, and the caller should not wait
+    /// `guild_reply_timeout_ms` to learn it.
+    fn live_owner_node(&self, guild_id: i64) -> Result<String, GuildError> {
+        let node = self.owner_node(guild_id);
+        if self.cluster.guild_node_live(&node) {
+            Ok(node)
+        } else {
+            self.counters
+                .owner_gone_total
+                .fetch_add(1, Ordering::Relaxed);
+            Err(GuildError::Overloaded)
+        }
+    }
+
     fn request_bytes(&self, guild_id: i64, call: GuildCall) -> Result<bytes::Bytes, GuildError> {
         let request = GuildRequest {
             v: guildhall_proto::bus::ENVELOPE_VERSION,
             guild_id,
             call,
+            hops: 0,
         };
         serde_json::to_vec(&request)
             .map(Into::into)
@@ -2094,7 +2460,7 @@ impl GuildDirectory {
     /// Sends `call` to the owner of `guild_id` without waiting for an
     /// answer; refused at once when the owner's node cannot take it.
     pub async fn cast(&self, guild_id: i64, call: GuildCall) -> Result<(), GuildError> {
-        let subject = guild_requests_subject(&self.owner_node(guild_id));
+        let subject = guild_requests_subject(&self.live_owner_node(guild_id)?);
         let bytes = self.request_bytes(guild_id, call)?;
         self.bus
             .publish(&subject, None, bytes)
@@ -2104,7 +2470,7 @@ impl GuildDirectory {
     /// Sends `call` to the owner of `guild_id` and waits at most
     /// `guild_reply_timeout_ms` for its answer.
     pub async fn call(&self, guild_id: i64, call: GuildCall) -> Result<GuildAnswer, GuildError> {
-        let subject = guild_requests_subject(&self.owner_node(guild_id));
+        let subject = guild_requests_subject(&self.live_owner_node(guild_id)?);
         let bytes = self.request_bytes(guild_id, call)?;
         let timeout = Duration::from_millis(self.shared.limits.guild_reply_timeout_ms);
         let message = self
@@ -2173,8 +2539,28 @@ impl GuildDirectory {
                 let envelope = Envelope {
                     call: request.call,
                     reply: message.reply,
+                    hops: request.hops,
+                    queued: false,
                 };
                 let guild_id = request.guild_id;
+                // A request for a guild placement puts elsewhere (this node
+                // gave it up, or the sender's view differs) goes on to the
+                // owner in this node's view: answered there, or refused
+                // here, never dropped.
+                if let Some(owner) = directory.cluster.owner_of(guild_id)
+                    && owner != directory.node_name
+                {
+                    forward(
+                        directory.bus.as_ref(),
+                        &directory.cluster,
+                        &directory.shared.limits,
+                        &directory.counters,
+                        Some(&owner),
+                        guild_id,
+                        envelope,
+                    );
+                    continue;
+                }
                 let Some(first) = directory.loaded_or_queue(guild_id, envelope) else {
                     continue;
                 };

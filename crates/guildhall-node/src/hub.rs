@@ -792,6 +792,37 @@ impl Hub {
             .unwrap_or_default()
     }
 
+    /// The sessions that asked to follow `guild_id` and have no
+    /// GUILD_CREATE of its current stream (after an owner change: the ones
+    /// the new owner did not subscribe itself).
+    pub fn awaiting_slots(&self, guild_id: i64) -> Vec<Arc<Slot>> {
+        let following = read(&self.by_guild);
+        let following = following.get(&guild_id);
+        read(&self.wanted)
+            .get(&guild_id)
+            .map(|s| {
+                s.values()
+                    .filter(|slot| !following.is_some_and(|f| f.contains_key(&slot.id)))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Up to `max` sessions that follow or want `guild_id`: (session, user,
+    /// intents), for a new owner that asks.
+    pub fn followers(&self, guild_id: i64, max: usize) -> Vec<(String, i64, u64)> {
+        read(&self.wanted)
+            .get(&guild_id)
+            .map(|s| {
+                s.values()
+                    .take(max)
+                    .map(|slot| (slot.id.clone(), slot.user_id, slot.intents))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Whether the session asked to follow `guild_id` and its GUILD_CREATE
     /// has not arrived yet (a subscription to retry).
     pub fn awaiting(&self, guild_id: i64, session_id: &str) -> bool {

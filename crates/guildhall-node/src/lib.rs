@@ -79,6 +79,10 @@ pub struct NodeConfig {
     /// The store: `None` is SQLite in `data_dir` (embedded mode); cluster
     /// mode gives a `postgres://` URL every process shares.
     pub database_url: Option<String>,
+    /// The node's cluster state; `None`: a fresh one. Tests pass their own
+    /// to watch placement and to cut a node off from the registry
+    /// (`ClusterState::partitioned`) while it keeps running.
+    pub cluster_state: Option<Arc<cluster::ClusterState>>,
 }
 
 /// The roles a process can run; embedded mode runs all of them.
@@ -104,6 +108,7 @@ impl NodeConfig {
             roles: ROLES_ALL.to_vec(),
             public_gateway_url: None,
             database_url: None,
+            cluster_state: None,
         }
     }
 
@@ -523,6 +528,76 @@ async fn metrics(
             &node.events.stale_total,
         ),
         (
+            "guildhall_stream_stale_epoch_total",
+            "Stream events refused because a newer owner epoch of their guild was seen (a superseded owner).",
+            &node.events.stale_epoch_total,
+        ),
+        (
+            "guildhall_stream_owner_changes_total",
+            "Guild streams whose owner epoch advanced here (a new owner).",
+            &node.events.owner_changes_total,
+        ),
+        (
+            "guildhall_gateway_follows_answered_total",
+            "New owners' questions (which sessions follow a guild) answered.",
+            &node.events.follows_answered_total,
+        ),
+        (
+            "guildhall_guild_owners_moved_out_total",
+            "Owners stopped because placement moved their guild elsewhere (or the lease was not vouched for).",
+            &node.guilds.counters.moved_out_total,
+        ),
+        (
+            "guildhall_guild_owners_moved_in_total",
+            "Owners started for a guild that had an owner before (a move or a restart).",
+            &node.guilds.counters.moved_in_total,
+        ),
+        (
+            "guildhall_guild_owners_fenced_total",
+            "Owners stopped because the store refused a write under their epoch (a newer owner claimed the guild).",
+            &node.guilds.counters.fenced_total,
+        ),
+        (
+            "guildhall_guild_requests_forwarded_total",
+            "Guild requests forwarded to the owner in this node's view.",
+            &node.guilds.counters.forwarded_total,
+        ),
+        (
+            "guildhall_guild_forward_refused_total",
+            "Guild requests answered Overloaded instead of forwarded (hop bound, or no other owner).",
+            &node.guilds.counters.forward_refused_total,
+        ),
+        (
+            "guildhall_guild_claims_refused_total",
+            "Guild loads refused because this node could not claim (lease not renewed within its TTL, or claims held after a fenced write).",
+            &node.guilds.counters.claims_refused_total,
+        ),
+        (
+            "guildhall_guild_pulled_sessions_total",
+            "Sessions new owners subscribed from the gateways' answers at load.",
+            &node.guilds.counters.pulled_sessions_total,
+        ),
+        (
+            "guildhall_guild_pulls_failed_total",
+            "Gateway nodes that did not answer a new owner's question in time.",
+            &node.guilds.counters.pulls_failed_total,
+        ),
+        (
+            "guildhall_guild_owner_gone_total",
+            "Guild requests refused at once: their owner's node is on the ring but its lease ended.",
+            &node.guilds.counters.owner_gone_total,
+        ),
+        (
+            "guildhall_placement_truncated_total",
+            "Guild listings that left ids out at placement_guilds_max.",
+            &node.cluster.placement_truncated_total,
+        ),
+        (
+            "guildhall_placement_recomputes_total",
+            "Placements computed (ring changes and listings).",
+            &node.cluster.placement_recomputes_total,
+        ),
+        (
             "guildhall_bus_malformed_envelopes_total",
             "Bus envelopes that did not decode.",
             &node.events.malformed_total,
@@ -629,6 +704,7 @@ async fn metrics(
     );
     let cluster = &node.cluster;
     let ring = cluster.ring();
+    let placement = cluster.placement();
     for (name, kind, help, value) in [
         (
             "guildhall_registry_instances",
@@ -653,6 +729,39 @@ async fn metrics(
             "gauge",
             "Guild owners running on this node.",
             node.guilds.owners_loaded() as u64,
+        ),
+        (
+            "guildhall_placement_guilds",
+            "gauge",
+            "Guilds placed with bounded loads (the last listing).",
+            placement.len() as u64,
+        ),
+        (
+            "guildhall_placement_load_max",
+            "gauge",
+            "Most guilds placement puts on one guilds node.",
+            u64::from(placement.max_load()),
+        ),
+        (
+            "guildhall_placement_load_avg_permille",
+            "gauge",
+            "Guilds per guilds node on average, in thousandths.",
+            placement.average_load_permille(),
+        ),
+        (
+            "guildhall_placement_capacity",
+            "gauge",
+            "Placement's per-node cap: ceil((1 + epsilon) x average).",
+            u64::from(placement.capacity()),
+        ),
+        (
+            "guildhall_placement_load_here",
+            "gauge",
+            "Guilds placement puts on this node.",
+            placement
+                .loads()
+                .find(|(m, _)| *m == guildhall_ring::hash::member_id_of(node.guilds.node_name()))
+                .map_or(0, |(_, l)| u64::from(l)),
         ),
         (
             "guildhall_guild_loads_in_flight",
@@ -854,7 +963,7 @@ pub async fn run(
             config.limits.bus_payload_bytes_max,
         ))
     });
-    let cluster_state = Arc::new(cluster::ClusterState::default());
+    let cluster_state = config.cluster_state.clone().unwrap_or_default();
     let guilds = Arc::new(guilds::GuildDirectory::new(
         shared.clone(),
         hub.clone(),
@@ -870,12 +979,15 @@ pub async fn run(
     let mut roles = Vec::new();
     if config.runs(Role::Guilds) {
         roles.push(guilds.serve().await.map_err(bus_error)?);
+        roles.push(guilds.start_rebalance());
     }
+    // Every node routes guild requests, so every node keeps placement.
+    cluster::start_placement(shared.store.clone(), &config.limits, cluster_state.clone());
     let event_counters = Arc::new(events::EventCounters::default());
     if config.runs(Role::Gateway) {
         roles.extend(
             events::start(
-                bus.as_ref(),
+                &bus,
                 &config.node_name,
                 &config.limits,
                 hub.clone(),

@@ -126,6 +126,34 @@ impl TestNode {
         .await
     }
 
+    /// A node of a test cluster running only `roles`, with `limits` and,
+    /// when given, the cluster state the test holds (to watch placement or
+    /// cut the node off from the registry).
+    #[allow(dead_code, clippy::too_many_arguments)]
+    pub async fn member_roles_with(
+        name: &str,
+        worker_id: u16,
+        data_dir: &std::path::Path,
+        registry: std::sync::Arc<dyn guildhall_cluster::Registry>,
+        bus: std::sync::Arc<dyn guildhall_cluster::Bus>,
+        roles: &[guildhall_proto::cluster::Role],
+        limits: Limits,
+        cluster_state: Option<std::sync::Arc<guildhall_node::cluster::ClusterState>>,
+    ) -> Self {
+        Self::from_config(guildhall_node::NodeConfig {
+            data_dir: data_dir.to_owned(),
+            limits,
+            worker_id,
+            node_name: name.to_owned(),
+            registry: Some(registry),
+            bus: Some(bus),
+            roles: roles.to_vec(),
+            cluster_state,
+            ..guildhall_node::NodeConfig::embedded(data_dir.to_owned())
+        })
+        .await
+    }
+
     async fn from_config(config: guildhall_node::NodeConfig) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

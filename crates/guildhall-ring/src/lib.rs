@@ -4,6 +4,7 @@
 //! - [`ring`]: a consistent hash ring with virtual nodes and preference lists.
 //! - [`bounded`]: placement with bounded loads and minimal movement.
 //! - [`history`]: ring generations, so a lookup during a change is stable.
+//! - [`placement`]: bounded-load guild placement every node computes alike.
 //! - [`membership`]: the lease table that decides who is on the ring, with
 //!   down/permanently-down hysteresis, self-preservation and a rebuild cap.
 //!
@@ -15,6 +16,7 @@ pub mod bounded;
 pub mod hash;
 pub mod history;
 pub mod membership;
+pub mod placement;
 pub mod ring;
 
 pub use bounded::BoundedLoads;

@@ -48,6 +48,10 @@ pub enum StoreError {
     /// No connection within the acquire timeout: retry later.
     #[error("store busy")]
     Busy,
+    /// A guild owner's write under an epoch the guild row no longer holds:
+    /// a newer owner claimed the guild (fencing; the stale owner stops).
+    #[error("stale owner epoch")]
+    StaleEpoch,
     /// Anything else from the database.
     #[error("database: {0}")]
     Database(#[source] sqlx::Error),
@@ -1006,8 +1010,9 @@ where
     }
 
     /// Adds a member; false if already a member.
-    pub async fn add_member(&self, member: &MemberRow) -> Result<bool> {
+    pub async fn add_member(&self, member: &MemberRow, epoch: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, member.guild_id, epoch).await?;
         let done = sqlx::query("INSERT INTO members (guild_id, user_id, joined_ms, nick) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
             .bind(member.guild_id)
             .bind(member.user_id)
@@ -1027,7 +1032,13 @@ where
     }
 
     /// Creates a channel.
-    pub async fn create_channel(&self, channel: &ChannelRow) -> Result<()> {
+    pub async fn create_channel(&self, channel: &ChannelRow, epoch: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        // A guild's channel is its owner's to write; a direct message
+        // channel has no owner to fence.
+        if let Some(guild_id) = channel.guild_id {
+            Self::fence(&mut tx, guild_id, epoch).await?;
+        }
         sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(channel.id)
             .bind(channel.guild_id)
@@ -1035,8 +1046,9 @@ where
             .bind(&channel.name)
             .bind(channel.position)
             .bind(&channel.topic)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -1125,7 +1137,13 @@ where
 
     /// Changes a channel's name, topic and position (in its guild only);
     /// false if the guild has no such channel.
-    pub async fn update_channel(&self, channel: &ChannelRow) -> Result<bool> {
+    pub async fn update_channel(&self, channel: &ChannelRow, epoch: i64) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        // A guild's channel is its owner's to write; a direct message
+        // channel has no owner to fence.
+        if let Some(guild_id) = channel.guild_id {
+            Self::fence(&mut tx, guild_id, epoch).await?;
+        }
         let done = sqlx::query(
             "UPDATE channels SET name = $2, topic = $3, position = $4 WHERE id = $1 AND guild_id = $5",
         )
@@ -1134,15 +1152,17 @@ where
         .bind(&channel.topic)
         .bind(channel.position)
         .bind(channel.guild_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Deletes a guild's channel with its messages, reactions and invites;
     /// false if the guild has no such channel.
-    pub async fn delete_channel(&self, guild_id: i64, id: i64) -> Result<bool> {
+    pub async fn delete_channel(&self, guild_id: i64, id: i64, epoch: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
         let found: Option<(i64,)> =
             sqlx::query_as("SELECT id FROM channels WHERE id = $1 AND guild_id = $2")
                 .bind(id)
@@ -1183,7 +1203,9 @@ where
 
     /// Creates or replaces a role of `role.guild_id`; false if the id is
     /// another guild's role (which is left as it is).
-    pub async fn upsert_role(&self, role: &RoleRow) -> Result<bool> {
+    pub async fn upsert_role(&self, role: &RoleRow, epoch: i64) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, role.guild_id, epoch).await?;
         let done = sqlx::query(
             "INSERT INTO roles (id, guild_id, name, permissions, position, color, hoist, mentionable) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE SET name = $3, \
@@ -1198,14 +1220,16 @@ where
         .bind(role.color)
         .bind(role.hoist)
         .bind(role.mentionable)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Deletes a role and its assignments.
-    pub async fn delete_role(&self, guild_id: i64, role_id: i64) -> Result<()> {
+    pub async fn delete_role(&self, guild_id: i64, role_id: i64, epoch: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
         sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND role_id = $2")
             .bind(guild_id)
             .bind(role_id)
@@ -1228,8 +1252,10 @@ where
         user_id: i64,
         nick: Option<&str>,
         roles: &[i64],
+        epoch: i64,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
         sqlx::query("UPDATE members SET nick = $3 WHERE guild_id = $1 AND user_id = $2")
             .bind(guild_id)
             .bind(user_id)
@@ -1257,8 +1283,9 @@ where
     }
 
     /// Removes a member and their roles.
-    pub async fn remove_member(&self, guild_id: i64, user_id: i64) -> Result<()> {
+    pub async fn remove_member(&self, guild_id: i64, user_id: i64, epoch: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
         sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND user_id = $2")
             .bind(guild_id)
             .bind(user_id)
@@ -1308,12 +1335,65 @@ where
     }
 
     /// Renames a guild.
-    pub async fn rename_guild(&self, id: i64, name: &str) -> Result<()> {
-        sqlx::query("UPDATE guilds SET name = $2 WHERE id = $1")
+    pub async fn rename_guild(&self, id: i64, name: &str, epoch: i64) -> Result<()> {
+        // One statement: the name changes only under the owner's epoch.
+        let done = sqlx::query("UPDATE guilds SET name = $2 WHERE id = $1 AND owner_epoch = $3")
             .bind(id)
             .bind(name)
+            .bind(epoch)
             .execute(&self.pool)
             .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::StaleEpoch);
+        }
+        Ok(())
+    }
+
+    /// Claims `guild_id` for a new owner: the next epoch (one atomic
+    /// increment, so two claimants get distinct epochs and the later one
+    /// wins); `None` if there is no such guild.
+    pub async fn claim_guild(&self, guild_id: i64) -> Result<Option<i64>> {
+        let row: Option<(i64,)> = sqlx::query_as(
+            "UPDATE guilds SET owner_epoch = owner_epoch + 1 WHERE id = $1 RETURNING owner_epoch",
+        )
+        .bind(guild_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|(epoch,)| epoch))
+    }
+
+    /// Guild ids above `after`, ascending, at most `limit` (placement's
+    /// input: every node pages through the same list).
+    pub async fn guild_ids_after(&self, after: i64, limit: i64) -> Result<Vec<i64>> {
+        let rows: Vec<(i64,)> =
+            sqlx::query_as("SELECT id FROM guilds WHERE id > $1 ORDER BY id LIMIT $2")
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// The fence of an owner's write, first in its transaction: a no-op
+    /// update of the guild row under the owner's epoch. It takes the row's
+    /// write lock (PostgreSQL's row lock, SQLite's database write lock)
+    /// until the commit, so a concurrent claim waits for this write or
+    /// this write sees the claim and is refused; never both.
+    async fn fence(
+        tx: &mut sqlx::Transaction<'static, DB>,
+        guild_id: i64,
+        epoch: i64,
+    ) -> Result<()> {
+        let done = sqlx::query(
+            "UPDATE guilds SET owner_epoch = owner_epoch WHERE id = $1 AND owner_epoch = $2",
+        )
+        .bind(guild_id)
+        .bind(epoch)
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::StaleEpoch);
+        }
         Ok(())
     }
 
@@ -1944,9 +2024,9 @@ store_api! {
     /// Everything about one guild (its owner loads this once).
     fn load_guild<'a>(&'a self, guild_id: i64) -> GuildState;
     /// Adds a member; false if already a member.
-    fn add_member<'a>(&'a self, member: &'a MemberRow) -> bool;
+    fn add_member<'a>(&'a self, member: &'a MemberRow, epoch: i64) -> bool;
     /// Creates a channel.
-    fn create_channel<'a>(&'a self, channel: &'a ChannelRow) -> ();
+    fn create_channel<'a>(&'a self, channel: &'a ChannelRow, epoch: i64) -> ();
     /// A channel by id.
     fn channel<'a>(&'a self, id: i64) -> Option<ChannelRow>;
     /// Stores a message; returns once it is durable (group commit).
@@ -1961,25 +2041,29 @@ store_api! {
     fn delete_message<'a>(&'a self, channel_id: i64, id: i64) -> bool;
     /// Changes a channel's name, topic and position (in its guild only);
     /// false if the guild has no such channel.
-    fn update_channel<'a>(&'a self, channel: &'a ChannelRow) -> bool;
+    fn update_channel<'a>(&'a self, channel: &'a ChannelRow, epoch: i64) -> bool;
     /// Deletes a guild's channel with its messages, reactions and invites;
     /// false if the guild has no such channel.
-    fn delete_channel<'a>(&'a self, guild_id: i64, id: i64) -> bool;
+    fn delete_channel<'a>(&'a self, guild_id: i64, id: i64, epoch: i64) -> bool;
     /// Creates or replaces a role of `role.guild_id`; false if the id is
     /// another guild's role (which is left as it is).
-    fn upsert_role<'a>(&'a self, role: &'a RoleRow) -> bool;
+    fn upsert_role<'a>(&'a self, role: &'a RoleRow, epoch: i64) -> bool;
     /// Deletes a role and its assignments.
-    fn delete_role<'a>(&'a self, guild_id: i64, role_id: i64) -> ();
+    fn delete_role<'a>(&'a self, guild_id: i64, role_id: i64, epoch: i64) -> ();
     /// Replaces a member's nickname and roles; role ids that are not the
     /// guild's, and repeats, are not assigned.
-    fn update_member<'a>(&'a self, guild_id: i64, user_id: i64, nick: Option<&'a str>, roles: &'a [i64]) -> ();
+    fn update_member<'a>(&'a self, guild_id: i64, user_id: i64, nick: Option<&'a str>, roles: &'a [i64], epoch: i64) -> ();
     /// Removes a member and their roles.
-    fn remove_member<'a>(&'a self, guild_id: i64, user_id: i64) -> ();
+    fn remove_member<'a>(&'a self, guild_id: i64, user_id: i64, epoch: i64) -> ();
     /// Deletes those of `ids` that are messages of `channel_id`, with
     /// their reactions; returns the ids it deleted.
     fn delete_messages<'a>(&'a self, channel_id: i64, ids: &'a [i64]) -> Vec<i64>;
     /// Renames a guild.
-    fn rename_guild<'a>(&'a self, id: i64, name: &'a str) -> ();
+    fn rename_guild<'a>(&'a self, id: i64, name: &'a str, epoch: i64) -> ();
+    /// Claims a guild for a new owner: its next epoch.
+    fn claim_guild<'a>(&'a self, guild_id: i64) -> Option<i64>;
+    /// Guild ids above `after`, ascending, at most `limit`.
+    fn guild_ids_after<'a>(&'a self, after: i64, limit: i64) -> Vec<i64>;
     /// Deletes a guild and everything in it, in one transaction.
     fn delete_guild<'a>(&'a self, id: i64) -> ();
     /// Changes a user's display name (and username, if given and free).
@@ -2141,9 +2225,9 @@ mod tests {
             joined_ms: 6,
             nick: None,
         };
-        assert!(store.add_member(&bob).await.unwrap());
+        assert!(store.add_member(&bob, 0).await.unwrap());
         assert!(
-            !store.add_member(&bob).await.unwrap(),
+            !store.add_member(&bob, 0).await.unwrap(),
             "second add is a no-op"
         );
     }
@@ -2158,7 +2242,7 @@ mod tests {
             position: 0,
             topic: None,
         };
-        store.create_channel(&ch).await.unwrap();
+        store.create_channel(&ch, 0).await.unwrap();
         for id in 100..110 {
             let m = MessageRow {
                 id,
@@ -2206,7 +2290,7 @@ mod tests {
             position: 0,
             topic: None,
         };
-        store.create_channel(&ch).await.unwrap();
+        store.create_channel(&ch, 0).await.unwrap();
         let mut tasks = Vec::new();
         for id in 1..=500 {
             let store = store.clone();
@@ -2292,7 +2376,7 @@ mod tests {
                 position: 1,
                 ..everyone
             };
-            assert!(store.upsert_role(&role).await.unwrap());
+            assert!(store.upsert_role(&role, 0).await.unwrap());
             let message = MessageRow {
                 id: base + 3,
                 channel_id: base + 1,
@@ -2370,7 +2454,7 @@ mod tests {
             hoist: false,
             mentionable: false,
         };
-        assert!(!store.upsert_role(&hijack).await.unwrap());
+        assert!(!store.upsert_role(&hijack, 0).await.unwrap());
         let moved = ChannelRow {
             id: b_channel,
             guild_id: Some(a),
@@ -2379,13 +2463,13 @@ mod tests {
             position: 0,
             topic: None,
         };
-        assert!(!store.update_channel(&moved).await.unwrap());
-        assert!(!store.delete_channel(a, b_channel).await.unwrap());
+        assert!(!store.update_channel(&moved, 0).await.unwrap());
+        assert!(!store.delete_channel(a, b_channel, 0).await.unwrap());
         store
-            .update_member(a, 1, None, &[b_role, b_role])
+            .update_member(a, 1, None, &[b_role, b_role], 0)
             .await
             .unwrap();
-        store.delete_role(a, b_role).await.unwrap();
+        store.delete_role(a, b_role, 0).await.unwrap();
         let state = store.load_guild(b).await.unwrap();
         assert_eq!(state.roles[1].name, "mods");
         assert_eq!(state.channels[0].name, "general");
@@ -2394,6 +2478,62 @@ mod tests {
             [("x".to_owned(), 1)]
         );
         assert!(store.load_guild(a).await.unwrap().member_roles.is_empty());
+    }
+
+    /// Fencing: each claim issues a larger epoch, and an owner's writes
+    /// under an epoch the row no longer holds are refused and change
+    /// nothing.
+    async fn stale_owner_writes_are_refused(store: Store) {
+        let [(a, a_channel, _, _), _] = two_guilds(&store).await;
+        assert_eq!(store.claim_guild(a).await.unwrap(), Some(1));
+        assert_eq!(store.claim_guild(a).await.unwrap(), Some(2));
+        assert_eq!(store.claim_guild(999_999).await.unwrap(), None);
+        assert!(matches!(
+            store.rename_guild(a, "stale", 1).await,
+            Err(StoreError::StaleEpoch)
+        ));
+        let channel = ChannelRow {
+            id: a_channel,
+            guild_id: Some(a),
+            kind: 0,
+            name: "stale".into(),
+            position: 0,
+            topic: None,
+        };
+        assert!(matches!(
+            store.update_channel(&channel, 1).await,
+            Err(StoreError::StaleEpoch)
+        ));
+        let fresh = ChannelRow {
+            id: a_channel + 1_000,
+            ..channel.clone()
+        };
+        assert!(matches!(
+            store.create_channel(&fresh, 1).await,
+            Err(StoreError::StaleEpoch)
+        ));
+        store.create_user(&user(3, "carol")).await.unwrap();
+        let carol = MemberRow {
+            guild_id: a,
+            user_id: 3,
+            joined_ms: 3,
+            nick: None,
+        };
+        assert!(matches!(
+            store.add_member(&carol, 1).await,
+            Err(StoreError::StaleEpoch)
+        ));
+        let state = store.load_guild(a).await.unwrap();
+        assert_ne!(state.guild.as_ref().unwrap().name, "stale");
+        assert!(state.members.iter().all(|m| m.user_id != 3));
+        assert!(state.channels.iter().all(|c| c.name != "stale"));
+        // The current owner's writes pass.
+        store.rename_guild(a, "fresh", 2).await.unwrap();
+        assert!(store.add_member(&carol, 2).await.unwrap());
+        assert!(store.update_channel(&channel, 2).await.unwrap());
+        let ids = store.guild_ids_after(0, 10).await.unwrap();
+        assert!(ids.len() == 2 && ids[0] < ids[1], "{ids:?}");
+        assert_eq!(store.guild_ids_after(ids[0], 10).await.unwrap(), [ids[1]]);
     }
 
     async fn member_counts_follow_joins_and_leaves(store: Store) {
@@ -2424,11 +2564,11 @@ mod tests {
             joined_ms: 2,
             nick: None,
         };
-        assert!(store.add_member(&bob).await.unwrap());
-        assert!(!store.add_member(&bob).await.unwrap());
+        assert!(store.add_member(&bob, 0).await.unwrap());
+        assert!(!store.add_member(&bob, 0).await.unwrap());
         assert_eq!(count(store.clone()).await, 2);
-        store.remove_member(a, 2).await.unwrap();
-        store.remove_member(a, 2).await.unwrap();
+        store.remove_member(a, 2, 0).await.unwrap();
+        store.remove_member(a, 2, 0).await.unwrap();
         assert_eq!(count(store.clone()).await, 1);
         let preview = store.invite_preview("abc").await.unwrap().unwrap();
         assert_eq!(preview.invite, invite);
@@ -2700,8 +2840,8 @@ mod tests {
             .create_guild(&guild, &everyone, &channel(11))
             .await
             .unwrap();
-        store.create_channel(&channel(12)).await.unwrap();
-        store.create_channel(&channel(13)).await.unwrap();
+        store.create_channel(&channel(12), 0).await.unwrap();
+        store.create_channel(&channel(13), 0).await.unwrap();
         // Eight concurrent creates into a channel of three places.
         let outcomes = futures_all((0..8).map(|i| {
             let store = store.clone();
@@ -2790,7 +2930,7 @@ mod tests {
         );
         assert_eq!(store.webhook_message(201, 300).await.unwrap(), None);
         // Deleting a channel deletes its webhooks.
-        assert!(store.delete_channel(10, 11).await.unwrap());
+        assert!(store.delete_channel(10, 11, 0).await.unwrap());
         assert!(store.channel_webhooks(11).await.unwrap().is_empty());
         assert_eq!(store.webhook(100).await.unwrap(), None);
         assert_eq!(store.guild_webhooks(10).await.unwrap().len(), 1);
@@ -2805,6 +2945,7 @@ mod tests {
         concurrent_inserts_are_all_durable_and_answered(sqlite_file);
         operations_are_scoped_by_channel_and_guild(sqlite_memory);
         member_counts_follow_joins_and_leaves(sqlite_memory);
+        stale_owner_writes_are_refused(sqlite_memory);
         tokens_resolve_and_revoke(sqlite_memory);
         command_upserts_are_serialised(sqlite_file);
     }

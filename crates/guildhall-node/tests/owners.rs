@@ -1,0 +1,798 @@
+//! Guild owners move with placement: several nodes in one process over one
+//! in-process registry, bus and database (as in `cluster.rs`). A front node
+//! (gateway, api, users, presence) and guilds nodes; guilds nodes leave,
+//! join, or go stale, under message load, and the tests hold what clients
+//! see: every message answered 200 is in history and was delivered, every
+//! session of a moved guild got a fresh GUILD_CREATE, loads stay within
+//! ⌈1.25 × average⌉, and a stale owner's events and writes are refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Client, TestNode};
+use futures_util::StreamExt;
+use guildhall_cluster::{Bus, LocalBus, LocalRegistry, Registry};
+use guildhall_limits::Limits;
+use guildhall_node::cluster::ClusterState;
+use guildhall_proto::cluster::Role;
+use guildhall_proto::intents;
+use guildhall_ring::Ring;
+use guildhall_ring::bounded::capacity_for;
+use guildhall_ring::hash::member_id_of;
+use guildhall_ring::placement::Placement;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Polls (25 ms apart) before a wait gives up: a bound, not a timing
+/// assertion.
+const POLLS_MAX: usize = 800;
+const GUILDS: usize = 12;
+
+/// Short leases and hysteresis so a departed member leaves the ring in
+/// about two seconds; removal budget 50 % so one of three guilds nodes may
+/// be removed (the default 15 % freezes removals below seven members, see
+/// ARCHITECTURE.md).
+fn limits() -> Limits {
+    Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        lease_ttl_ms: 1_500,
+        lease_renew_interval_ms: 300,
+        member_permanent_down_ms: 300,
+        self_preservation_removal_permille: 500,
+        placement_refresh_interval_ms: 200,
+        ..Limits::default()
+    }
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    registry: Arc<dyn Registry>,
+    bus: Arc<dyn Bus>,
+    front: TestNode,
+    guilds: BTreeMap<String, (TestNode, Arc<ClusterState>)>,
+}
+
+impl Cluster {
+    async fn start(guild_nodes: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+        let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(Limits::default().bus_payload_bytes_max));
+        let front = TestNode::member_roles_with(
+            "front",
+            1,
+            dir.path(),
+            registry.clone(),
+            bus.clone(),
+            &[Role::Gateway, Role::Api, Role::Users, Role::Presence],
+            limits(),
+            None,
+        )
+        .await;
+        // Migrated before the others open the same SQLite file.
+        front.metric("guildhall_ring_members").await;
+        let mut cluster = Self {
+            dir,
+            registry,
+            bus,
+            front,
+            guilds: BTreeMap::new(),
+        };
+        for name in guild_nodes {
+            cluster.add(name, limits()).await;
+        }
+        cluster.wait_ring(guild_nodes.len()).await;
+        cluster
+    }
+
+    async fn add(&mut self, name: &str, limits: Limits) {
+        let state = Arc::new(ClusterState::default());
+        let worker = 2 + self.guilds.len() as u16 + u16::from(name.len() as u8);
+        let node = TestNode::member_roles_with(
+            name,
+            worker,
+            self.dir.path(),
+            self.registry.clone(),
+            self.bus.clone(),
+            &[Role::Guilds],
+            limits,
+            Some(state.clone()),
+        )
+        .await;
+        node.metric("guildhall_ring_members").await;
+        self.guilds.insert(name.to_owned(), (node, state));
+    }
+
+    /// Until the front and every live guilds node see `members`.
+    async fn wait_ring(&self, members: usize) {
+        for _ in 0..POLLS_MAX {
+            let mut all = self.front.metric("guildhall_ring_members").await == members as u64;
+            for (node, state) in self.guilds.values() {
+                if !state.partitioned.load(std::sync::atomic::Ordering::Relaxed) {
+                    all &= node.metric("guildhall_ring_members").await == members as u64;
+                }
+            }
+            if all {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the ring never reached {members} members");
+    }
+
+    /// Until the front's placement covers `guilds` guilds.
+    async fn wait_placed(&self, guilds: usize) {
+        for _ in 0..POLLS_MAX {
+            if self.front.metric("guildhall_placement_guilds").await == guilds as u64 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("placement never covered {guilds} guilds");
+    }
+
+    /// Owners running on each guilds node.
+    async fn loads(&self) -> BTreeMap<String, u64> {
+        let mut loads = BTreeMap::new();
+        for (name, (node, _)) in &self.guilds {
+            loads.insert(name.clone(), node.metric("guildhall_guild_owners").await);
+        }
+        loads
+    }
+
+    async fn stop(self) {
+        self.front.stop().await;
+        for (node, _) in self.guilds.into_values() {
+            node.stop().await;
+        }
+    }
+}
+
+/// The placement every node computes for `members` and `guild_ids`.
+fn expected(members: &[&str], guild_ids: &[String]) -> BTreeMap<String, String> {
+    let ids: Vec<u64> = guild_ids.iter().map(|g| g.parse().unwrap()).collect();
+    let member_ids: Vec<_> = members.iter().map(|m| member_id_of(m)).collect();
+    let limits = Limits::default();
+    let placement = Placement::compute(
+        Ring::new(0, &member_ids, limits.ring_vnodes_per_member),
+        &ids,
+        limits.ring_load_epsilon_permille,
+    );
+    guild_ids
+        .iter()
+        .zip(&ids)
+        .map(|(g, id)| {
+            let owner = placement.owner(*id).unwrap();
+            let name = members.iter().find(|m| member_id_of(m) == owner).unwrap();
+            (g.clone(), (*name).to_owned())
+        })
+        .collect()
+}
+
+/// What a session heard, with when.
+#[derive(Default)]
+struct Heard {
+    /// (guild, when) of every GUILD_CREATE.
+    guild_creates: Vec<(String, Instant)>,
+    /// Message ids of every MESSAGE_CREATE.
+    messages: BTreeSet<String>,
+    /// Contents of every MESSAGE_CREATE.
+    contents: BTreeSet<String>,
+}
+
+/// Reads a session's frames into `heard` until `stop` fires.
+fn listen(
+    mut client: Client,
+    heard: Arc<Mutex<Heard>>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<Client> {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stop => return client,
+                frame = client.ws.next() => {
+                    let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) = frame else {
+                        continue;
+                    };
+                    let frame: Value = serde_json::from_str(&text).unwrap();
+                    let now = Instant::now();
+                    let mut heard = heard.lock().unwrap();
+                    match frame["t"].as_str() {
+                        Some("GUILD_CREATE") => {
+                            let id = frame["d"]["id"].as_str().unwrap().to_owned();
+                            heard.guild_creates.push((id.clone(), now));
+                        }
+                        Some("MESSAGE_CREATE") => {
+                            let id = frame["d"]["id"].as_str().unwrap().to_owned();
+                            heard.messages.insert(id);
+                            heard.contents.insert(frame["d"]["content"].as_str().unwrap_or("").to_owned());
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// A post's answer: status, message id, guild, when.
+type Answer = (u16, Option<String>, String, Instant);
+
+/// Posts round-robin to `channels` until `stop`; every answer recorded.
+fn post_load(
+    base: String,
+    token: String,
+    channels: Vec<(String, String)>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Answer>> {
+    tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let mut answers = Vec::new();
+        let mut i = 0usize;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let (guild, channel) = &channels[i % channels.len()];
+            i += 1;
+            let response = http
+                .post(format!("{base}/channels/{channel}/messages"))
+                .header("Authorization", format!("Bot {token}"))
+                .json(&json!({"content": format!("load {i}")}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            let id = body["id"].as_str().map(str::to_owned);
+            answers.push((status, id, guild.clone(), Instant::now()));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        answers
+    })
+}
+
+async fn guilds_of(front: &TestNode, token: &str) -> Vec<(String, String)> {
+    let mut guilds = Vec::new();
+    for i in 0..GUILDS {
+        guilds.push(front.guild(token, &format!("guild {i}")).await);
+    }
+    guilds
+}
+
+/// Every guild answers a read (loading it at its owner).
+async fn touch_all(front: &TestNode, token: &str, guilds: &[(String, String)]) {
+    for (guild_id, _) in guilds {
+        let mut polls = 0;
+        loop {
+            let (status, _) = front
+                .call("GET", &format!("/guilds/{guild_id}"), Some(token), None)
+                .await;
+            if status == 200 {
+                break;
+            }
+            polls += 1;
+            assert!(polls < POLLS_MAX, "guild {guild_id} answered {status}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+async fn history(front: &TestNode, token: &str, channel: &str) -> BTreeSet<String> {
+    let (status, body) = front
+        .call(
+            "GET",
+            &format!("/channels/{channel}/messages?limit=100"),
+            Some(token),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Checks of a run under load: every 200 in history and delivered; every
+/// guild in `moved` heard a GUILD_CREATE after `since` (that no event of a
+/// new owner precedes it is the gateway's epoch rule, held by the stale
+/// owner test).
+#[allow(clippy::too_many_arguments)]
+async fn check_run(
+    front: &TestNode,
+    token: &str,
+    guilds: &[(String, String)],
+    answers: &[Answer],
+    heard: &Heard,
+    moved: &BTreeSet<String>,
+    since: Instant,
+    settled: Option<Instant>,
+) -> usize {
+    let ok: Vec<_> = answers.iter().filter(|a| a.0 == 200).collect();
+    let refused = answers.iter().filter(|a| a.0 == 503).count();
+    assert_eq!(
+        ok.len() + refused,
+        answers.len(),
+        "only 200 or 503 under a move: {:?}",
+        answers
+            .iter()
+            .filter(|a| a.0 != 200 && a.0 != 503)
+            .map(|a| a.0)
+            .collect::<Vec<_>>()
+    );
+    assert!(ok.len() > 50, "load too thin: {} answered 200", ok.len());
+    // History holds the newest 100 per channel: the load stays under that.
+    let mut stored = BTreeSet::new();
+    for (_, channel) in guilds {
+        stored.extend(history(front, token, channel).await);
+    }
+    // Messages answered before `settled` (while two owners could both be
+    // running) may miss their event; every later one must arrive.
+    let (undelivered, window_lost): (Vec<&&Answer>, Vec<&&Answer>) = ok
+        .iter()
+        .filter(|a| !heard.messages.contains(a.1.as_ref().unwrap()))
+        .partition(|a| settled.is_none_or(|at| a.3 >= at));
+    for (_, id, _, _) in &ok {
+        assert!(
+            stored.contains(id.as_ref().unwrap()),
+            "message {id:?} not in history"
+        );
+    }
+    assert!(
+        undelivered.is_empty(),
+        "{} of {} messages answered 200 were not delivered",
+        undelivered.len(),
+        ok.len()
+    );
+    for guild in moved {
+        let fresh = heard
+            .guild_creates
+            .iter()
+            .find(|(g, at)| g == guild && *at > since)
+            .map(|(_, at)| *at);
+        assert!(
+            fresh.is_some(),
+            "moved guild {guild} got no fresh GUILD_CREATE"
+        );
+    }
+    window_lost.len()
+}
+
+/// A guilds node leaves (graceful stop: drain, then its lease is revoked)
+/// under message load: its guilds are served by the survivors, within the
+/// bound, every session following them got a fresh GUILD_CREATE, and every
+/// message answered 200 is in history and was delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guilds_node_leaving_under_load_moves_its_guilds() {
+    let mut cluster = Cluster::start(&["g1", "g2", "g3"]).await;
+    let (token, _) = cluster.front.register("alice").await;
+    let guilds = guilds_of(&cluster.front, &token).await;
+    cluster.wait_placed(GUILDS).await;
+    touch_all(&cluster.front, &token, &guilds).await;
+    let ids: Vec<String> = guilds.iter().map(|g| g.0.clone()).collect();
+    let before = expected(&["g1", "g2", "g3"], &ids);
+    let cap3 = capacity_for(GUILDS, 3, 250) as u64;
+    for (name, load) in cluster.loads().await {
+        assert!(load <= cap3, "{name} holds {load} > {cap3}");
+    }
+    assert!(cluster.front.metric("guildhall_placement_load_max").await <= cap3);
+
+    let mut session = Client::connect(&cluster.front.ws).await;
+    session
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    let heard = Arc::new(Mutex::new(Heard::default()));
+    let (stop_listen, listen_stop) = tokio::sync::oneshot::channel();
+    let listener = listen(session, heard.clone(), listen_stop);
+    for _ in 0..POLLS_MAX {
+        if heard.lock().unwrap().guild_creates.len() >= GUILDS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(heard.lock().unwrap().guild_creates.len(), GUILDS);
+
+    let stop_load = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = post_load(
+        cluster.front.base.clone(),
+        token.clone(),
+        guilds.clone(),
+        stop_load.clone(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The victim: the node holding the most guilds.
+    let victim = {
+        let mut counts: BTreeMap<&String, usize> = BTreeMap::new();
+        for owner in before.values() {
+            *counts.entry(owner).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .max_by_key(|(_, c)| *c)
+            .unwrap()
+            .0
+            .clone()
+    };
+    let moved: BTreeSet<String> = before
+        .iter()
+        .filter(|(_, o)| **o == victim)
+        .map(|(g, _)| g.clone())
+        .collect();
+    let left_at = Instant::now();
+    let (node, _) = cluster.guilds.remove(&victim).unwrap();
+    node.stop().await;
+    cluster.wait_ring(2).await;
+    let ring_at = Instant::now();
+    // Every moved guild answers again.
+    touch_all(&cluster.front, &token, &guilds).await;
+    let served_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop_load.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answers = load.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop_listen.send(());
+    let _client = listener.await.unwrap();
+
+    let survivors: Vec<&str> = cluster.guilds.keys().map(String::as_str).collect();
+    let cap2 = capacity_for(GUILDS, 2, 250) as u64;
+    let loads = cluster.loads().await;
+    for (name, load) in &loads {
+        assert!(*load <= cap2, "{name} holds {load} > {cap2}");
+    }
+    assert_eq!(loads.values().sum::<u64>(), GUILDS as u64, "{loads:?}");
+    let after = expected(&survivors, &ids);
+    let mut moved_in = 0;
+    for (node, _) in cluster.guilds.values() {
+        moved_in += node.metric("guildhall_guild_owners_moved_in_total").await;
+    }
+    assert!(moved_in >= moved.len() as u64, "moved in {moved_in}");
+    {
+        // The listener has stopped: take what it heard.
+        let heard = std::mem::take(&mut *heard.lock().unwrap());
+        // Only the victim's guilds moved (guilds of survivors stay).
+        let stayed = before.iter().filter(|(g, o)| after[*g] == **o).count();
+        check_run(
+            &cluster.front,
+            &token,
+            &guilds,
+            &answers,
+            &heard,
+            &moved,
+            left_at,
+            None,
+        )
+        .await;
+        eprintln!(
+            "leave: {} guilds moved, {} stayed; ring changed {:?} after the stop, all served {:?} after; loads {loads:?} (cap {cap2}); {} posts, {} answered 503",
+            moved.len(),
+            stayed,
+            ring_at - left_at,
+            served_at - left_at,
+            answers.len(),
+            answers.iter().filter(|a| a.0 == 503).count(),
+        );
+    }
+    assert!(
+        cluster
+            .front
+            .metric("guildhall_stream_owner_changes_total")
+            .await
+            >= moved.len() as u64
+    );
+    cluster.stop().await;
+}
+
+/// A guilds node joins: it takes its share (placement's, within the
+/// bound), the owners that moved stop where they were, and the sessions
+/// following the moved guilds get a fresh GUILD_CREATE and every message
+/// answered once the move settled. While the old owner (still alive) and
+/// the new one both run, an event the old one emits after the new one's
+/// stream reached the gateway is refused there (fencing), so a message
+/// answered in that window can miss its event (it is in history); the
+/// count is printed (ARCHITECTURE.md, "Deliberately absent").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guilds_node_joining_takes_its_share() {
+    let mut cluster = Cluster::start(&["g1", "g2"]).await;
+    let (token, _) = cluster.front.register("alice").await;
+    let guilds = guilds_of(&cluster.front, &token).await;
+    cluster.wait_placed(GUILDS).await;
+    touch_all(&cluster.front, &token, &guilds).await;
+    let ids: Vec<String> = guilds.iter().map(|g| g.0.clone()).collect();
+    let before = expected(&["g1", "g2"], &ids);
+
+    let mut session = Client::connect(&cluster.front.ws).await;
+    session
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    let heard = Arc::new(Mutex::new(Heard::default()));
+    let (stop_listen, listen_stop) = tokio::sync::oneshot::channel();
+    let listener = listen(session, heard.clone(), listen_stop);
+    for _ in 0..POLLS_MAX {
+        if heard.lock().unwrap().guild_creates.len() >= GUILDS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let stop_load = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = post_load(
+        cluster.front.base.clone(),
+        token.clone(),
+        guilds.clone(),
+        stop_load.clone(),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let joined_at = Instant::now();
+    cluster.add("g3", limits()).await;
+    cluster.wait_ring(3).await;
+    touch_all(&cluster.front, &token, &guilds).await;
+    let served_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    stop_load.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answers = load.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop_listen.send(());
+    let _client = listener.await.unwrap();
+
+    let after = expected(&["g1", "g2", "g3"], &ids);
+    let moved: BTreeSet<String> = ids
+        .iter()
+        .filter(|g| before[*g] != after[*g])
+        .cloned()
+        .collect();
+    let to_newcomer = moved.iter().filter(|g| after[*g] == "g3").count();
+    assert!(to_newcomer > 0, "the newcomer took nothing");
+    // Placement is recomputed from scratch: the smaller cap may also move
+    // an overflowed guild between old members; few do.
+    assert!(
+        moved.len() - to_newcomer <= GUILDS / 10 + 1,
+        "{} moves between old members",
+        moved.len() - to_newcomer
+    );
+    let cap3 = capacity_for(GUILDS, 3, 250) as u64;
+    let loads = cluster.loads().await;
+    assert_eq!(loads["g3"], to_newcomer as u64, "{loads:?}");
+    for (name, load) in &loads {
+        assert!(*load <= cap3, "{name} holds {load} > {cap3}");
+    }
+    let mut moved_out = 0;
+    for (node, _) in cluster.guilds.values() {
+        moved_out += node.metric("guildhall_guild_owners_moved_out_total").await;
+    }
+    assert_eq!(moved_out, moved.len() as u64);
+    {
+        // The listener has stopped: take what it heard.
+        let heard = std::mem::take(&mut *heard.lock().unwrap());
+        let window_lost = check_run(
+            &cluster.front,
+            &token,
+            &guilds,
+            &answers,
+            &heard,
+            &moved,
+            joined_at,
+            Some(served_at),
+        )
+        .await;
+        eprintln!(
+            "join: {} of {GUILDS} guilds moved ({to_newcomer} to the newcomer); all served {:?} after it started; loads {loads:?} (cap {cap3}); {} posts, {} answered 503, {window_lost} answered 200 during the move not delivered (open problem: no hand-over between a live old owner and the new one)",
+            moved.len(),
+            served_at - joined_at,
+            answers.len(),
+            answers.iter().filter(|a| a.0 == 503).count(),
+        );
+    }
+    cluster.stop().await;
+}
+
+/// A node whose lease was revoked while it was cut off from the registry
+/// keeps running and still believes it owns its guilds. Its stream events
+/// are refused by the gateway once the new owner's stream arrived, its
+/// writes are refused by the store, and it stops (and claims nothing)
+/// instead of taking the guild back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owner_is_refused_by_gateways_and_the_store() {
+    let mut cluster = Cluster::start(&["g1"]).await;
+    // The stale node's own lease check runs on its TTL: long enough that it
+    // still thinks it is an owner throughout the test.
+    cluster
+        .add(
+            "g2",
+            Limits {
+                lease_ttl_ms: 60_000,
+                lease_renew_interval_ms: 300,
+                ..limits()
+            },
+        )
+        .await;
+    cluster.wait_ring(2).await;
+    let (token, user_id) = cluster.front.register("alice").await;
+    let guilds = guilds_of(&cluster.front, &token).await;
+    cluster.wait_placed(GUILDS).await;
+    touch_all(&cluster.front, &token, &guilds).await;
+    let ids: Vec<String> = guilds.iter().map(|g| g.0.clone()).collect();
+    let placed = expected(&["g1", "g2"], &ids);
+    let (guild_id, channel_id) = guilds
+        .iter()
+        .find(|(g, _)| placed[g] == "g2")
+        .cloned()
+        .expect("a guild on g2");
+
+    let mut session = Client::connect(&cluster.front.ws).await;
+    session
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    let heard = Arc::new(Mutex::new(Heard::default()));
+    let (stop_listen, listen_stop) = tokio::sync::oneshot::channel();
+    let listener = listen(session, heard.clone(), listen_stop);
+    for _ in 0..POLLS_MAX {
+        if heard.lock().unwrap().guild_creates.len() >= GUILDS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // Cut g2 off and end its lease behind its back.
+    let state = cluster.guilds["g2"].1.clone();
+    state
+        .partitioned
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let lease = state.lease.load(std::sync::atomic::Ordering::Relaxed);
+    cluster.registry.revoke(lease).await.unwrap();
+    // The front and g1 drop g2; g2 does not notice.
+    for _ in 0..POLLS_MAX {
+        if cluster.front.metric("guildhall_ring_members").await == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        cluster.guilds["g2"]
+            .0
+            .metric("guildhall_ring_members")
+            .await,
+        2
+    );
+    // A post through the front now reaches g1, which claims the guild and
+    // subscribes the session (fresh GUILD_CREATE, then the message).
+    let (status, body) = cluster
+        .front
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&token),
+            Some(json!({"content": "from the new owner"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for _ in 0..POLLS_MAX {
+        if heard
+            .lock()
+            .unwrap()
+            .contents
+            .contains("from the new owner")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        heard
+            .lock()
+            .unwrap()
+            .contents
+            .contains("from the new owner")
+    );
+
+    // The stale owner fans out an event (as a router with a stale view
+    // would make it): the gateway refuses it.
+    let stale_event = json!({"v": 1, "guild_id": guild_id.parse::<i64>().unwrap(), "call": {"Publish": {
+        "name": "MESSAGE_CREATE", "required_intent": intents::GUILD_MESSAGES,
+        "data": {"id": "1", "channel_id": channel_id, "guild_id": guild_id, "content": "from the stale owner"},
+        "blanked": null, "content_exempt": []}}});
+    cluster
+        .bus
+        .publish(
+            "guilds.g2.requests",
+            None,
+            serde_json::to_vec(&stale_event).unwrap().into(),
+        )
+        .unwrap();
+    let mut polls = 0;
+    while cluster
+        .front
+        .metric("guildhall_stream_stale_epoch_total")
+        .await
+        == 0
+    {
+        polls += 1;
+        assert!(polls < POLLS_MAX, "the stale owner's event was not refused");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !heard
+            .lock()
+            .unwrap()
+            .contents
+            .contains("from the stale owner")
+    );
+
+    // Its write is refused by the store: answered Overloaded, nothing
+    // changed, and the owner stops.
+    let rename = json!({"v": 1, "guild_id": guild_id.parse::<i64>().unwrap(), "call": {"Change": {
+        "actor": user_id.parse::<i64>().unwrap(), "change": {"UpdateGuild": {"name": "stale rename"}}}}});
+    let answer = cluster
+        .bus
+        .request(
+            "guilds.g2.requests",
+            serde_json::to_vec(&rename).unwrap().into(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(answer["result"]["Err"], "Overloaded", "{answer}");
+    let g2 = &cluster.guilds["g2"].0;
+    assert_eq!(g2.metric("guildhall_guild_owners_fenced_total").await, 1);
+    let (status, guild) = cluster
+        .front
+        .call("GET", &format!("/guilds/{guild_id}"), Some(&token), None)
+        .await;
+    assert_eq!(status, 200);
+    assert_ne!(guild["name"], "stale rename");
+    // Asked again, the stale node claims nothing: refused, not taken back.
+    let answer = cluster
+        .bus
+        .request(
+            "guilds.g2.requests",
+            serde_json::to_vec(&rename).unwrap().into(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(answer["result"]["Err"], "Overloaded", "{answer}");
+    assert!(g2.metric("guildhall_guild_claims_refused_total").await >= 1);
+    // The new owner still serves, and its events still arrive.
+    let (status, _) = cluster
+        .front
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&token),
+            Some(json!({"content": "still the new owner"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    for _ in 0..POLLS_MAX {
+        if heard
+            .lock()
+            .unwrap()
+            .contents
+            .contains("still the new owner")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(
+        heard
+            .lock()
+            .unwrap()
+            .contents
+            .contains("still the new owner")
+    );
+    let _ = stop_listen.send(());
+    let _client = listener.await.unwrap();
+    cluster.stop().await;
+}
