@@ -374,12 +374,8 @@ impl LocalBus {
         }
         drop(table);
         // A drop that was answered is not a loss: the caller has its
-        // (refusing) answer.
-        let answered = if reply.is_some() {
-            shed.len() as u64
-        } else {
-            0
-        };
+        // (refusing) answer. (`shed` only holds answers to requests.)
+        let answered = shed.len() as u64;
         if let Some(reply) = reply {
             for overflow in shed {
                 stats.shed_replies_total.fetch_add(1, Ordering::Relaxed);

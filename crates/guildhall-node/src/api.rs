@@ -1523,16 +1523,27 @@ async fn delete_message(
         .store
         .delete_message(row.channel_id, row.id)
         .await?;
-    let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string(), "guild_id": guild_id.to_string()});
+    publish_message_delete(&node, guild_id, row.channel_id, row.id).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// MESSAGE_DELETE of a guild message, to the guild's sessions (a user's
+/// delete and a webhook's alike).
+pub(crate) async fn publish_message_delete(
+    node: &crate::Node,
+    guild_id: i64,
+    channel_id: i64,
+    message_id: i64,
+) {
+    let data = json!({"id": message_id.to_string(), "channel_id": channel_id.to_string(), "guild_id": guild_id.to_string()});
     publish_plain(
-        &node,
+        node,
         guild_id,
         "MESSAGE_DELETE",
         intents::GUILD_MESSAGES,
         &data,
     )
     .await;
-    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn typing(

@@ -503,10 +503,9 @@ pub async fn start(
                         state.relists_total.fetch_add(1, Ordering::Relaxed);
                         mirror = listing.entries;
                         let overflow = mirror.len().saturating_sub(entries_max);
-                        if overflow > 0 {
-                            let keep: Vec<String> =
-                                mirror.keys().take(entries_max).cloned().collect();
-                            mirror.retain(|k, _| keep.binary_search(k).is_ok());
+                        if let Some(first_over) = mirror.keys().nth(entries_max).cloned() {
+                            // Keys sort, so every listing keeps the same ones.
+                            mirror.split_off(&first_over);
                             state.overflowed(overflow as u64);
                         }
                         watch = registry

@@ -35,7 +35,7 @@ use guildhall_proto::intents;
 use guildhall_proto::model::{User, WEBHOOK_INCOMING, Webhook, WebhooksUpdate};
 use guildhall_store::{MessageRow, UserRow, WebhookRow, WebhookWrite};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
@@ -808,15 +808,7 @@ async fn delete_message(
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
     let guild_id = row.guild_id.unwrap_or(webhook.guild_id);
-    let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string(), "guild_id": guild_id.to_string()});
-    publish_plain(
-        &node,
-        guild_id,
-        "MESSAGE_DELETE",
-        intents::GUILD_MESSAGES,
-        &data,
-    )
-    .await;
+    crate::api::publish_message_delete(&node, guild_id, row.channel_id, row.id).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
