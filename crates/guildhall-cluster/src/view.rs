@@ -83,6 +83,7 @@ mod tests {
             gateway_url: None,
             sessions: 0,
             draining: false,
+            sfu: None,
         };
         registry.put_raw(&instance_key(node), a.encode().unwrap());
         a

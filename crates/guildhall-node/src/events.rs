@@ -263,6 +263,16 @@ impl Partition {
                 self.hub
                     .dispatch_to_users(&user_ids, required_intent, &event);
             }
+            NodeEventBody::Session {
+                session_id,
+                name,
+                data,
+            } => {
+                if let Some(slot) = self.hub.get(&session_id) {
+                    let event = EncodedDispatch::from_json(&name, data.get());
+                    slot.dispatch(&event, &self.hub.counters);
+                }
+            }
             NodeEventBody::Joined { guild_id, user_id } => {
                 // Inline: one non-waiting publish per session of the user.
                 for slot in self.hub.sessions_of(user_id) {

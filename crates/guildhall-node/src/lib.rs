@@ -1069,6 +1069,7 @@ pub async fn run(
         gateway_url: config.runs(Role::Gateway).then_some(own_gateway_url),
         sessions: 0,
         draining: false,
+        sfu: None,
     };
     let sessions: cluster::SessionCount = {
         let hub = node.hub.clone();

@@ -61,6 +61,17 @@ pub enum NodeEventBody {
         /// Event data.
         data: Box<RawValue>,
     },
+    /// A dispatch for one session of this node (VOICE_SERVER_UPDATE when
+    /// its call was re-placed on another SFU). A session that is not here
+    /// (ended, moved) drops it: the client re-sends op 4 on reconnect.
+    Session {
+        /// The session id.
+        session_id: String,
+        /// Event name.
+        name: String,
+        /// Event data.
+        data: Box<RawValue>,
+    },
     /// `user_id` joined `guild_id`: the node's sessions of that user ask
     /// the guild's owner to subscribe them.
     Joined {

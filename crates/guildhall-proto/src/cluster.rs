@@ -37,8 +37,32 @@ pub enum Role {
     Presence,
     /// Users router and shards.
     Users,
-    /// Voice syncers.
+    /// Voice coordinators and syncers (they allocate calls on SFUs).
     Voice,
+    /// A selective forwarding unit: the voice gateway and its UDP media.
+    Sfu,
+}
+
+/// Longest SFU endpoint an announcement may carry, in bytes
+/// (`host:port[/path]`, what VOICE_SERVER_UPDATE's `endpoint` holds).
+pub const SFU_ENDPOINT_BYTES_MAX: usize = 256;
+
+/// What an SFU node announces besides the common fields: where voice
+/// clients reach it and how full it is, so syncers choose by capacity
+/// and load (seed 003: placement that ignores load drowns the few).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SfuInfo {
+    /// The voice gateway as clients are told it (`host:port[/path]`, no
+    /// scheme: the libraries prepend `wss://`), at most
+    /// [`SFU_ENDPOINT_BYTES_MAX`] printable bytes.
+    pub endpoint: String,
+    /// Voice sessions it admits at most (at least 1).
+    pub sessions_max: u32,
+    /// Voice sessions (admitted or connected) as of its last refresh.
+    pub sessions: u32,
+    /// Calls (channels) allocated on it as of its last refresh.
+    pub calls: u32,
 }
 
 /// One node's announcement.
@@ -68,6 +92,9 @@ pub struct Announcement {
     /// The node is draining (SIGTERM): route no new session to it.
     #[serde(default)]
     pub draining: bool,
+    /// An SFU node: its endpoint and load. Absent for other nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sfu: Option<SfuInfo>,
 }
 
 /// Why an entry was rejected.
@@ -136,6 +163,15 @@ impl Announcement {
                 return Err(Rejection::InvalidField);
             }
         }
+        if let Some(sfu) = &self.sfu {
+            let endpoint_ok = !sfu.endpoint.is_empty()
+                && sfu.endpoint.len() <= SFU_ENDPOINT_BYTES_MAX
+                && sfu.endpoint.bytes().all(|b| b.is_ascii_graphic())
+                && !sfu.endpoint.contains("://");
+            if !endpoint_ok || sfu.sessions_max == 0 || !self.roles.contains(&Role::Sfu) {
+                return Err(Rejection::InvalidField);
+            }
+        }
         Ok(())
     }
 
@@ -143,7 +179,7 @@ impl Announcement {
     ///
     /// ```
     /// use guildhall_proto::cluster::{Announcement, Rejection, Role, instance_key};
-    /// let a = Announcement { schema: 1, node: "gw-1".into(), roles: vec![Role::Gateway], addr: "10.0.0.1:8080".into(), started_ms: 1, gateway_url: Some("ws://10.0.0.1:8080".into()), sessions: 3, draining: false };
+    /// let a = Announcement { schema: 1, node: "gw-1".into(), roles: vec![Role::Gateway], addr: "10.0.0.1:8080".into(), started_ms: 1, gateway_url: Some("ws://10.0.0.1:8080".into()), sessions: 3, draining: false, sfu: None };
     /// let bytes = a.encode().unwrap();
     /// assert_eq!(Announcement::decode(&instance_key("gw-1"), &bytes), Ok(a));
     /// assert_eq!(Announcement::decode(&instance_key("gw-1"), b""), Err(Rejection::Empty));
@@ -194,6 +230,7 @@ mod tests {
             gateway_url: None,
             sessions: 0,
             draining: false,
+            sfu: None,
         }
     }
 
@@ -253,6 +290,37 @@ mod tests {
             Announcement::decode(&key, wrong_type),
             Err(Rejection::Malformed)
         );
+        let sfu = Announcement {
+            roles: vec![Role::Sfu],
+            sfu: Some(SfuInfo {
+                endpoint: "127.0.0.1:9/voice".into(),
+                sessions_max: 10,
+                sessions: 2,
+                calls: 1,
+            }),
+            ..good()
+        };
+        let bytes = sfu.encode().unwrap();
+        assert_eq!(Announcement::decode(&key, &bytes), Ok(sfu.clone()));
+        for (endpoint, max, roles) in [
+            ("", 10, vec![Role::Sfu]),
+            ("wss://h:1", 10, vec![Role::Sfu]),
+            ("h :1", 10, vec![Role::Sfu]),
+            ("h:1", 0, vec![Role::Sfu]),
+            ("h:1", 10, vec![Role::Guilds]),
+        ] {
+            let bad = Announcement {
+                roles,
+                sfu: Some(SfuInfo {
+                    endpoint: endpoint.into(),
+                    sessions_max: max,
+                    sessions: 0,
+                    calls: 0,
+                }),
+                ..good()
+            };
+            assert_eq!(bad.encode(), Err(Rejection::InvalidField), "{endpoint}");
+        }
         // An announcement from before the gateway fields still decodes.
         let old = br#"{"schema":1,"node":"node-1","roles":["guilds"],"addr":"127.0.0.1:1","started_ms":5}"#;
         assert_eq!(Announcement::decode(&key, old), Ok(good()));

@@ -13,6 +13,8 @@
 //! - [`error`]: REST error bodies with Discord's JSON error codes.
 //! - [`cluster`]: what a node announces in the registry, and its validation.
 //! - [`bus`]: envelopes and subjects of the bus, and the stream-gap rule.
+//! - [`voice`]: the voice control plane's envelopes (gateway → voice
+//!   role → SFU).
 //!
 //! Architecture invariant: pure. No I/O, no clock (times are arguments), and
 //! this is the only crate that derives serde for the wire: a field renamed
@@ -27,5 +29,6 @@ pub mod intents;
 pub mod model;
 pub mod snowflake;
 pub mod timestamp;
+pub mod voice;
 
 pub use snowflake::Snowflake;
