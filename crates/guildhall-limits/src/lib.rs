@@ -475,6 +475,22 @@ pub const GATEWAY_SHARDS_MAX: u32 = 65_536;
 /// When hit: the request is answered with a RATE_LIMITED dispatch (opcode
 /// 8, with its guild and nonce), counted.
 pub const SESSION_MEMBER_REQUESTS_MAX: usize = GATEWAY_INBOUND_PER_MINUTE_MAX as usize;
+/// Op 4s a session's voice worker holds waiting (one is handled at a time,
+/// in order, so a join and the leave after it cannot swap). 4 covers a
+/// join, a move and a leave in flight with room to spare; a client that
+/// sends more faster than an SFU allocates is ahead of itself. When hit:
+/// the op 4 is dropped and counted (`guildhall_voice_dropped_total`); the
+/// client's next op 4 states what it wants again.
+pub const SESSION_VOICE_REQUESTS_MAX: usize = 4;
+/// How long the gateway waits for the voice role's answer to a join (the
+/// spawn budget, the SFU's allocation and admission all inside). 5 s is
+/// under discord.py's and discord.js's own wait for VOICE_SERVER_UPDATE
+/// (30 s and 15 s), so a refusal or a lost request leaves the client time
+/// to retry. The deadline travels with the request, so the voice role
+/// does not start work nobody waits for. When hit: no VOICE_SERVER_UPDATE;
+/// counted (`guildhall_voice_unanswered_total`), logged through the
+/// throttle.
+pub const VOICE_REQUEST_TIMEOUT_MS: u64 = 5_000;
 /// Gateway sockets that compress at once (`compress=zlib-stream` or
 /// `zstd-stream` in the URL, or IDENTIFY's `compress: true`). Each holds a
 /// compressor for its lifetime. Deflate's window is fixed by the rust
@@ -963,6 +979,10 @@ pub struct Limits {
     pub gateway_shards_max: u32,
     /// See [`SESSION_MEMBER_REQUESTS_MAX`].
     pub session_member_requests_max: usize,
+    /// See [`SESSION_VOICE_REQUESTS_MAX`].
+    pub session_voice_requests_max: usize,
+    /// See [`VOICE_REQUEST_TIMEOUT_MS`].
+    pub voice_request_timeout_ms: u64,
     /// See [`GATEWAY_COMPRESSORS_MAX`].
     pub gateway_compressors_max: usize,
     /// See [`HTTP_HEADER_READ_TIMEOUT_MS`].
@@ -1117,6 +1137,8 @@ impl Default for Limits {
             gateway_identify_timeout_ms: GATEWAY_IDENTIFY_TIMEOUT_MS,
             gateway_shards_max: GATEWAY_SHARDS_MAX,
             session_member_requests_max: SESSION_MEMBER_REQUESTS_MAX,
+            session_voice_requests_max: SESSION_VOICE_REQUESTS_MAX,
+            voice_request_timeout_ms: VOICE_REQUEST_TIMEOUT_MS,
             gateway_compressors_max: GATEWAY_COMPRESSORS_MAX,
             http_header_read_timeout_ms: HTTP_HEADER_READ_TIMEOUT_MS,
             http_header_bytes_max: HTTP_HEADER_BYTES_MAX,
@@ -1653,6 +1675,16 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.voice_request_timeout_ms >= 1,
+            "voice_request_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.session_voice_requests_max >= 1,
+            "session_voice_requests_max",
+            "must be at least 1",
+        );
+        check(
             self.session_member_requests_max >= 1,
             "session_member_requests_max",
             "must be at least 1 (or op 8 could never be served)",
@@ -1870,6 +1902,8 @@ mod tests {
             "gateway_identify_timeout_ms",
             "gateway_shards_max",
             "session_member_requests_max",
+            "session_voice_requests_max",
+            "voice_request_timeout_ms",
             "gateway_compressors_max",
             "http_header_read_timeout_ms",
             "http_header_bytes_max",
@@ -2000,6 +2034,8 @@ mod tests {
             "gateway_identify_timeout_ms" => l.gateway_identify_timeout_ms = 0,
             "gateway_shards_max" => l.gateway_shards_max = 0,
             "session_member_requests_max" => l.session_member_requests_max = 0,
+            "session_voice_requests_max" => l.session_voice_requests_max = 0,
+            "voice_request_timeout_ms" => l.voice_request_timeout_ms = 0,
             "gateway_compressors_max" => l.gateway_compressors_max = 0,
             "http_header_read_timeout_ms" => l.http_header_read_timeout_ms = 0,
             "http_header_bytes_max" => l.http_header_bytes_max = 0,

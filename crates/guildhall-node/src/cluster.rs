@@ -123,6 +123,20 @@ pub struct ClusterState {
     /// renewals, no view updates) while it keeps running, to reproduce a
     /// stale owner.
     pub partitioned: AtomicBool,
+    /// The ring of the voice nodes announced now.
+    voice_ring: RwLock<Arc<Ring>>,
+    /// Where guilds' voice coordinators go: bounded loads over the voice
+    /// nodes announced now and the same guild ids as owners (seed 003: a
+    /// plain ring let the few healthy syncer instances take everyone's
+    /// secondary and tertiary placements).
+    pub voice_placement: RwLock<Arc<Placement>>,
+    /// Names of the voice nodes, by ring member id.
+    pub voice_nodes: RwLock<Arc<BTreeMap<MemberId, String>>>,
+    /// The live SFU nodes and what they announce (the voice role chooses
+    /// among them by capacity and load).
+    pub sfus: tokio::sync::watch::Sender<Arc<Vec<(String, guildhall_proto::cluster::SfuInfo)>>>,
+    /// The slack of voice placement, permille (set at start).
+    voice_epsilon_permille: AtomicU64,
 }
 
 impl Default for ClusterState {
@@ -154,6 +168,17 @@ impl Default for ClusterState {
             claims_held_until_ms: AtomicU64::new(0),
             left: AtomicBool::new(false),
             partitioned: AtomicBool::new(false),
+            voice_placement: RwLock::new(Arc::new(Placement::compute(
+                Ring::new(0, &[], 1),
+                &[],
+                0,
+            ))),
+            voice_nodes: RwLock::new(Arc::new(BTreeMap::new())),
+            voice_ring: RwLock::new(Arc::new(Ring::new(0, &[], 1))),
+            sfus: tokio::sync::watch::Sender::new(Arc::new(Vec::new())),
+            voice_epsilon_permille: AtomicU64::new(u64::from(
+                guildhall_limits::RING_LOAD_EPSILON_PERMILLE,
+            )),
         }
     }
 }
@@ -209,6 +234,81 @@ impl ClusterState {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&member)
             .cloned()
+    }
+
+    /// The node whose voice role coordinates `guild_id`'s calls; `None`
+    /// while no voice node is announced.
+    pub fn voice_node_of(&self, guild_id: i64) -> Option<String> {
+        let placement = self
+            .voice_placement
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let member = placement.owner(guild_id as u64)?;
+        self.voice_nodes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&member)
+            .cloned()
+    }
+
+    /// The voice nodes announced now: a new set recomputes voice placement.
+    fn set_voice_nodes(&self, nodes: BTreeMap<MemberId, String>, vnodes: u32) {
+        {
+            let known = self
+                .voice_nodes
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if **known == nodes {
+                return;
+            }
+        }
+        let members: Vec<MemberId> = nodes.keys().copied().collect();
+        *self
+            .voice_nodes
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(nodes);
+        let generation = self.placement_recomputes_total.load(Ordering::Relaxed);
+        *self
+            .voice_ring
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Arc::new(Ring::new(generation, &members, vnodes));
+        self.recompute_voice();
+    }
+
+    /// Recomputes voice placement from the voice ring and the guild ids.
+    fn recompute_voice(&self) {
+        let ring = (**self
+            .voice_ring
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+        .clone();
+        let ids = self
+            .guild_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let epsilon = self.voice_epsilon_permille.load(Ordering::Relaxed) as u32;
+        *self
+            .voice_placement
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Arc::new(Placement::compute(ring, &ids, epsilon));
+    }
+
+    /// The live SFUs announced now (changed only when they differ, so the
+    /// voice role wakes for real changes).
+    fn set_sfus(&self, mut sfus: Vec<(String, guildhall_proto::cluster::SfuInfo)>) {
+        sfus.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.sfus.send_if_modified(|current| {
+            if **current == sfus {
+                false
+            } else {
+                *current = Arc::new(sfus);
+                true
+            }
+        });
     }
 
     /// Whether `node`'s guilds role may answer: announced in the view now
@@ -272,6 +372,7 @@ impl ClusterState {
         {
             self.placement_changes.send_modify(|n| *n += 1);
         }
+        self.recompute_voice();
     }
 
     /// Registry keys beyond `registry_entries_max`, counted with the
@@ -314,10 +415,23 @@ async fn announce(
 /// How many sessions the node holds now (for its announcement).
 pub type SessionCount = Arc<dyn Fn() -> u64 + Send + Sync>;
 
+/// What the node's SFU announces now (`None`: no SFU role here).
+pub type SfuLoad = Arc<dyn Fn() -> Option<guildhall_proto::cluster::SfuInfo> + Send + Sync>;
+
 /// The announcement as it stands now: `base` with the session count and
 /// the draining flag.
-fn current(base: &Announcement, state: &ClusterState, sessions: &SessionCount) -> Announcement {
+fn current(
+    base: &Announcement,
+    state: &ClusterState,
+    sessions: &SessionCount,
+    sfu: &SfuLoad,
+) -> Announcement {
     Announcement {
+        sfu: if base.roles.contains(&Role::Sfu) {
+            sfu()
+        } else {
+            None
+        },
         sessions: if base.roles.contains(&Role::Gateway) {
             sessions()
         } else {
@@ -335,11 +449,16 @@ pub async fn start(
     limits: &Limits,
     state: Arc<ClusterState>,
     sessions: SessionCount,
+    sfu: SfuLoad,
 ) {
     let ttl_ms = limits.lease_ttl_ms;
     let renew_ms = limits.lease_renew_interval_ms.max(1);
-    let announcement = current(&base, &state, &sessions);
+    let announcement = current(&base, &state, &sessions, &sfu);
     state.lease_ttl_ms.store(ttl_ms, Ordering::Relaxed);
+    state.voice_epsilon_permille.store(
+        u64::from(limits.ring_load_epsilon_permille),
+        Ordering::Relaxed,
+    );
     let asked = now_ms();
     if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms).await {
         state.lease.store(lease, Ordering::Relaxed);
@@ -351,11 +470,12 @@ pub async fn start(
     // starting is written at once). An ended lease is the keep-alive
     // task's to replace.
     {
-        let (registry, state, base, sessions) = (
+        let (registry, state, base, sessions, sfu) = (
             registry.clone(),
             state.clone(),
             base.clone(),
             sessions.clone(),
+            sfu.clone(),
         );
         let interval = Duration::from_millis(limits.gateway_announce_interval_ms.max(1));
         let mut written = announcement.clone();
@@ -369,7 +489,7 @@ pub async fn start(
                     return;
                 }
                 let lease = state.lease.load(Ordering::Relaxed);
-                let now = current(&base, &state, &sessions);
+                let now = current(&base, &state, &sessions, &sfu);
                 if lease == 0 || now == written {
                     continue;
                 }
@@ -401,11 +521,12 @@ pub async fn start(
     // Keep-alive: its own task, doing nothing else, so no backlog elsewhere
     // can make this node miss its renewals (seed 004).
     {
-        let (registry, state, base, sessions) = (
+        let (registry, state, base, sessions, sfu) = (
             registry.clone(),
             state.clone(),
             base.clone(),
             sessions.clone(),
+            sfu.clone(),
         );
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
@@ -448,7 +569,7 @@ pub async fn start(
                             lease,
                             "lease lost, announcing again"
                         );
-                        let announcement = current(&base, &state, &sessions);
+                        let announcement = current(&base, &state, &sessions, &sfu);
                         if let Some(lease) =
                             announce(registry.as_ref(), &announcement, ttl_ms).await
                         {
@@ -614,6 +735,19 @@ pub async fn start(
                     }
                 }
             }
+            state.set_voice_nodes(
+                view.instances()
+                    .filter(|a| a.roles.contains(&Role::Voice))
+                    .map(|a| (member_id_of(&a.node), a.node.clone()))
+                    .collect(),
+                vnodes,
+            );
+            state.set_sfus(
+                view.instances()
+                    .filter(|a| a.roles.contains(&Role::Sfu))
+                    .filter_map(|a| a.sfu.clone().map(|info| (a.node.clone(), info)))
+                    .collect(),
+            );
             effects.clear();
             for instance in view.instances().filter(|a| a.roles.contains(&Role::Guilds)) {
                 membership.renew(now, member_id_of(&instance.node), &mut effects);

@@ -113,6 +113,18 @@ pub struct GatewayCounters {
     pub query_refused_total: AtomicU64,
     /// IDENTIFY received → READY queued.
     pub identify_to_ready_seconds: crate::histogram::Histogram,
+    /// VOICE_SERVER_UPDATEs sent with an SFU's endpoint.
+    pub voice_servers_total: AtomicU64,
+    /// Op 4 received → VOICE_SERVER_UPDATE queued (the voice role's and
+    /// the SFU's part of a join).
+    pub voice_server_seconds: crate::histogram::Histogram,
+    /// Voice joins the voice role refused (budget, capacity, SFUs).
+    pub voice_refused_total: AtomicU64,
+    /// Voice requests the voice role did not answer in time.
+    pub voice_unanswered_total: AtomicU64,
+    /// Op 4s dropped: the session's voice worker had
+    /// `session_voice_requests_max` waiting.
+    pub voice_dropped_total: AtomicU64,
 }
 
 /// Handshake admission: the control crate's [`HandshakeAdmission`] decides
@@ -641,11 +653,21 @@ impl Gateway {
         self.presence(slot, None);
     }
 
-    /// Op 4: the guild owner records and publishes the voice state; the
-    /// session gets VOICE_SERVER_UPDATE. `endpoint` is null: no SFU is
-    /// allocated by this node (the voice role is not built yet), which
-    /// Discord's documentation allows and libraries wait on.
+    /// Op 4: the guild owner checks, records and publishes the voice state
+    /// (VOICE_STATE_UPDATE); then the guild's voice coordinator (placed on
+    /// the voice nodes) allocates or reuses the channel's call on an SFU
+    /// and admits the user, and the session gets VOICE_SERVER_UPDATE with
+    /// the SFU's endpoint and the user's token. A leave (`channel_id:
+    /// null`) tells the coordinator, which evicts the user and releases a
+    /// call left empty. With no voice node in the cluster, `endpoint` is
+    /// null, as Discord's documentation allows ("no server allocated").
+    /// A refusal (spawn budget, no SFU with room, breaker open) is counted
+    /// and logged; the client's own timeout and retry of op 4 take over,
+    /// as with Discord.
     async fn voice(&self, slot: &Arc<Slot>, voice: gateway::VoiceStateUpdate) {
+        use guildhall_proto::voice::{
+            VoiceEnvelope, VoiceReply, VoiceRequest, decode_reply, voice_requests_subject,
+        };
         let guild_id = voice.guild_id.get() as i64;
         let channel_id = voice.channel_id.map(|c| c.get() as i64);
         let (user_id, session_id) = (slot.user_id, slot.id.clone());
@@ -655,21 +677,126 @@ impl Gateway {
                 guild_id,
                 GuildCall::Voice {
                     user_id,
-                    session_id,
+                    session_id: session_id.clone(),
                     channel_id,
                     self_mute: voice.self_mute,
                     self_deaf: voice.self_deaf,
                 },
             )
             .await;
-        if result.is_ok()
-            && channel_id.is_some()
-            && let Ok(token) = crate::auth::random_hex()
-        {
-            let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": null});
-            if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
-                slot.dispatch(&event, &self.hub.counters);
+        if result.is_err() {
+            return;
+        }
+        let Some(voice_node) = self.cluster.voice_node_of(guild_id) else {
+            if channel_id.is_some()
+                && let Ok(token) = crate::auth::random_hex()
+            {
+                let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": null});
+                if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
+                    slot.dispatch(&event, &self.hub.counters);
+                }
             }
+            return;
+        };
+        let body = match channel_id {
+            Some(channel_id) => VoiceRequest::Join {
+                guild_id,
+                channel_id,
+                user_id,
+                session_id,
+            },
+            None => VoiceRequest::Leave {
+                guild_id,
+                user_id,
+                session_id,
+            },
+        };
+        let timeout = Duration::from_millis(self.shared.limits.voice_request_timeout_ms);
+        let started = std::time::Instant::now();
+        let reply = self
+            .bus
+            .request(
+                &voice_requests_subject(&voice_node),
+                VoiceEnvelope::new(body).encode().into(),
+                timeout,
+            )
+            .await;
+        let reply = match reply {
+            Ok(message) => decode_reply::<VoiceReply>(&message.payload).ok(),
+            Err(_) => None,
+        };
+        match reply {
+            Some(VoiceReply::Server { endpoint, token }) => {
+                self.counters
+                    .voice_servers_total
+                    .fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .voice_server_seconds
+                    .record_us(started.elapsed().as_micros() as u64);
+                let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": endpoint});
+                if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
+                    slot.dispatch(&event, &self.hub.counters);
+                }
+            }
+            Some(VoiceReply::Left) => {}
+            Some(VoiceReply::Refused {
+                reason,
+                retry_after_ms,
+            }) => {
+                self.counters
+                    .voice_refused_total
+                    .fetch_add(1, Ordering::Relaxed);
+                crate::throttled!(
+                    info,
+                    "gateway.voice_refused",
+                    guild_id,
+                    reason = reason.label(),
+                    retry_after_ms,
+                    "voice join refused; the client retries op 4"
+                );
+            }
+            None => {
+                self.counters
+                    .voice_unanswered_total
+                    .fetch_add(1, Ordering::Relaxed);
+                crate::throttled!(
+                    warn,
+                    "gateway.voice_unanswered",
+                    guild_id,
+                    voice_node,
+                    "voice node did not answer in time"
+                );
+            }
+        }
+    }
+
+    /// Op 4 goes to the socket's voice worker (started on the first op 4,
+    /// ended with the socket), which handles them one at a time in order,
+    /// so a join and the leave after it cannot swap and the socket task
+    /// never waits on an SFU. At most `session_voice_requests_max` wait;
+    /// beyond, the op 4 is dropped and counted (the client's retry, or
+    /// its next op 4, states what it wants again).
+    fn queue_voice(
+        self: &Arc<Self>,
+        worker: &mut Option<mpsc::Sender<gateway::VoiceStateUpdate>>,
+        tasks: &mut JoinSet<()>,
+        slot: &Arc<Slot>,
+        voice: gateway::VoiceStateUpdate,
+    ) {
+        let sender = worker.get_or_insert_with(|| {
+            let (tx, mut rx) = mpsc::channel(self.shared.limits.session_voice_requests_max.max(1));
+            let (gateway, slot) = (self.clone(), slot.clone());
+            tasks.spawn(async move {
+                while let Some(voice) = rx.recv().await {
+                    gateway.voice(&slot, voice).await;
+                }
+            });
+            tx
+        });
+        if sender.try_send(voice).is_err() {
+            self.counters
+                .voice_dropped_total
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -716,7 +843,9 @@ impl Gateway {
         let mut writer = tokio::spawn(write(sink, inlet, finish_rx, stall, encoder));
         let mut writer_done = false;
         // Op 8 tasks of this socket: dropped (aborted) with it.
+        // (and its voice worker, started on the first op 4).
         let mut member_requests = JoinSet::new();
+        let mut voice_worker = None;
         let (mut session, hello) = Session::new(config, now_ms());
         let mut slot: Option<Arc<Slot>> = None;
         // A version this gateway does not speak is closed at once, before
@@ -858,7 +987,7 @@ impl Gateway {
                     }
                     Command::VoiceStateUpdate(voice) => {
                         if let Some(s) = &slot {
-                            self.voice(s, voice).await;
+                            self.queue_voice(&mut voice_worker, &mut member_requests, s, voice);
                         }
                     }
                 }

@@ -1408,10 +1408,58 @@ impl GuildOwner {
         {
             self.subscriptions -= 1;
         }
+        // The session ended for good (its resume window passed): its user
+        // leaves voice, as on Discord when a client is gone.
+        let in_voice: Vec<i64> = self
+            .voice
+            .iter()
+            .filter(|(_, state)| state["session_id"].as_str() == Some(session_id))
+            .map(|(user_id, _)| *user_id)
+            .collect();
+        for user_id in in_voice {
+            self.leave_voice(user_id);
+        }
+    }
+
+    /// `user_id` leaves voice without an op 4 of theirs (their session
+    /// ended, or they left the guild): the state is dropped, the guild
+    /// hears VOICE_STATE_UPDATE with `channel_id: null`, and the guild's
+    /// voice coordinator is told (one publish that never waits; a lost one
+    /// leaves the SFU's admission to lapse and its connection to time out).
+    fn leave_voice(&mut self, user_id: i64) {
+        let Some(mut state) = self.voice.remove(&user_id) else {
+            return;
+        };
+        let session_id = state["session_id"].as_str().unwrap_or_default().to_owned();
+        state["channel_id"] = serde_json::Value::Null;
+        self.publish("VOICE_STATE_UPDATE", intents::GUILD_VOICE_STATES, &state);
+        if let Some(node) = self.cluster.voice_node_of(self.guild.id) {
+            let request = guildhall_proto::voice::VoiceEnvelope::new(
+                guildhall_proto::voice::VoiceRequest::Leave {
+                    guild_id: self.guild.id,
+                    user_id,
+                    session_id,
+                },
+            );
+            let _ = self.bus.publish(
+                &guildhall_proto::voice::voice_requests_subject(&node),
+                None,
+                request.encode().into(),
+            );
+        }
     }
 
     /// Users lost the guild (everyone, when `user_ids` is empty).
     fn remove_users(&mut self, user_ids: Vec<i64>) {
+        let leaving: Vec<i64> = self
+            .voice
+            .keys()
+            .copied()
+            .filter(|u| user_ids.is_empty() || user_ids.contains(u))
+            .collect();
+        for user_id in leaving {
+            self.leave_voice(user_id);
+        }
         self.fanout(&StreamBody::Remove {
             user_ids: user_ids.clone(),
         });

@@ -303,6 +303,30 @@ async fn metrics(
         "Op 8 requests answered with RATE_LIMITED (one already running).",
         gw.member_requests_refused_total.load(Ordering::Relaxed),
     );
+    for (name, help, value) in [
+        (
+            "guildhall_voice_servers_total",
+            "VOICE_SERVER_UPDATEs sent with an SFU endpoint.",
+            &gw.voice_servers_total,
+        ),
+        (
+            "guildhall_voice_refused_total",
+            "Voice joins the voice role refused (budget, capacity, SFUs).",
+            &gw.voice_refused_total,
+        ),
+        (
+            "guildhall_voice_unanswered_total",
+            "Voice requests not answered in time.",
+            &gw.voice_unanswered_total,
+        ),
+        (
+            "guildhall_voice_dropped_total",
+            "Op 4s dropped: the session's voice worker was full.",
+            &gw.voice_dropped_total,
+        ),
+    ] {
+        line(name, "counter", help, value.load(Ordering::Relaxed));
+    }
     line(
         "guildhall_dispatches_total",
         "counter",
@@ -702,6 +726,11 @@ async fn metrics(
         "guildhall_identify_to_ready_seconds",
         "IDENTIFY received to READY queued.",
     );
+    gw.voice_server_seconds.render(
+        &mut out,
+        "guildhall_voice_server_seconds",
+        "Op 4 received to VOICE_SERVER_UPDATE queued.",
+    );
     let cluster = &node.cluster;
     let ring = cluster.ring();
     let placement = cluster.placement();
@@ -1081,6 +1110,7 @@ pub async fn run(
         &config.limits,
         node.cluster.clone(),
         sessions,
+        Arc::new(|| None),
     )
     .await;
     let rest = api::routes()
