@@ -84,5 +84,66 @@ for library, (script, check) in webhook_expected.items():
     if not ok:
         failures.append(f"{library} webhooks")
         print(result.stdout[-2000:], result.stderr[-4000:], sep="\n")
-print(f"{5 - len(failures)} passed, {len(failures)} failed")
+# Voice: discord.py (PyNaCl, xchacha20) and discord.js (@discordjs/voice,
+# aes-256-gcm) join a voice channel and play; a second participant written
+# from the voice documentation (voice_listener.py, aes-256-gcm) receives,
+# and must decrypt every packet the bot sent, byte for byte. The voice
+# gateway is wss:// (the libraries accept nothing else): the server's TLS
+# certificate is trusted through SSL_CERT_FILE / NODE_EXTRA_CA_CERTS only.
+def sfu_metrics():
+    with urllib.request.urlopen(f"http://{base}/metrics", timeout=10) as response:
+        values = {}
+        for line in response.read().decode().splitlines():
+            if line.startswith("guildhall_sfu_"):
+                name, value = line.split()[:2]
+                values[name] = float(value)
+        return values
+
+
+voice_ca = os.environ["GUILDHALL_VOICE_CA"]
+voice_env = dict(os.environ, NODE_PATH=node_modules, SSL_CERT_FILE=voice_ca, NODE_EXTRA_CA_CERTS=voice_ca)
+FRAMES = 150  # 3 s of 20 ms packets
+voice_runs = [
+    ("discord.py voice", "voicepy", lambda bot, guild, channel: [sys.executable, os.path.join(here, "voice_py.py"), base, bot, channel, str(FRAMES)]),
+    ("discord.js voice", "voicejs", lambda bot, guild, channel: ["node", os.path.join(here, "voice_js.js"), base, bot, guild, channel, str(FRAMES)]),
+]
+for name, bot_name, command in voice_runs:
+    guild = call("POST", "/guilds", owner["token"], {"name": f"{name} guild"})
+    channel = call("POST", f"/guilds/{guild['id']}/channels", owner["token"], {"name": "Voice", "type": 2})["id"]
+    bots = {}
+    for who in (bot_name, f"{bot_name}listener"):
+        bots[who] = json.loads(subprocess.check_output(
+            [guildhall, "bot", "create", "--name", who, "--owner", owner["user_id"],
+             "--data-dir", data_dir, "--server", f"http://{base}"]))
+        call("POST", f"/oauth2/authorize?client_id={bots[who]['application_id']}&scope=bot", owner["token"],
+             {"guild_id": guild["id"], "permissions": "0", "authorize": True})
+    before = sfu_metrics()
+    listener = subprocess.Popen([sys.executable, os.path.join(here, "voice_listener.py"), base,
+                                 bots[f"{bot_name}listener"]["token"], guild["id"], channel, str(FRAMES * 0.02 + 40)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=voice_env)
+    first = listener.stdout.readline()
+    ready = json.loads(first) if first.startswith("{") else {}
+    result = subprocess.run(command(bots[bot_name]["token"], guild["id"], channel),
+                            capture_output=True, text=True, timeout=120, env=voice_env)
+    try:
+        out, err = listener.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        listener.kill()
+        out, err = listener.communicate()
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    seen = json.loads(lines[-1]) if lines else {}
+    heard_lines = [line for line in out.splitlines() if line.startswith("{")]
+    heard = json.loads(heard_lines[-1]) if heard_lines else ready
+    after = sfu_metrics()
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.endswith("_total")}
+    ok = result.returncode == 0 and seen.get("connected") and seen.get("played") == FRAMES \
+        and ready.get("ready") and heard.get("frames_distinct") == FRAMES and heard.get("failed") == 0 \
+        and heard.get("decrypted") == heard.get("received") \
+        and delta.get("guildhall_sfu_auth_failures_total", -1) == 0 \
+        and delta.get("guildhall_sfu_decrypted_total", 0) >= FRAMES
+    print(f"{name}: {'ok' if ok else 'FAILED'} {json.dumps(seen)} listener={json.dumps(heard)} sfu={json.dumps(delta)}")
+    if not ok:
+        failures.append(name)
+        print(result.stdout[-2000:], result.stderr[-4000:], out[-2000:], err[-4000:], sep="\n")
+print(f"{7 - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)

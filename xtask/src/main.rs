@@ -15,6 +15,14 @@ const HIKARI: &str = "hikari==2.7.0";
 /// (hikari 2.7.0 only looks for `backports.zstd`, so it stays on
 /// zlib-stream): the stage covers both transport compressions.
 const ZSTANDARD: &str = "zstandard==0.25.0";
+/// discord.py's `voice` extra (PyNaCl for xchacha20-poly1305, davey for
+/// DAVE, which the SFU declines), and `cryptography` for the listener's
+/// aes-256-gcm.
+const PYNACL: &str = "PyNaCl==1.5.0";
+const DAVEY: &str = "davey==0.1.7";
+const CRYPTOGRAPHY: &str = "cryptography==46.0.3";
+/// discord.js's voice library (aes-256-gcm through Node's crypto).
+const DISCORDJS_VOICE: &str = "@discordjs/voice@0.19.2";
 
 fn run(program: &str, args: &[&str], envs: &[(&str, &str)]) -> bool {
     eprintln!("xtask: $ {program} {}", args.join(" "));
@@ -35,7 +43,9 @@ fn ensure_libraries(dir: &Path) -> bool {
     let venv = dir.join("venv");
     let python = venv.join("bin/python");
     let marker = dir.join("installed");
-    let wanted = format!("{DISCORD_PY} {DISCORD_JS} {HIKARI} {ZSTANDARD}");
+    let wanted = format!(
+        "{DISCORD_PY} {DISCORD_JS} {HIKARI} {ZSTANDARD} {PYNACL} {DAVEY} {CRYPTOGRAPHY} {DISCORDJS_VOICE}"
+    );
     if std::fs::read_to_string(&marker).ok().as_deref() == Some(wanted.as_str()) {
         return true;
     }
@@ -52,6 +62,9 @@ fn ensure_libraries(dir: &Path) -> bool {
                 DISCORD_PY,
                 HIKARI,
                 ZSTANDARD,
+                PYNACL,
+                DAVEY,
+                CRYPTOGRAPHY,
             ],
             &[],
         )
@@ -66,6 +79,7 @@ fn ensure_libraries(dir: &Path) -> bool {
                 "--prefix",
                 &node.to_string_lossy(),
                 DISCORD_JS,
+                DISCORDJS_VOICE,
             ],
             &[],
         );
@@ -107,9 +121,49 @@ fn conformance(build: bool) -> bool {
     let data = std::env::temp_dir().join(format!("guildhall-conformance-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
     let binary = target.join("debug/guildhall");
+    // The voice gateway is wss:// only (the libraries accept nothing
+    // else): a throwaway certificate for 127.0.0.1, which the scripts
+    // trust through SSL_CERT_FILE and NODE_EXTRA_CA_CERTS.
+    let _ = std::fs::create_dir_all(&data);
+    let (cert, key) = (data.join("voice-cert.pem"), data.join("voice-key.pem"));
+    if !run(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            &key.to_string_lossy(),
+            "-out",
+            &cert.to_string_lossy(),
+        ],
+        &[],
+    ) {
+        return false;
+    }
     let mut server = match Command::new(&binary)
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data)
+        .args([
+            "--voice-listen",
+            "127.0.0.1:0",
+            "--voice-udp",
+            "127.0.0.1:0",
+        ])
+        .arg("--voice-tls-cert")
+        .arg(&cert)
+        .arg("--voice-tls-key")
+        .arg(&key)
         .stderr(Stdio::piped())
         .spawn()
     {
@@ -141,7 +195,7 @@ fn conformance(build: bool) -> bool {
                 &binary.to_string_lossy(),
                 &dir.join("node/node_modules").to_string_lossy(),
             ],
-            &[],
+            &[("GUILDHALL_VOICE_CA", &cert.to_string_lossy())],
         ),
         None => {
             eprintln!("xtask: the server exited before serving");

@@ -83,6 +83,35 @@ pub struct NodeConfig {
     /// to watch placement and to cut a node off from the registry
     /// (`ClusterState::partitioned`) while it keeps running.
     pub cluster_state: Option<Arc<cluster::ClusterState>>,
+    /// Where the SFU role takes media and serves its voice gateway.
+    pub voice: VoiceSettings,
+}
+
+/// The SFU role's addresses (see the binary's config for the keys).
+#[derive(Clone, Debug, Default)]
+pub struct VoiceSettings {
+    /// UDP media address; `None`: the listener's IP, any port.
+    pub udp: Option<std::net::SocketAddr>,
+    /// The IP clients send media to (READY's `ip`); `None`: the UDP
+    /// address's IP (loopback when that is unspecified).
+    pub public_ip: Option<String>,
+    /// The voice gateway's own TLS listener; `None`: served plain at
+    /// `/voice` on the node's listener (behind a TLS proxy).
+    pub tls: Option<VoiceTls>,
+    /// The endpoint clients are given; `None`: the TLS listener's address,
+    /// else the node's listener with `/voice`.
+    pub endpoint: Option<String>,
+}
+
+/// A TLS listener for the voice gateway.
+#[derive(Clone, Debug)]
+pub struct VoiceTls {
+    /// Where it listens.
+    pub listen: std::net::SocketAddr,
+    /// Certificate chain, PEM.
+    pub cert: PathBuf,
+    /// Private key, PEM.
+    pub key: PathBuf,
 }
 
 /// The roles a process can run; embedded mode runs all of them.
@@ -109,6 +138,7 @@ impl NodeConfig {
             public_gateway_url: None,
             database_url: None,
             cluster_state: None,
+            voice: VoiceSettings::default(),
         }
     }
 

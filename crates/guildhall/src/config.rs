@@ -22,6 +22,21 @@
 //! public_gateway_url = "wss://gateway.example.org"
 //! ```
 //!
+//! Voice (the `sfu` role): where the SFU takes media and where voice
+//! clients reach its voice gateway. The libraries connect only to
+//! `wss://{endpoint}`, so either give the SFU a certificate (its own TLS
+//! listener) or put a TLS proxy in front of `{listen}/voice` and say so in
+//! `voice_endpoint`:
+//!
+//! ```toml
+//! voice_udp = "0.0.0.0:50000"          # media (RTP) [default: listen's IP, any port]
+//! voice_public_ip = "203.0.113.5"      # what clients send media to [default: voice_udp's IP]
+//! voice_listen = "0.0.0.0:8443"        # the voice gateway over TLS
+//! voice_tls_cert = "/etc/guildhall/voice.pem"
+//! voice_tls_key = "/etc/guildhall/voice.key"
+//! voice_endpoint = "voice.example.org:8443"  # VOICE_SERVER_UPDATE's endpoint
+//! ```
+//!
 //! Every top-level key and every field of `[limits]` can also be set as
 //! `GUILDHALL_<KEY>` (upper case), for example `GUILDHALL_NATS=nats://...`,
 //! `GUILDHALL_ROLES=gateway,api` or `GUILDHALL_HANDSHAKE_RATE_PER_S=1000`.
@@ -56,12 +71,24 @@ pub struct ConfigFile {
     pub worker_id: Option<u16>,
     /// The gateway URL clients are given (a load balancer's).
     pub public_gateway_url: Option<String>,
+    /// The SFU's UDP media address.
+    pub voice_udp: Option<String>,
+    /// The IP voice clients send media to (READY's `ip`).
+    pub voice_public_ip: Option<String>,
+    /// The SFU's own TLS listener for the voice gateway.
+    pub voice_listen: Option<String>,
+    /// Its certificate chain (PEM).
+    pub voice_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub voice_tls_key: Option<PathBuf>,
+    /// The endpoint voice clients are given (`host:port[/path]`, no scheme).
+    pub voice_endpoint: Option<String>,
     /// Overrides of any bound.
     pub limits: Limits,
 }
 
 /// Top-level keys that the environment may set (`GUILDHALL_<KEY>`).
-const TOP_LEVEL_KEYS: [&str; 9] = [
+const TOP_LEVEL_KEYS: [&str; 15] = [
     "listen",
     "data_dir",
     "roles",
@@ -71,6 +98,12 @@ const TOP_LEVEL_KEYS: [&str; 9] = [
     "node_name",
     "worker_id",
     "public_gateway_url",
+    "voice_udp",
+    "voice_public_ip",
+    "voice_listen",
+    "voice_tls_cert",
+    "voice_tls_key",
+    "voice_endpoint",
 ];
 
 /// Reads `path` (if any), applies `GUILDHALL_*` from `env`, validates.
@@ -128,6 +161,12 @@ fn set_top_level(config: &mut ConfigFile, key: &str, value: &str) -> Result<()> 
         "node_name" => config.node_name = text,
         "worker_id" => config.worker_id = Some(value.trim().parse().context("not a worker id")?),
         "public_gateway_url" => config.public_gateway_url = text,
+        "voice_udp" => config.voice_udp = text,
+        "voice_public_ip" => config.voice_public_ip = text,
+        "voice_listen" => config.voice_listen = text,
+        "voice_tls_cert" => config.voice_tls_cert = Some(value.into()),
+        "voice_tls_key" => config.voice_tls_key = Some(value.into()),
+        "voice_endpoint" => config.voice_endpoint = text,
         _ => bail!("no such key"),
     }
     Ok(())
@@ -195,8 +234,10 @@ impl Cluster {
                         "guilds" => Role::Guilds,
                         "users" => Role::Users,
                         "presence" => Role::Presence,
+                        "voice" => Role::Voice,
+                        "sfu" => Role::Sfu,
                         other => bail!(
-                            "unknown role {other:?} (roles: gateway, api, guilds, users, presence)"
+                            "unknown role {other:?} (roles: gateway, api, guilds, users, presence, voice, sfu)"
                         ),
                     };
                     if !roles.contains(&role) {
@@ -248,6 +289,56 @@ impl Cluster {
             public_gateway_url: self.public_gateway_url,
         })
     }
+}
+
+/// The SFU's addresses from what was given: the UDP and TLS addresses
+/// must parse, a TLS listener needs both its certificate and its key (and
+/// they need it), and an endpoint has no scheme (the libraries prepend
+/// `wss://`).
+pub fn voice_settings(
+    udp: Option<String>,
+    public_ip: Option<String>,
+    listen: Option<String>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    endpoint: Option<String>,
+) -> Result<guildhall_node::VoiceSettings> {
+    let parse = |what: &str, value: Option<String>| -> Result<Option<std::net::SocketAddr>> {
+        value
+            .map(|v| {
+                v.parse()
+                    .with_context(|| format!("{what} {v:?}: not an address (ip:port)"))
+            })
+            .transpose()
+    };
+    let udp = parse("voice_udp", udp)?;
+    let listen = parse("voice_listen", listen)?;
+    let tls = match (listen, cert, key) {
+        (None, None, None) => None,
+        (Some(listen), Some(cert), Some(key)) => {
+            Some(guildhall_node::VoiceTls { listen, cert, key })
+        }
+        _ => bail!(
+            "a voice TLS listener needs all of voice_listen, voice_tls_cert and voice_tls_key"
+        ),
+    };
+    if let Some(ip) = &public_ip {
+        ip.parse::<std::net::IpAddr>()
+            .with_context(|| format!("voice_public_ip {ip:?}: not an IP address"))?;
+    }
+    if let Some(endpoint) = &endpoint
+        && (endpoint.contains("://")
+            || endpoint.is_empty()
+            || !endpoint.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        bail!("voice_endpoint {endpoint:?}: host:port[/path], without a scheme");
+    }
+    Ok(guildhall_node::VoiceSettings {
+        udp,
+        public_ip,
+        tls,
+        endpoint,
+    })
 }
 
 /// The effective limits as `name = value` lines (what `config check` prints).

@@ -38,7 +38,7 @@ enum Command {
         /// A TOML config file (limits, listen, data_dir, cluster keys); GUILDHALL_<KEY> env vars override it.
         #[arg(long)]
         config: Option<std::path::PathBuf>,
-        /// Roles to run, comma separated: gateway, api, guilds, users, presence [default: all].
+        /// Roles to run, comma separated: gateway, api, guilds, users, presence, voice, sfu [default: all].
         #[arg(long, value_delimiter = ',')]
         roles: Option<Vec<String>>,
         /// NATS server URL: the bus of cluster mode (e.g. nats://127.0.0.1:4222).
@@ -59,6 +59,24 @@ enum Command {
         /// The gateway URL clients are given (a load balancer's) [default: this listener].
         #[arg(long)]
         public_gateway_url: Option<String>,
+        /// The SFU's UDP media address [default: the listen IP, any port].
+        #[arg(long)]
+        voice_udp: Option<String>,
+        /// The IP voice clients send media to [default: the UDP address's IP].
+        #[arg(long)]
+        voice_public_ip: Option<String>,
+        /// The SFU's own TLS listener for the voice gateway (with --voice-tls-cert and --voice-tls-key).
+        #[arg(long)]
+        voice_listen: Option<String>,
+        /// The voice gateway's certificate chain (PEM).
+        #[arg(long)]
+        voice_tls_cert: Option<std::path::PathBuf>,
+        /// The voice gateway's private key (PEM).
+        #[arg(long)]
+        voice_tls_key: Option<std::path::PathBuf>,
+        /// The endpoint voice clients are given, host:port[/path] [default: the TLS listener, else LISTEN/voice].
+        #[arg(long)]
+        voice_endpoint: Option<String>,
     },
     /// Validate configuration.
     Config {
@@ -352,8 +370,22 @@ fn main() -> Result<()> {
             node_name,
             worker_id,
             public_gateway_url,
+            voice_udp,
+            voice_public_ip,
+            voice_listen,
+            voice_tls_cert,
+            voice_tls_key,
+            voice_endpoint,
         } => {
             let file = config::load(config.as_deref(), std::env::vars())?;
+            let voice = config::voice_settings(
+                voice_udp.or(file.voice_udp.clone()),
+                voice_public_ip.or(file.voice_public_ip.clone()),
+                voice_listen.or(file.voice_listen.clone()),
+                voice_tls_cert.or(file.voice_tls_cert.clone()),
+                voice_tls_key.or(file.voice_tls_key.clone()),
+                voice_endpoint.or(file.voice_endpoint.clone()),
+            )?;
             let cluster = config::Cluster {
                 roles: roles.or(file.roles.clone()),
                 nats: nats.or(file.nats.clone()),
@@ -384,6 +416,7 @@ fn main() -> Result<()> {
                 let mut config = guildhall_node::NodeConfig {
                     roles: cluster.roles.clone(),
                     public_gateway_url: cluster.public_gateway_url.clone(),
+                    voice,
                     ..guildhall_node::NodeConfig::embedded(data_dir)
                 };
                 if let Some(services) = &cluster.services {
