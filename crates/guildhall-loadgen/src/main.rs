@@ -22,10 +22,14 @@
 //!
 //! `guildhall-loadgen probe SCENARIO --base HOST:PORT --server-pid PID` runs
 //! one adversarial probe instead (see `probe`).
+//!
+//! `guildhall-loadgen voice-bench --base HOST:PORT --server-pid PID` measures
+//! voice (see `voice_bench`).
 
 mod bus_bench;
 mod probe;
 mod raw;
+mod voice_bench;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -71,6 +75,14 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// A request over NATS: the users role against an echo baseline (P10).
     BusBench(bus_bench::BusBenchArgs),
+    /// Voice: op 4 → VOICE_SERVER_UPDATE, and SFU forwarding per CPU-second
+    /// against a raw UDP relay.
+    VoiceBench(voice_bench::VoiceBenchArgs),
+    /// The raw UDP relay `voice-bench` compares the SFU with.
+    UdpRelay {
+        /// Address to bind.
+        listen: String,
+    },
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -141,6 +153,8 @@ fn main() -> Result<()> {
     match args.command.take() {
         Some(Command::Probe(probe)) => return probe::run(probe),
         Some(Command::BusBench(bench)) => return bus_bench::run(bench),
+        Some(Command::VoiceBench(bench)) => return voice_bench::run(bench),
+        Some(Command::UdpRelay { listen }) => return voice_bench::relay(&listen),
         None => {}
     }
     if let Some(listen) = &args.serve_raw_baseline {

@@ -125,7 +125,7 @@ fn client(local: Option<Ipv4Addr>) -> Result<reqwest::Client> {
 }
 
 /// The server's CPU time (user + system), in clock ticks (100 per second).
-fn cpu_ticks(pid: u32) -> Option<u64> {
+pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command (which may hold spaces): state is field 3,
     // utime 14, stime 15.
