@@ -609,6 +609,7 @@ impl Calls {
     }
 
     /// Select protocol: the cipher, the media going live, op 4.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn select(
         &mut self,
         now_ms: u64,
