@@ -651,4 +651,118 @@ mod tests {
         assert_eq!(o.clone().replay(Some(4)), Ok(vec![]));
         assert_eq!(o.clone().replay(Some(3)), Err(ReplayError::Gone));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn message() -> impl Strategy<Value = Result<ClientMessage, ClientMessageError>> {
+            prop_oneof![
+                Just(Ok(identify())),
+                Just(Ok(resume())),
+                Just(Ok(select("udp", "aead_aes256_gcm_rtpsize"))),
+                Just(Ok(select("udp", "nope"))),
+                Just(Ok(select("tcp", "aead_aes256_gcm_rtpsize"))),
+                (0u32..10).prop_map(|ssrc| Ok(speaking(ssrc))),
+                proptest::option::of(0u64..20).prop_map(|s| Ok(heartbeat(s))),
+                Just(Err(ClientMessageError::Decode)),
+                Just(Err(ClientMessageError::UnknownOpcode)),
+            ]
+        }
+
+        #[derive(Clone, Debug)]
+        enum Step {
+            Message(u64, Result<ClientMessage, ClientMessageError>),
+            Tick(u64),
+            Answer(bool),
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                4 => (0u64..500, message()).prop_map(|(dt, m)| Step::Message(dt, m)),
+                1 => (0u64..4_000).prop_map(Step::Tick),
+                2 => any::<bool>().prop_map(Step::Answer),
+            ]
+        }
+
+        proptest! {
+            /// Whatever a client sends and whenever: at most one close,
+            /// nothing after it, and media (select protocol) or speaking
+            /// only once authenticated.
+            #[test]
+            fn one_close_nothing_after_media_only_when_authenticated(
+                steps in proptest::collection::vec(step(), 0..60)
+            ) {
+                let (mut m, _) = Machine::new(0, CONFIG);
+                let mut now = 0u64;
+                let mut closes = 0;
+                let mut authenticated = false;
+                for step in steps {
+                    let actions: Vec<Action> = match step {
+                        Step::Message(dt, msg) => {
+                            now += dt;
+                            m.on_message(now, msg)
+                        }
+                        Step::Tick(dt) => {
+                            now += dt;
+                            m.on_tick(now).into_iter().collect()
+                        }
+                        Step::Answer(ok) => {
+                            let answer = if ok { Ok(7) } else { Err(VoiceCloseCode::AuthenticationFailed) };
+                            let a = m.authenticated(answer);
+                            if ok && a.is_none() && m.phase() == Phase::Identified {
+                                authenticated = true;
+                            }
+                            a.into_iter().collect()
+                        }
+                    };
+                    for action in &actions {
+                        prop_assert_eq!(closes, 0, "an action after the close: {:?}", action);
+                        match action {
+                            Action::Close(_) => closes += 1,
+                            Action::SelectProtocol { .. } | Action::Speaking { .. } | Action::Ack(_) => {
+                                prop_assert!(authenticated);
+                            }
+                            _ => {}
+                        }
+                    }
+                    if closes > 0 {
+                        prop_assert_eq!(m.phase(), Phase::Closed);
+                    }
+                }
+            }
+
+            /// A replay is exactly the missed suffix, in order, or an error
+            /// when part of it is gone (or the ack is from the future).
+            #[test]
+            fn replay_is_exactly_the_missed_suffix(
+                n in 0u64..200, seen in 0u64..220, acked in 0u64..220, cap in 1usize..64
+            ) {
+                let mut outbox = Outbox::new(cap);
+                for id in 1..=n {
+                    outbox.push(&ServerMessage::ClientDisconnect { user_id: i64::try_from(id).unwrap_or(0) });
+                }
+                // An earlier heartbeat acked up to `acked` (never past `seen`).
+                let acked = acked.min(seen).min(n);
+                outbox.ack(acked);
+                let result = outbox.clone().replay(Some(seen));
+                if seen > n {
+                    prop_assert_eq!(result, Err(ReplayError::Future));
+                } else {
+                    let oldest_kept = n.saturating_sub(cap as u64).max(acked) + 1;
+                    if seen + 1 < oldest_kept && seen < n {
+                        prop_assert_eq!(result, Err(ReplayError::Gone));
+                    } else {
+                        let frames = result.unwrap_or_default();
+                        prop_assert_eq!(frames.len() as u64, n - seen);
+                        for (i, f) in frames.iter().enumerate() {
+                            let seq = seen + 1 + i as u64;
+                            let suffix = format!("\"seq\":{seq}}}");
+                            prop_assert!(f.ends_with(&suffix));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -808,3 +808,47 @@ async fn the_tls_listener_serves_the_same_gateway() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn requests_past_their_deadline_are_not_started() {
+    let h = start(test_limits()).await;
+    let allocate = SfuEnvelope::new(SfuRequest::Allocate {
+        guild_id: GUILD,
+        channel_id: CHANNEL,
+        epoch: 1,
+    });
+    // The caller gives up at once: the request arrives already expired.
+    let answer = h
+        .bus
+        .request(
+            &sfu_requests_subject(NODE),
+            Bytes::from(allocate.encode()),
+            Duration::ZERO,
+        )
+        .await;
+    assert!(answer.is_err());
+    h.wait_for("expired request counted", |s| s.requests_expired_total == 1)
+        .await;
+    assert_eq!(h.sfu.info().calls, 0);
+}
+
+#[tokio::test]
+async fn the_connection_cap_refuses_upgrades_with_503() {
+    let h = start(Limits {
+        sfu_connections_max: 1,
+        sfu_sessions_max: 1,
+        sfu_calls_max: 1,
+        sfu_participants_per_call_max: 1,
+        ..test_limits()
+    })
+    .await;
+    let _held = h.connect().await;
+    let refused = tokio_tungstenite::connect_async(format!("ws://{}/voice?v=8", h.ws_addr)).await;
+    match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+        }
+        other => panic!("expected 503, got {other:?}"),
+    }
+    assert_eq!(h.sfu.stats().ws_refused_total, 1);
+}
