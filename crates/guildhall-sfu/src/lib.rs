@@ -33,7 +33,7 @@ mod ws;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -99,6 +99,7 @@ pub(crate) struct Inner {
     next_conn_id: AtomicU64,
     ws_connections: Arc<AtomicUsize>,
     tls_connections: Arc<AtomicUsize>,
+    draining: AtomicBool,
     throttle: Mutex<LogThrottle<&'static str>>,
 }
 
@@ -132,6 +133,12 @@ impl Inner {
     fn handle(&self, request: SfuRequest) -> SfuReply {
         let now_ms = self.now_ms();
         let c = &self.counters;
+        if !request.is_control() && self.draining.load(Ordering::Relaxed) {
+            // Calls already here go on; new work goes to another SFU.
+            return SfuReply::Refused {
+                reason: SfuRefusal::Draining,
+            };
+        }
         let mut calls = lock(&self.calls);
         match request {
             SfuRequest::Allocate {
@@ -303,6 +310,7 @@ impl Sfu {
             next_conn_id: AtomicU64::new(1),
             ws_connections: Arc::new(AtomicUsize::new(0)),
             tls_connections: Arc::new(AtomicUsize::new(0)),
+            draining: AtomicBool::new(false),
         });
         let mut tasks = vec![
             tokio::spawn(serve_requests(inner.clone(), bus.clone(), requests)),
@@ -329,6 +337,14 @@ impl Sfu {
             udp_addr,
             tasks,
         })
+    }
+
+    /// Stops taking new work: Allocate and Admit are answered
+    /// `Refused { Draining }` (the voice role places elsewhere) while the
+    /// calls already here continue until released. Seed 004: a handoff
+    /// must be able to start before the grace period, not wait on it.
+    pub fn drain(&self) {
+        self.inner.draining.store(true, Ordering::Relaxed);
     }
 
     /// What the node announces.

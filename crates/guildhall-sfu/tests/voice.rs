@@ -720,6 +720,26 @@ async fn capacity_and_epochs_refuse_with_the_named_reasons() {
     assert_eq!(h.sfu.info().calls, 1);
     assert_eq!(h.sfu.info().sessions, 2);
     assert_eq!(h.sfu.info().sessions_max, 3);
+    // Draining: no new work, control still served.
+    h.sfu.drain();
+    assert_eq!(
+        h.allocate(CHANNEL, 6).await,
+        SfuReply::Refused {
+            reason: SfuRefusal::Draining
+        }
+    );
+    assert_eq!(
+        h.request(
+            true,
+            SfuRequest::Release {
+                channel_id: CHANNEL,
+                epoch: 6
+            }
+        )
+        .await,
+        SfuReply::Done
+    );
+    assert_eq!(h.sfu.info().calls, 0);
 }
 
 #[tokio::test]
