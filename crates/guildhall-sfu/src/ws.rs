@@ -36,6 +36,9 @@ use crate::{Inner, Slot};
 /// Longest sleep between deadline checks (a machine with no deadline).
 const IDLE_SLEEP_MS: u64 = 3_600_000;
 
+/// Longest wait to write a close frame: the connection ends either way.
+const CLOSE_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
 pub(crate) fn router(inner: Arc<Inner>, path: &str) -> Router {
     let base = path.trim_end_matches('/');
     let base = if base.is_empty() || base.starts_with('/') {
@@ -76,13 +79,27 @@ async fn upgrade(
         })
 }
 
+/// Sends one frame, giving up after `stall` (a client that stops reading
+/// must not hold its task and connection slot forever).
+async fn send(socket: &mut WebSocket, message: Message, stall: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(stall, socket.send(message)).await,
+        Ok(Ok(()))
+    )
+}
+
 async fn send_close(socket: &mut WebSocket, code: VoiceCloseCode) {
     let frame = CloseFrame {
         code: code.code(),
         reason: code.reason().into(),
     };
-    // Best effort: the peer may be gone already.
-    let _ = socket.send(Message::Close(Some(frame))).await;
+    // Best effort: the peer may be gone already (or not reading: bounded
+    // like any write).
+    let _ = tokio::time::timeout(
+        CLOSE_WRITE_TIMEOUT,
+        socket.send(Message::Close(Some(frame))),
+    )
+    .await;
 }
 
 async fn run(inner: Arc<Inner>, mut socket: WebSocket, version_ok: bool) {
@@ -98,12 +115,10 @@ async fn run(inner: Arc<Inner>, mut socket: WebSocket, version_ok: bool) {
         return;
     };
     let payload_max = inner.limits().sfu_ws_payload_bytes_max;
+    // A write may stall as long as a heartbeat may be missing.
+    let stall = Duration::from_millis(inner.limits().sfu_heartbeat_timeout_ms);
     let (mut machine, hello) = Machine::new(inner.now_ms(), inner.machine_config());
-    if socket
-        .send(Message::Text(hello.encode(None).into()))
-        .await
-        .is_err()
-    {
+    if !send(&mut socket, Message::Text(hello.encode(None).into()), stall).await {
         return;
     }
     let conn_id = inner.next_conn_id.fetch_add(1, Ordering::Relaxed);
@@ -131,7 +146,7 @@ async fn run(inner: Arc<Inner>, mut socket: WebSocket, version_ok: bool) {
                     // What was queued before the close goes first (an
                     // evicted client still hears the op 13s before it).
                     while let Ok(text) = rx.try_recv() {
-                        if socket.send(Message::Text(text.into())).await.is_err() {
+                        if !send(&mut socket, Message::Text(text.into()), stall).await {
                             break;
                         }
                     }
@@ -142,7 +157,7 @@ async fn run(inner: Arc<Inner>, mut socket: WebSocket, version_ok: bool) {
             }
             out = rx.recv() => match out {
                 Some(text) => {
-                    if socket.send(Message::Text(text.into())).await.is_err() {
+                    if !send(&mut socket, Message::Text(text.into()), stall).await {
                         break 'connection;
                     }
                     continue 'connection;
@@ -171,10 +186,12 @@ async fn run(inner: Arc<Inner>, mut socket: WebSocket, version_ok: bool) {
             let now_ms = inner.now_ms();
             match action {
                 Action::Send(message) => {
-                    if socket
-                        .send(Message::Text(message.encode(None).into()))
-                        .await
-                        .is_err()
+                    if !send(
+                        &mut socket,
+                        Message::Text(message.encode(None).into()),
+                        stall,
+                    )
+                    .await
                     {
                         break 'connection;
                     }
@@ -253,7 +270,7 @@ async fn run(inner: Arc<Inner>, mut socket: WebSocket, version_ok: bool) {
                     inner.warn("closed", &code.reason());
                     // Queued frames (READY before a later error) first.
                     while let Ok(text) = rx.try_recv() {
-                        if socket.send(Message::Text(text.into())).await.is_err() {
+                        if !send(&mut socket, Message::Text(text.into()), stall).await {
                             break;
                         }
                     }
