@@ -718,7 +718,104 @@ pub const HANDSHAKE_RETRY_AFTER_S_MAX: u64 = 60;
 /// a short fixed delay, and the load balancer may pick another node.
 pub const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
 
+// ---------------------------------------------------------------------------
+// The SFU (voice gateway v8 and UDP media)
+// ---------------------------------------------------------------------------
+
+/// Voice sessions (admitted or connected) one SFU holds. Each costs a few
+/// kB of state and, once live, its share of forwarding (a call of n costs
+/// n × (n − 1) sends per packet interval). When hit: Admit is answered
+/// `Refused { Full }` and the voice role picks another SFU; the figure is
+/// announced as `sessions_max` so placement sees it first.
+pub const SFU_SESSIONS_MAX: usize = 1_000;
+
+/// Calls (channels) one SFU hosts. When hit: Allocate is answered
+/// `Refused { Full }`; calls already here keep working.
+pub const SFU_CALLS_MAX: usize = 500;
+
+/// Participants of one call. 99 is Discord's largest voice channel user
+/// limit; forwarding work grows with its square. When hit: Admit is
+/// answered `Refused { Full }`.
+pub const SFU_PARTICIPANTS_PER_CALL_MAX: usize = 99;
+
+/// RTP packets per second one sender may send (token bucket per SSRC).
+/// Opus at 20 ms frames is 50 packets/s; twice that leaves room for
+/// 10 ms frames. When hit: the packet is dropped and counted
+/// (`dropped_rate`), nothing is forwarded for it.
+pub const SFU_PACKETS_PER_S_PER_SSRC: u32 = 100;
+
+/// Burst of the per-SSRC packet bucket: one second of 20 ms frames, so a
+/// sender catching up after jitter is not cut. When hit: as
+/// [`SFU_PACKETS_PER_S_PER_SSRC`].
+pub const SFU_PACKETS_BURST: u32 = 50;
+
+/// Largest UDP datagram accepted, bytes: one Ethernet MTU. An Opus frame
+/// is at most 1275 bytes plus headers. When hit: dropped and counted
+/// (`dropped_oversized`).
+pub const SFU_UDP_DATAGRAM_BYTES_MAX: usize = 1_500;
+
+/// Tasks receiving (and forwarding) on the SFU's one UDP socket: a task
+/// per core keeps decrypt/re-encrypt off a single core. When hit: not a
+/// traffic limit; this many tasks share the socket.
+pub const SFU_UDP_WORKERS: usize = 2;
+
+/// Largest voice gateway message a client may send, bytes: identify and
+/// select protocol are a few hundred. When hit: closed with 4002.
+pub const SFU_WS_PAYLOAD_BYTES_MAX: usize = 4_096;
+
+/// Voice gateway messages per client per minute. Heartbeats every 5 s
+/// (discord.py) plus speaking changes stay far below. When hit: closed
+/// with 4021 (rate limited).
+pub const SFU_WS_INBOUND_PER_MINUTE_MAX: u32 = 120;
+
+/// Server messages queued for one voice connection's writer. When hit:
+/// the connection is dropped (its session stays resumable; a resume
+/// replays what it missed from the replay buffer). Larger than
+/// [`SFU_REPLAY_MESSAGES_MAX`] so a full replay fits a fresh queue.
+pub const SFU_CONNECTION_QUEUE_MESSAGES_MAX: usize = 128;
+
+/// Numbered server messages kept per voice session for a v8 resume
+/// (`seq_ack`). When hit: the oldest is dropped; a resume that needs it
+/// is closed with 4006 and the client connects anew.
+pub const SFU_REPLAY_MESSAGES_MAX: usize = 64;
+
+/// How long a voice session whose connection dropped stays resumable, ms.
+/// When hit: the session ends, its peers get op 13.
+pub const SFU_RESUME_WINDOW_MS: u64 = 60_000;
+
+/// Voice heartbeat interval sent in Hello, ms (Discord's value).
+/// discord.py heartbeats at most every 5 s anyway.
+pub const SFU_HEARTBEAT_INTERVAL_MS: u64 = 13_750;
+
+/// Silence after which a voice connection is closed with 4009, ms: two
+/// intervals and slack.
+pub const SFU_HEARTBEAT_TIMEOUT_MS: u64 = 30_000;
+
+/// Time a voice connection has to identify or resume after Hello, ms.
+/// When hit: closed with 4009.
+pub const SFU_IDENTIFY_TIMEOUT_MS: u64 = 10_000;
+
+/// How long an Admit waits for its identify, ms. When hit: the admission
+/// lapses (its slot is freed) and its token no longer works (4004).
+pub const SFU_ADMISSION_TTL_MS: u64 = 60_000;
+
+/// Voice gateway connections one SFU holds (WebSocket upgrades, and
+/// separately TLS connections on its own listener). Above
+/// [`SFU_SESSIONS_MAX`] so resumes and handshakes fit. When hit: an
+/// upgrade is answered 503, a TLS connection is closed at once; both are
+/// counted.
+pub const SFU_CONNECTIONS_MAX: usize = 2_048;
+
+/// Time a TLS handshake on the voice gateway may take, ms. When hit: the
+/// connection is closed and counted.
+pub const SFU_TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
 // Relations between the defaults, checked when this crate compiles.
+const _: () = assert!(SFU_HEARTBEAT_TIMEOUT_MS > SFU_HEARTBEAT_INTERVAL_MS);
+const _: () =
+    assert!(SFU_PARTICIPANTS_PER_CALL_MAX <= SFU_SESSIONS_MAX && SFU_CALLS_MAX <= SFU_SESSIONS_MAX);
+const _: () = assert!(SFU_CONNECTIONS_MAX >= SFU_SESSIONS_MAX);
+const _: () = assert!(SFU_CONNECTION_QUEUE_MESSAGES_MAX > SFU_REPLAY_MESSAGES_MAX);
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
 const _: () = assert!(ADAPTIVE_LIMIT_START <= ADAPTIVE_LIMIT_CEILING);
@@ -1017,6 +1114,42 @@ pub struct Limits {
     pub handshake_retry_after_s_max: u64,
     /// See [`SESSIONS_FULL_RETRY_AFTER_S`].
     pub sessions_full_retry_after_s: u64,
+    /// See [`SFU_SESSIONS_MAX`].
+    pub sfu_sessions_max: usize,
+    /// See [`SFU_CALLS_MAX`].
+    pub sfu_calls_max: usize,
+    /// See [`SFU_PARTICIPANTS_PER_CALL_MAX`].
+    pub sfu_participants_per_call_max: usize,
+    /// See [`SFU_PACKETS_PER_S_PER_SSRC`].
+    pub sfu_packets_per_s_per_ssrc: u32,
+    /// See [`SFU_PACKETS_BURST`].
+    pub sfu_packets_burst: u32,
+    /// See [`SFU_UDP_DATAGRAM_BYTES_MAX`].
+    pub sfu_udp_datagram_bytes_max: usize,
+    /// See [`SFU_UDP_WORKERS`].
+    pub sfu_udp_workers: usize,
+    /// See [`SFU_WS_PAYLOAD_BYTES_MAX`].
+    pub sfu_ws_payload_bytes_max: usize,
+    /// See [`SFU_WS_INBOUND_PER_MINUTE_MAX`].
+    pub sfu_ws_inbound_per_minute_max: u32,
+    /// See [`SFU_CONNECTION_QUEUE_MESSAGES_MAX`].
+    pub sfu_connection_queue_messages_max: usize,
+    /// See [`SFU_REPLAY_MESSAGES_MAX`].
+    pub sfu_replay_messages_max: usize,
+    /// See [`SFU_RESUME_WINDOW_MS`].
+    pub sfu_resume_window_ms: u64,
+    /// See [`SFU_HEARTBEAT_INTERVAL_MS`].
+    pub sfu_heartbeat_interval_ms: u64,
+    /// See [`SFU_HEARTBEAT_TIMEOUT_MS`].
+    pub sfu_heartbeat_timeout_ms: u64,
+    /// See [`SFU_IDENTIFY_TIMEOUT_MS`].
+    pub sfu_identify_timeout_ms: u64,
+    /// See [`SFU_ADMISSION_TTL_MS`].
+    pub sfu_admission_ttl_ms: u64,
+    /// See [`SFU_CONNECTIONS_MAX`].
+    pub sfu_connections_max: usize,
+    /// See [`SFU_TLS_HANDSHAKE_TIMEOUT_MS`].
+    pub sfu_tls_handshake_timeout_ms: u64,
 }
 
 impl Default for Limits {
@@ -1156,6 +1289,24 @@ impl Default for Limits {
             users_negative_cache_ttl_ms: USERS_NEGATIVE_CACHE_TTL_MS,
             handshake_retry_after_s_max: HANDSHAKE_RETRY_AFTER_S_MAX,
             sessions_full_retry_after_s: SESSIONS_FULL_RETRY_AFTER_S,
+            sfu_sessions_max: SFU_SESSIONS_MAX,
+            sfu_calls_max: SFU_CALLS_MAX,
+            sfu_participants_per_call_max: SFU_PARTICIPANTS_PER_CALL_MAX,
+            sfu_packets_per_s_per_ssrc: SFU_PACKETS_PER_S_PER_SSRC,
+            sfu_packets_burst: SFU_PACKETS_BURST,
+            sfu_udp_datagram_bytes_max: SFU_UDP_DATAGRAM_BYTES_MAX,
+            sfu_udp_workers: SFU_UDP_WORKERS,
+            sfu_ws_payload_bytes_max: SFU_WS_PAYLOAD_BYTES_MAX,
+            sfu_ws_inbound_per_minute_max: SFU_WS_INBOUND_PER_MINUTE_MAX,
+            sfu_connection_queue_messages_max: SFU_CONNECTION_QUEUE_MESSAGES_MAX,
+            sfu_replay_messages_max: SFU_REPLAY_MESSAGES_MAX,
+            sfu_resume_window_ms: SFU_RESUME_WINDOW_MS,
+            sfu_heartbeat_interval_ms: SFU_HEARTBEAT_INTERVAL_MS,
+            sfu_heartbeat_timeout_ms: SFU_HEARTBEAT_TIMEOUT_MS,
+            sfu_identify_timeout_ms: SFU_IDENTIFY_TIMEOUT_MS,
+            sfu_admission_ttl_ms: SFU_ADMISSION_TTL_MS,
+            sfu_connections_max: SFU_CONNECTIONS_MAX,
+            sfu_tls_handshake_timeout_ms: SFU_TLS_HANDSHAKE_TIMEOUT_MS,
         }
     }
 }
@@ -1796,6 +1947,121 @@ impl Limits {
             "sessions_full_retry_after_s",
             "must be 1 to handshake_retry_after_s_max",
         );
+        check(
+            self.sfu_sessions_max >= 1,
+            "sfu_sessions_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_calls_max >= 1,
+            "sfu_calls_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_participants_per_call_max >= 1,
+            "sfu_participants_per_call_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_packets_per_s_per_ssrc >= 1,
+            "sfu_packets_per_s_per_ssrc",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_packets_burst >= 1,
+            "sfu_packets_burst",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_udp_datagram_bytes_max >= 1,
+            "sfu_udp_datagram_bytes_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_udp_workers >= 1,
+            "sfu_udp_workers",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_ws_payload_bytes_max >= 1,
+            "sfu_ws_payload_bytes_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_ws_inbound_per_minute_max >= 1,
+            "sfu_ws_inbound_per_minute_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_connection_queue_messages_max >= 1,
+            "sfu_connection_queue_messages_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_replay_messages_max >= 1,
+            "sfu_replay_messages_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_resume_window_ms >= 1,
+            "sfu_resume_window_ms",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_heartbeat_interval_ms >= 1,
+            "sfu_heartbeat_interval_ms",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_heartbeat_timeout_ms >= 1,
+            "sfu_heartbeat_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_identify_timeout_ms >= 1,
+            "sfu_identify_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_admission_ttl_ms >= 1,
+            "sfu_admission_ttl_ms",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_connections_max >= 1,
+            "sfu_connections_max",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_tls_handshake_timeout_ms >= 1,
+            "sfu_tls_handshake_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_heartbeat_timeout_ms > self.sfu_heartbeat_interval_ms,
+            "sfu_heartbeat_timeout_ms",
+            "must exceed sfu_heartbeat_interval_ms",
+        );
+        check(
+            self.sfu_participants_per_call_max <= self.sfu_sessions_max,
+            "sfu_participants_per_call_max",
+            "must be at most sfu_sessions_max",
+        );
+        check(
+            self.sfu_calls_max <= self.sfu_sessions_max,
+            "sfu_calls_max",
+            "must be at most sfu_sessions_max",
+        );
+        check(
+            self.sfu_connections_max >= self.sfu_sessions_max,
+            "sfu_connections_max",
+            "must be at least sfu_sessions_max",
+        );
+        check(
+            self.sfu_connection_queue_messages_max > self.sfu_replay_messages_max,
+            "sfu_connection_queue_messages_max",
+            "must exceed sfu_replay_messages_max (a replay fits a fresh queue)",
+        );
         if errors.is_empty() {
             Ok(())
         } else {
@@ -1941,6 +2207,24 @@ mod tests {
             "guild_envelope_reserve_bytes",
             "handshake_retry_after_s_max",
             "sessions_full_retry_after_s",
+            "sfu_sessions_max",
+            "sfu_calls_max",
+            "sfu_participants_per_call_max",
+            "sfu_packets_per_s_per_ssrc",
+            "sfu_packets_burst",
+            "sfu_udp_datagram_bytes_max",
+            "sfu_udp_workers",
+            "sfu_ws_payload_bytes_max",
+            "sfu_ws_inbound_per_minute_max",
+            "sfu_connection_queue_messages_max",
+            "sfu_replay_messages_max",
+            "sfu_resume_window_ms",
+            "sfu_heartbeat_interval_ms",
+            "sfu_heartbeat_timeout_ms",
+            "sfu_identify_timeout_ms",
+            "sfu_admission_ttl_ms",
+            "sfu_connections_max",
+            "sfu_tls_handshake_timeout_ms",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -2073,6 +2357,24 @@ mod tests {
             "guild_envelope_reserve_bytes" => l.guild_envelope_reserve_bytes = 0,
             "handshake_retry_after_s_max" => l.handshake_retry_after_s_max = 0,
             "sessions_full_retry_after_s" => l.sessions_full_retry_after_s = 0,
+            "sfu_sessions_max" => l.sfu_sessions_max = 0,
+            "sfu_calls_max" => l.sfu_calls_max = 0,
+            "sfu_participants_per_call_max" => l.sfu_participants_per_call_max = 0,
+            "sfu_packets_per_s_per_ssrc" => l.sfu_packets_per_s_per_ssrc = 0,
+            "sfu_packets_burst" => l.sfu_packets_burst = 0,
+            "sfu_udp_datagram_bytes_max" => l.sfu_udp_datagram_bytes_max = 0,
+            "sfu_udp_workers" => l.sfu_udp_workers = 0,
+            "sfu_ws_payload_bytes_max" => l.sfu_ws_payload_bytes_max = 0,
+            "sfu_ws_inbound_per_minute_max" => l.sfu_ws_inbound_per_minute_max = 0,
+            "sfu_connection_queue_messages_max" => l.sfu_connection_queue_messages_max = 0,
+            "sfu_replay_messages_max" => l.sfu_replay_messages_max = 0,
+            "sfu_resume_window_ms" => l.sfu_resume_window_ms = 0,
+            "sfu_heartbeat_interval_ms" => l.sfu_heartbeat_interval_ms = 0,
+            "sfu_heartbeat_timeout_ms" => l.sfu_heartbeat_timeout_ms = 0,
+            "sfu_identify_timeout_ms" => l.sfu_identify_timeout_ms = 0,
+            "sfu_admission_ttl_ms" => l.sfu_admission_ttl_ms = 0,
+            "sfu_connections_max" => l.sfu_connections_max = 0,
+            "sfu_tls_handshake_timeout_ms" => l.sfu_tls_handshake_timeout_ms = 0,
             other => panic!("unknown field {other}"),
         }
         l

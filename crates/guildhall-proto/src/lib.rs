@@ -15,6 +15,9 @@
 //! - [`bus`]: envelopes and subjects of the bus, and the stream-gap rule.
 //! - [`voice`]: the voice control plane's envelopes (gateway → voice
 //!   role → SFU).
+//! - [`voice_gateway`]: the voice gateway v8 that clients speak to an SFU:
+//!   opcodes, close codes, bounded client parsing, numbered server frames,
+//!   IP discovery packets.
 //!
 //! Architecture invariant: pure. No I/O, no clock (times are arguments), and
 //! this is the only crate that derives serde for the wire: a field renamed
@@ -30,5 +33,6 @@ pub mod model;
 pub mod snowflake;
 pub mod timestamp;
 pub mod voice;
+pub mod voice_gateway;
 
 pub use snowflake::Snowflake;
