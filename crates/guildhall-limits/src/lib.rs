@@ -712,6 +712,13 @@ pub const SESSIONS_FULL_RETRY_AFTER_S: u64 = 5;
 /// guild is refused with `instance_full` and a `retry_after_ms`.
 pub const VOICE_COORDINATORS_MAX: usize = 4_096;
 
+/// How long a guild's coordinator stays after a child spawn was refused,
+/// with no syncer running. Without it, a refused child leaves an empty
+/// coordinator that ends at once, and every retry pays for a new
+/// coordinator out of the same budget: children starve behind their own
+/// coordinators. A few retry intervals. When hit: the coordinator ends.
+pub const VOICE_COORDINATOR_LINGER_MS: u64 = 5_000;
+
 /// Channel syncers (one per active call) one voice node runs at once, all
 /// guilds together: the per-instance admission cap behind the spawn budget
 /// (seed 003's instances took secondary and tertiary placements until they
@@ -1100,6 +1107,8 @@ pub struct Limits {
     pub sessions_full_retry_after_s: u64,
     /// See [`VOICE_COORDINATORS_MAX`].
     pub voice_coordinators_max: usize,
+    /// See [`VOICE_COORDINATOR_LINGER_MS`].
+    pub voice_coordinator_linger_ms: u64,
     /// See [`VOICE_SYNCERS_MAX`].
     pub voice_syncers_max: usize,
     /// See [`VOICE_REQUESTS_QUEUE_MAX`].
@@ -1272,6 +1281,7 @@ impl Default for Limits {
             handshake_retry_after_s_max: HANDSHAKE_RETRY_AFTER_S_MAX,
             sessions_full_retry_after_s: SESSIONS_FULL_RETRY_AFTER_S,
             voice_coordinators_max: VOICE_COORDINATORS_MAX,
+            voice_coordinator_linger_ms: VOICE_COORDINATOR_LINGER_MS,
             voice_syncers_max: VOICE_SYNCERS_MAX,
             voice_requests_queue_max: VOICE_REQUESTS_QUEUE_MAX,
             voice_mailbox_messages_max: VOICE_MAILBOX_MESSAGES_MAX,
@@ -1925,6 +1935,11 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.voice_coordinator_linger_ms >= 1,
+            "voice_coordinator_linger_ms",
+            "must be at least 1",
+        );
+        check(
             self.voice_syncers_max >= 1,
             "voice_syncers_max",
             "must be at least 1",
@@ -2173,6 +2188,7 @@ mod tests {
             "handshake_retry_after_s_max",
             "sessions_full_retry_after_s",
             "voice_coordinators_max",
+            "voice_coordinator_linger_ms",
             "voice_syncers_max",
             "voice_requests_queue_max",
             "voice_mailbox_messages_max",
@@ -2321,6 +2337,7 @@ mod tests {
             "handshake_retry_after_s_max" => l.handshake_retry_after_s_max = 0,
             "sessions_full_retry_after_s" => l.sessions_full_retry_after_s = 0,
             "voice_coordinators_max" => l.voice_coordinators_max = 0,
+            "voice_coordinator_linger_ms" => l.voice_coordinator_linger_ms = 0,
             "voice_syncers_max" => l.voice_syncers_max = 0,
             "voice_requests_queue_max" => l.voice_requests_queue_max = 0,
             "voice_mailbox_messages_max" => l.voice_mailbox_messages_max = 0,
