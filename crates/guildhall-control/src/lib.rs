@@ -11,6 +11,8 @@
 //! | [`singleflight`] | one fetch per key, bounded waiters | 000 |
 //! | [`down`] | coalesced DOWN notices: per-peer batches, capped delivery | 004 |
 //! | [`drain`] | RECONNECT schedule that fits a grace period | 004 |
+//! | [`spawn`] | hierarchical spawn budget: coordinators and their children draw from one allowance, per-guild shares, live caps | 003 |
+//! | [`breaker`] | consecutive-failure circuit breaker with a half-open probe | 003 |
 //! | [`log_throttle`] | one log line per key per interval, with a suppressed count | 000 |
 //!
 //! Architecture invariant: pure. No clock (time is `now_ms`), no randomness
@@ -19,6 +21,7 @@
 
 pub mod adaptive;
 pub mod admission;
+pub mod breaker;
 pub mod deadline;
 pub mod down;
 pub mod drain;
@@ -26,6 +29,7 @@ pub mod log_throttle;
 pub mod permit;
 pub mod retry;
 pub mod singleflight;
+pub mod spawn;
 pub mod token_bucket;
 
 /// The error every fail-fast mechanism answers with: retryable later, never

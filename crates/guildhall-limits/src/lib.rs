@@ -810,6 +810,114 @@ pub const SFU_CONNECTIONS_MAX: usize = 2_048;
 /// connection is closed and counted.
 pub const SFU_TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 
+// ---------------------------------------------------------------------------
+// Voice role (seed 003: the voice-syncer spawn storm)
+// ---------------------------------------------------------------------------
+
+/// Guild voice coordinators one voice node runs at once (one per guild with
+/// anyone in voice). 4,096 guilds at a few KiB each is small; the bound is a
+/// backstop behind the spawn budget (seed 003). When hit: a join for a new
+/// guild is refused with `instance_full` and a `retry_after_ms`.
+pub const VOICE_COORDINATORS_MAX: usize = 4_096;
+
+/// How long a guild's coordinator stays after a child spawn was refused,
+/// with no syncer running. Without it, a refused child leaves an empty
+/// coordinator that ends at once, and every retry pays for a new
+/// coordinator out of the same budget: children starve behind their own
+/// coordinators. A few retry intervals. When hit: the coordinator ends.
+pub const VOICE_COORDINATOR_LINGER_MS: u64 = 5_000;
+
+/// Channel syncers (one per active call) one voice node runs at once, all
+/// guilds together: the per-instance admission cap behind the spawn budget
+/// (seed 003's instances took secondary and tertiary placements until they
+/// drowned). When hit: a join that needs a new syncer is refused with
+/// `instance_full`.
+pub const VOICE_SYNCERS_MAX: usize = 16_384;
+
+/// Voice requests queued on a voice node's bus subscription. When hit: the
+/// bus answers `refused` (`instance_full`) at once, so gateways back off
+/// instead of waiting out their deadline.
+pub const VOICE_REQUESTS_QUEUE_MAX: usize = 1_024;
+
+/// Bulk work (joins, leaves) queued in one coordinator's or syncer's mailbox.
+/// Seed 003: unbounded mailboxes grew until supervisors could not keep up.
+/// When hit: the request is refused with `instance_full` at once.
+pub const VOICE_MAILBOX_MESSAGES_MAX: usize = 256;
+
+/// Control messages (release, re-place, shutdown) queued for one coordinator
+/// or syncer, on a channel of their own that the task polls first, so a
+/// bulk backlog never delays them. Control is rare (a few per call's life).
+/// When hit: the sender retries on the next event (re-placement) or the
+/// message is counted as dropped.
+pub const VOICE_CONTROL_MESSAGES_MAX: usize = 16;
+
+/// Participants the voice role tracks in one call. Discord caps voice channels
+/// at 99 users (stage channels go higher); 1,000 bounds the per-call maps.
+/// When hit: the join is refused with `instance_full`.
+pub const VOICE_CALL_PARTICIPANTS_MAX: usize = 1_000;
+
+/// Allocations one voice node has in flight to one SFU. Seed 003: syncers
+/// opened unbounded RPCs to SFUs during the cold start. When hit: that SFU
+/// is skipped for the next choice (another SFU, or `no_sfu`).
+pub const VOICE_SFU_ALLOCATIONS_IN_FLIGHT_MAX: usize = 32;
+
+/// Consecutive failed requests to one SFU that open its circuit breaker (no
+/// more work sent to it for the cool-down, its calls re-placed). Five rules
+/// out a lone lost reply.
+pub const VOICE_SFU_BREAKER_FAILURES_MAX: u32 = 5;
+
+/// How long an open SFU breaker stays open before one probe is let through.
+/// A few lease renewals' time: a dead SFU leaves the registry within it.
+pub const VOICE_SFU_BREAKER_COOL_DOWN_MS: u64 = 5_000;
+
+/// Deadline of one request to an SFU (allocate, admit, evict, release). An
+/// SFU answers in well under a millisecond when healthy; two seconds is
+/// below Discord clients' patience for VOICE_SERVER_UPDATE. When hit: a
+/// breaker failure, and the join is refused with `sfu_unavailable`.
+pub const VOICE_SFU_REQUEST_TIMEOUT_MS: u64 = 2_000;
+
+/// Coordinators and syncers together one voice node may spawn per second:
+/// each syncer allocates on an SFU, so this is also the RPC rate a cold
+/// restart puts on the SFUs (seed 003's limit counted coordinators only).
+/// When hit: refused with `spawn_budget` and when to come back.
+pub const VOICE_SPAWN_RATE_PER_S: u32 = 200;
+
+/// Spawns the budget allows at once above its rate.
+pub const VOICE_SPAWN_BURST: u32 = 50;
+
+/// Spawns one guild (its coordinator and its syncers) may take per second, so
+/// one huge guild cannot take a node's whole budget. When hit: refused with
+/// `spawn_budget`.
+pub const VOICE_SPAWN_GUILD_RATE_PER_S: u32 = 20;
+
+/// Spawns one guild may take at once above its rate.
+pub const VOICE_SPAWN_GUILD_BURST: u32 = 10;
+
+/// Per-guild spawn allowances a node tracks. A full allowance is the same as
+/// none, so full ones are forgotten first. When hit with every one in use:
+/// refused with `spawn_budget`.
+pub const VOICE_SPAWN_GUILDS_TRACKED_MAX: usize = 8_192;
+
+/// Calls one voice node re-places on another SFU at once after an SFU died.
+/// Re-placement is an allocation plus one admission per participant: this
+/// keeps an SFU loss from becoming seed 003's herd. When hit: the others
+/// wait their turn.
+pub const VOICE_REPLACEMENTS_IN_FLIGHT_MAX: usize = 16;
+
+/// `retry_after_ms` of a refusal that is not the budget's (instance full, no
+/// SFU, SFU unavailable); the refuser adds up to as much again as jitter.
+pub const VOICE_RETRY_AFTER_MS: u64 = 1_000;
+
+/// SFUs whose load (sessions / sessions_max) is within this of the least
+/// loaded one are equally good; among them a channel's SFU is chosen by a
+/// hash of the channel id, so two syncers for one channel agree. When hit:
+/// not a limit on traffic.
+pub const VOICE_SFU_LOAD_SLACK_PERMILLE: u32 = 100;
+
+const _: () = assert!(VOICE_SPAWN_GUILD_RATE_PER_S <= VOICE_SPAWN_RATE_PER_S);
+const _: () = assert!(VOICE_SPAWN_GUILD_BURST <= VOICE_SPAWN_BURST);
+const _: () = assert!(VOICE_SPAWN_GUILDS_TRACKED_MAX >= VOICE_COORDINATORS_MAX);
+
 // Relations between the defaults, checked when this crate compiles.
 const _: () = assert!(SFU_HEARTBEAT_TIMEOUT_MS > SFU_HEARTBEAT_INTERVAL_MS);
 const _: () =
@@ -1150,6 +1258,44 @@ pub struct Limits {
     pub sfu_connections_max: usize,
     /// See [`SFU_TLS_HANDSHAKE_TIMEOUT_MS`].
     pub sfu_tls_handshake_timeout_ms: u64,
+    /// See [`VOICE_COORDINATORS_MAX`].
+    pub voice_coordinators_max: usize,
+    /// See [`VOICE_COORDINATOR_LINGER_MS`].
+    pub voice_coordinator_linger_ms: u64,
+    /// See [`VOICE_SYNCERS_MAX`].
+    pub voice_syncers_max: usize,
+    /// See [`VOICE_REQUESTS_QUEUE_MAX`].
+    pub voice_requests_queue_max: usize,
+    /// See [`VOICE_MAILBOX_MESSAGES_MAX`].
+    pub voice_mailbox_messages_max: usize,
+    /// See [`VOICE_CONTROL_MESSAGES_MAX`].
+    pub voice_control_messages_max: usize,
+    /// See [`VOICE_CALL_PARTICIPANTS_MAX`].
+    pub voice_call_participants_max: usize,
+    /// See [`VOICE_SFU_ALLOCATIONS_IN_FLIGHT_MAX`].
+    pub voice_sfu_allocations_in_flight_max: usize,
+    /// See [`VOICE_SFU_BREAKER_FAILURES_MAX`].
+    pub voice_sfu_breaker_failures_max: u32,
+    /// See [`VOICE_SFU_BREAKER_COOL_DOWN_MS`].
+    pub voice_sfu_breaker_cool_down_ms: u64,
+    /// See [`VOICE_SFU_REQUEST_TIMEOUT_MS`].
+    pub voice_sfu_request_timeout_ms: u64,
+    /// See [`VOICE_SPAWN_RATE_PER_S`].
+    pub voice_spawn_rate_per_s: u32,
+    /// See [`VOICE_SPAWN_BURST`].
+    pub voice_spawn_burst: u32,
+    /// See [`VOICE_SPAWN_GUILD_RATE_PER_S`].
+    pub voice_spawn_guild_rate_per_s: u32,
+    /// See [`VOICE_SPAWN_GUILD_BURST`].
+    pub voice_spawn_guild_burst: u32,
+    /// See [`VOICE_SPAWN_GUILDS_TRACKED_MAX`].
+    pub voice_spawn_guilds_tracked_max: usize,
+    /// See [`VOICE_REPLACEMENTS_IN_FLIGHT_MAX`].
+    pub voice_replacements_in_flight_max: usize,
+    /// See [`VOICE_RETRY_AFTER_MS`].
+    pub voice_retry_after_ms: u64,
+    /// See [`VOICE_SFU_LOAD_SLACK_PERMILLE`].
+    pub voice_sfu_load_slack_permille: u32,
 }
 
 impl Default for Limits {
@@ -1307,6 +1453,25 @@ impl Default for Limits {
             sfu_admission_ttl_ms: SFU_ADMISSION_TTL_MS,
             sfu_connections_max: SFU_CONNECTIONS_MAX,
             sfu_tls_handshake_timeout_ms: SFU_TLS_HANDSHAKE_TIMEOUT_MS,
+            voice_coordinators_max: VOICE_COORDINATORS_MAX,
+            voice_coordinator_linger_ms: VOICE_COORDINATOR_LINGER_MS,
+            voice_syncers_max: VOICE_SYNCERS_MAX,
+            voice_requests_queue_max: VOICE_REQUESTS_QUEUE_MAX,
+            voice_mailbox_messages_max: VOICE_MAILBOX_MESSAGES_MAX,
+            voice_control_messages_max: VOICE_CONTROL_MESSAGES_MAX,
+            voice_call_participants_max: VOICE_CALL_PARTICIPANTS_MAX,
+            voice_sfu_allocations_in_flight_max: VOICE_SFU_ALLOCATIONS_IN_FLIGHT_MAX,
+            voice_sfu_breaker_failures_max: VOICE_SFU_BREAKER_FAILURES_MAX,
+            voice_sfu_breaker_cool_down_ms: VOICE_SFU_BREAKER_COOL_DOWN_MS,
+            voice_sfu_request_timeout_ms: VOICE_SFU_REQUEST_TIMEOUT_MS,
+            voice_spawn_rate_per_s: VOICE_SPAWN_RATE_PER_S,
+            voice_spawn_burst: VOICE_SPAWN_BURST,
+            voice_spawn_guild_rate_per_s: VOICE_SPAWN_GUILD_RATE_PER_S,
+            voice_spawn_guild_burst: VOICE_SPAWN_GUILD_BURST,
+            voice_spawn_guilds_tracked_max: VOICE_SPAWN_GUILDS_TRACKED_MAX,
+            voice_replacements_in_flight_max: VOICE_REPLACEMENTS_IN_FLIGHT_MAX,
+            voice_retry_after_ms: VOICE_RETRY_AFTER_MS,
+            voice_sfu_load_slack_permille: VOICE_SFU_LOAD_SLACK_PERMILLE,
         }
     }
 }
@@ -2062,6 +2227,121 @@ impl Limits {
             "sfu_connection_queue_messages_max",
             "must exceed sfu_replay_messages_max (a replay fits a fresh queue)",
         );
+        check(
+            self.voice_coordinators_max >= 1,
+            "voice_coordinators_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_coordinator_linger_ms >= 1,
+            "voice_coordinator_linger_ms",
+            "must be at least 1",
+        );
+        check(
+            self.voice_syncers_max >= 1,
+            "voice_syncers_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_requests_queue_max >= 1,
+            "voice_requests_queue_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_mailbox_messages_max >= 1,
+            "voice_mailbox_messages_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_control_messages_max >= 1,
+            "voice_control_messages_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_call_participants_max >= 1,
+            "voice_call_participants_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_sfu_allocations_in_flight_max >= 1,
+            "voice_sfu_allocations_in_flight_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_sfu_breaker_failures_max >= 1,
+            "voice_sfu_breaker_failures_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_sfu_breaker_cool_down_ms >= 1,
+            "voice_sfu_breaker_cool_down_ms",
+            "must be at least 1",
+        );
+        check(
+            self.voice_sfu_request_timeout_ms >= 1,
+            "voice_sfu_request_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.voice_spawn_rate_per_s >= 1,
+            "voice_spawn_rate_per_s",
+            "must be at least 1",
+        );
+        check(
+            self.voice_spawn_burst >= 1,
+            "voice_spawn_burst",
+            "must be at least 1",
+        );
+        check(
+            self.voice_spawn_guild_rate_per_s >= 1,
+            "voice_spawn_guild_rate_per_s",
+            "must be at least 1",
+        );
+        check(
+            self.voice_spawn_guild_rate_per_s <= self.voice_spawn_rate_per_s,
+            "voice_spawn_guild_rate_per_s",
+            "must be at most voice_spawn_rate_per_s",
+        );
+        check(
+            self.voice_spawn_guild_burst >= 1,
+            "voice_spawn_guild_burst",
+            "must be at least 1",
+        );
+        check(
+            self.voice_spawn_guild_burst <= self.voice_spawn_burst,
+            "voice_spawn_guild_burst",
+            "must be at most voice_spawn_burst",
+        );
+        check(
+            self.voice_spawn_guilds_tracked_max >= 1,
+            "voice_spawn_guilds_tracked_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_spawn_guilds_tracked_max >= self.voice_coordinators_max,
+            "voice_spawn_guilds_tracked_max",
+            "must be at least voice_coordinators_max (each live guild needs an allowance)",
+        );
+        check(
+            self.voice_replacements_in_flight_max >= 1,
+            "voice_replacements_in_flight_max",
+            "must be at least 1",
+        );
+        check(
+            self.voice_retry_after_ms >= 1,
+            "voice_retry_after_ms",
+            "must be at least 1",
+        );
+        check(
+            self.voice_sfu_load_slack_permille >= 1,
+            "voice_sfu_load_slack_permille",
+            "must be at least 1",
+        );
+        check(
+            self.voice_sfu_load_slack_permille <= 1000,
+            "voice_sfu_load_slack_permille",
+            "must be at most 1000",
+        );
         if errors.is_empty() {
             Ok(())
         } else {
@@ -2225,6 +2505,25 @@ mod tests {
             "sfu_admission_ttl_ms",
             "sfu_connections_max",
             "sfu_tls_handshake_timeout_ms",
+            "voice_coordinators_max",
+            "voice_coordinator_linger_ms",
+            "voice_syncers_max",
+            "voice_requests_queue_max",
+            "voice_mailbox_messages_max",
+            "voice_control_messages_max",
+            "voice_call_participants_max",
+            "voice_sfu_allocations_in_flight_max",
+            "voice_sfu_breaker_failures_max",
+            "voice_sfu_breaker_cool_down_ms",
+            "voice_sfu_request_timeout_ms",
+            "voice_spawn_rate_per_s",
+            "voice_spawn_burst",
+            "voice_spawn_guild_rate_per_s",
+            "voice_spawn_guild_burst",
+            "voice_spawn_guilds_tracked_max",
+            "voice_replacements_in_flight_max",
+            "voice_retry_after_ms",
+            "voice_sfu_load_slack_permille",
         ];
         for field in fields {
             let limits = zero(defaults.clone(), field);
@@ -2375,6 +2674,25 @@ mod tests {
             "sfu_admission_ttl_ms" => l.sfu_admission_ttl_ms = 0,
             "sfu_connections_max" => l.sfu_connections_max = 0,
             "sfu_tls_handshake_timeout_ms" => l.sfu_tls_handshake_timeout_ms = 0,
+            "voice_coordinators_max" => l.voice_coordinators_max = 0,
+            "voice_coordinator_linger_ms" => l.voice_coordinator_linger_ms = 0,
+            "voice_syncers_max" => l.voice_syncers_max = 0,
+            "voice_requests_queue_max" => l.voice_requests_queue_max = 0,
+            "voice_mailbox_messages_max" => l.voice_mailbox_messages_max = 0,
+            "voice_control_messages_max" => l.voice_control_messages_max = 0,
+            "voice_call_participants_max" => l.voice_call_participants_max = 0,
+            "voice_sfu_allocations_in_flight_max" => l.voice_sfu_allocations_in_flight_max = 0,
+            "voice_sfu_breaker_failures_max" => l.voice_sfu_breaker_failures_max = 0,
+            "voice_sfu_breaker_cool_down_ms" => l.voice_sfu_breaker_cool_down_ms = 0,
+            "voice_sfu_request_timeout_ms" => l.voice_sfu_request_timeout_ms = 0,
+            "voice_spawn_rate_per_s" => l.voice_spawn_rate_per_s = 0,
+            "voice_spawn_burst" => l.voice_spawn_burst = 0,
+            "voice_spawn_guild_rate_per_s" => l.voice_spawn_guild_rate_per_s = 0,
+            "voice_spawn_guild_burst" => l.voice_spawn_guild_burst = 0,
+            "voice_spawn_guilds_tracked_max" => l.voice_spawn_guilds_tracked_max = 0,
+            "voice_replacements_in_flight_max" => l.voice_replacements_in_flight_max = 0,
+            "voice_retry_after_ms" => l.voice_retry_after_ms = 0,
+            "voice_sfu_load_slack_permille" => l.voice_sfu_load_slack_permille = 0,
             other => panic!("unknown field {other}"),
         }
         l
