@@ -75,15 +75,23 @@ pub mod perm {
     pub const MANAGE_WEBHOOKS: u64 = 1 << 29;
     /// Join voice channels.
     pub const CONNECT: u64 = 1 << 20;
+    /// Speak in voice channels.
+    pub const SPEAK: u64 = 1 << 21;
+    /// Voice activity detection (speaking without push-to-talk).
+    pub const USE_VAD: u64 = 1 << 25;
     /// `@everyone`'s default: view, send, embed, attach, history, react,
-    /// invite (Discord's default for a new guild's `@everyone`, trimmed).
+    /// invite, and join and speak in voice (Discord's default for a new
+    /// guild's `@everyone`, trimmed).
     pub const EVERYONE_DEFAULT: u64 = VIEW_CHANNEL
         | SEND_MESSAGES
         | READ_MESSAGE_HISTORY
         | CREATE_INSTANT_INVITE
         | (1 << 6)
         | (1 << 14)
-        | (1 << 15);
+        | (1 << 15)
+        | CONNECT
+        | SPEAK
+        | USE_VAD;
 }
 
 /// Why a guild request failed.

@@ -115,12 +115,14 @@ pub struct VoiceTls {
 }
 
 /// The roles a process can run; embedded mode runs all of them.
-pub const ROLES_ALL: [Role; 5] = [
+pub const ROLES_ALL: [Role; 7] = [
     Role::Gateway,
     Role::Api,
     Role::Guilds,
     Role::Users,
     Role::Presence,
+    Role::Voice,
+    Role::Sfu,
 ];
 
 impl NodeConfig {
@@ -203,6 +205,10 @@ pub struct Node {
     pub passwords: auth::Passwords,
     /// Cross-node RESUME.
     pub takeovers: Arc<takeover::Takeovers>,
+    /// The SFU role, when this node runs it.
+    pub sfu: Option<Arc<guildhall_sfu::Sfu>>,
+    /// The voice role, when this node runs it.
+    pub voice: Option<guildhall_voice::VoiceRole>,
 }
 
 impl Node {
@@ -357,6 +363,130 @@ async fn metrics(
     ] {
         line(name, "counter", help, value.load(Ordering::Relaxed));
     }
+    if let Some(sfu) = &node.sfu {
+        let st = sfu.stats();
+        macro_rules! sfu_lines {
+            ($($field:ident: $kind:literal, $help:literal;)*) => {
+                $(line(
+                    concat!("guildhall_sfu_", stringify!($field)),
+                    $kind,
+                    $help,
+                    u64::from(st.$field),
+                );)*
+            };
+        }
+        sfu_lines! {
+            sessions: "gauge", "Voice sessions (admitted or connected) on this SFU.";
+            calls: "gauge", "Calls allocated on this SFU.";
+            decrypted_total: "counter", "RTP packets that authenticated under the sender's key.";
+            auth_failures_total: "counter", "RTP packets that did not authenticate (not forwarded).";
+            forwarded_total: "counter", "Packets sent on to receivers (one per receiver).";
+            rtcp_dropped_total: "counter", "RTCP packets, not forwarded.";
+            keepalives_echoed_total: "counter", "UDP keep-alives echoed.";
+            ip_discoveries_total: "counter", "IP discovery requests answered.";
+            dropped_oversized_total: "counter", "Datagrams over sfu_udp_datagram_bytes_max.";
+            dropped_malformed_total: "counter", "Datagrams too short or not RTP.";
+            dropped_unknown_total: "counter", "Datagrams from an unknown SSRC or address.";
+            dropped_wrong_source_total: "counter", "RTP of a known SSRC from another address.";
+            dropped_not_live_total: "counter", "RTP of a session that has not selected its protocol.";
+            dropped_rate_total: "counter", "RTP over sfu_packets_per_s_per_ssrc.";
+            dropped_send_full_total: "counter", "Forwards dropped on a full send buffer.";
+            udp_send_errors_total: "counter", "UDP send errors.";
+            udp_recv_errors_total: "counter", "UDP receive errors.";
+            ws_connections_total: "counter", "Voice gateway connections accepted.";
+            ws_refused_total: "counter", "Voice gateway connections refused (cap, version).";
+            ws_closed_by_code_total: "counter", "Voice connections closed with a voice close code.";
+            slow_consumers_total: "counter", "Voice connections dropped for not reading.";
+            identified_total: "counter", "Voice identifies accepted.";
+            resumed_total: "counter", "Voice resumes accepted.";
+            auth_failed_total: "counter", "Voice identifies refused with 4004.";
+            admissions_lapsed_total: "counter", "Admissions not used within sfu_admission_ttl_ms.";
+            sessions_expired_total: "counter", "Voice sessions ended past sfu_resume_window_ms.";
+            requests_total: "counter", "Control-plane requests received.";
+            requests_expired_total: "counter", "Requests not started: their deadline had passed.";
+            requests_malformed_total: "counter", "Malformed control-plane requests.";
+            refused_full_total: "counter", "Allocations and admissions refused: full.";
+            refused_stale_epoch_total: "counter", "Requests refused: an older syncer epoch.";
+            tls_handshake_failures_total: "counter", "TLS handshakes failed or timed out.";
+            tls_refused_total: "counter", "TLS connections refused at sfu_connections_max.";
+        }
+    }
+    if let Some(voice) = &node.voice {
+        let st = voice.stats();
+        macro_rules! voice_lines {
+            ($($field:ident: $kind:literal, $help:literal;)*) => {
+                $(line(
+                    concat!("guildhall_voice_", stringify!($field)),
+                    $kind,
+                    $help,
+                    st.$field.load(Ordering::Relaxed),
+                );)*
+            };
+        }
+        voice_lines! {
+            coordinators_spawned_total: "counter", "Guild voice coordinators spawned.";
+            syncers_spawned_total: "counter", "Channel syncers spawned.";
+            coordinators_live: "gauge", "Guild voice coordinators running.";
+            syncers_live: "gauge", "Channel syncers running.";
+            allocations_total: "counter", "Calls allocated on an SFU.";
+            allocation_failures_total: "counter", "Allocations that failed.";
+            admissions_total: "counter", "Participants admitted on an SFU.";
+            evictions_total: "counter", "Participants evicted.";
+            releases_total: "counter", "Calls released.";
+            replacements_total: "counter", "Calls re-placed on another SFU.";
+            replacement_failures_total: "counter", "Re-placements that failed.";
+            server_updates_published_total: "counter", "VOICE_SERVER_UPDATEs published after a re-placement.";
+            server_updates_dropped_total: "counter", "Re-placement notices that found no gateway.";
+            mailbox_depth_max: "gauge", "Deepest coordinator or syncer mailbox seen.";
+            breakers_opened_total: "counter", "SFU circuit breakers opened.";
+            malformed_total: "counter", "Malformed voice requests.";
+            control_handled_total: "counter", "Control messages handled.";
+        }
+        let refused: u64 = st
+            .refused_total
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum();
+        line(
+            "guildhall_voice_refused_total",
+            "counter",
+            "Voice requests refused (budget, capacity, SFUs, deadline).",
+            refused,
+        );
+        let spawn_refused: u64 = st
+            .spawn_refused_total
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum();
+        line(
+            "guildhall_voice_spawn_refused_total",
+            "counter",
+            "Coordinator and syncer spawns refused by the spawn budget or the instance cap.",
+            spawn_refused,
+        );
+        let live = node.cluster.sfus.borrow().clone();
+        let on_dead = voice
+            .calls()
+            .iter()
+            .filter(|c| {
+                c.sfu_node
+                    .as_ref()
+                    .is_some_and(|n| !live.iter().any(|s| &s.node == n))
+            })
+            .count();
+        line(
+            "guildhall_voice_calls_on_dead_sfus",
+            "gauge",
+            "Calls whose SFU is no longer announced (re-placement pending).",
+            on_dead as u64,
+        );
+    }
+    line(
+        "guildhall_voice_sfus_live",
+        "gauge",
+        "SFUs announced in this node's registry view.",
+        node.cluster.sfus.borrow().len() as u64,
+    );
     line(
         "guildhall_dispatches_total",
         "counter",
@@ -975,6 +1105,69 @@ async fn drain(node: &Node) {
     tracing::info!(left_behind = node.hub.len(), "drained");
 }
 
+/// Where the SFU's voice gateway is served on the node's listener.
+pub const SFU_WS_PATH: &str = "/voice";
+
+/// The future serving the SFU's own TLS listener, when it has one.
+type SfuTls = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Starts the SFU role: its UDP socket (the configured address, else the
+/// listener's IP on any port), its TLS listener when configured, and the
+/// endpoint it answers allocations with (configured; else the TLS
+/// listener; else this listener's `/voice`).
+async fn start_sfu(
+    config: &NodeConfig,
+    addr: std::net::SocketAddr,
+    bus: Arc<dyn guildhall_cluster::Bus>,
+) -> Result<(Arc<guildhall_sfu::Sfu>, Option<SfuTls>), NodeError> {
+    let voice = &config.voice;
+    let udp_bind = voice
+        .udp
+        .unwrap_or_else(|| std::net::SocketAddr::new(addr.ip(), 0));
+    let public_ip = voice.public_ip.clone().unwrap_or_else(|| {
+        if udp_bind.ip().is_unspecified() {
+            std::net::Ipv4Addr::LOCALHOST.to_string()
+        } else {
+            udp_bind.ip().to_string()
+        }
+    });
+    let tls_listener = match &voice.tls {
+        Some(tls) => Some((
+            TcpListener::bind(tls.listen)
+                .await
+                .map_err(NodeError::Serve)?,
+            tls,
+        )),
+        None => None,
+    };
+    let endpoint = match (&voice.endpoint, &tls_listener) {
+        (Some(endpoint), _) => endpoint.clone(),
+        (None, Some((listener, _))) => listener.local_addr().map_err(NodeError::Serve)?.to_string(),
+        (None, None) => format!("{addr}{SFU_WS_PATH}"),
+    };
+    let sfu = guildhall_sfu::Sfu::start(
+        guildhall_sfu::SfuConfig {
+            node: config.node_name.clone(),
+            limits: config.limits.clone(),
+            udp_bind,
+            public_ip,
+            endpoint,
+        },
+        bus,
+    )
+    .await
+    .map_err(|e| NodeError::Serve(std::io::Error::other(format!("sfu: {e}"))))?;
+    let serve_tls = match tls_listener {
+        Some((listener, tls)) => Some(Box::pin(
+            sfu.serve_tls(listener, "/", &tls.cert, &tls.key)
+                .map_err(|e| NodeError::Serve(std::io::Error::other(format!("sfu tls: {e}"))))?,
+        ) as SfuTls),
+        None => None,
+    };
+    tracing::info!(udp = %sfu.udp_addr(), endpoint = %sfu.info().endpoint, "sfu serving");
+    Ok((Arc::new(sfu), serve_tls))
+}
+
 /// Runs a node on `listener` until `shutdown` completes, then drains.
 pub async fn run(
     config: NodeConfig,
@@ -1098,6 +1291,33 @@ pub async fn run(
             .map_err(bus_error)?,
         );
     }
+    let (sfu, sfu_tls) = if config.runs(Role::Sfu) {
+        let (sfu, tls) = start_sfu(&config, addr, bus.clone()).await?;
+        (Some(sfu), tls)
+    } else {
+        (None, None)
+    };
+    let voice = if config.runs(Role::Voice) {
+        let gateway_cluster = cluster_state.clone();
+        let gateway_of_session: guildhall_voice::GatewayOfSession = Arc::new(move |session_id| {
+            takeover::holder_tag(session_id).and_then(|tag| gateway_cluster.gateway_by_tag(tag))
+        });
+        Some(
+            guildhall_voice::VoiceRole::start(
+                guildhall_voice::VoiceConfig {
+                    node: config.node_name.clone(),
+                    limits: config.limits.clone(),
+                },
+                bus.clone(),
+                cluster_state.sfus.subscribe(),
+                gateway_of_session,
+            )
+            .await
+            .map_err(bus_error)?,
+        )
+    } else {
+        None
+    };
     let node = Arc::new(Node {
         rate: ratelimit::RateLimiter::new(&config.limits),
         shared,
@@ -1118,7 +1338,12 @@ pub async fn run(
         http: http::Edge::new(&config.limits),
         passwords: auth::Passwords::new(config.limits.password_hash_concurrency_max),
         takeovers,
+        sfu,
+        voice,
     });
+    if let Some(serve_tls) = sfu_tls {
+        tokio::spawn(serve_tls);
+    }
     let announcement = guildhall_proto::cluster::Announcement {
         schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,
         node: config.node_name.clone(),
@@ -1140,7 +1365,10 @@ pub async fn run(
         &config.limits,
         node.cluster.clone(),
         sessions,
-        Arc::new(|| None),
+        {
+            let sfu = node.sfu.clone();
+            Arc::new(move || sfu.as_ref().map(|s| s.info()))
+        },
     )
     .await;
     let rest = api::routes()
@@ -1153,9 +1381,17 @@ pub async fn run(
     if config.runs(Role::Api) {
         app = app.nest("/api/v10", rest.clone()).nest("/api/v9", rest);
     }
-    let app = app
+    let mut app = app
         .route("/metrics", axum::routing::get(metrics))
         .route("/healthz", axum::routing::get(healthz));
+    if let Some(sfu) = &node.sfu {
+        // The voice gateway, plain, for a TLS proxy in front (or tests);
+        // the libraries themselves need `wss://`.
+        let voice = sfu.router(SFU_WS_PATH);
+        app = app
+            .route_service(SFU_WS_PATH, voice.clone())
+            .route_service(&format!("{SFU_WS_PATH}/"), voice);
+    }
     let app = if config.runs(Role::Gateway) {
         app.fallback(api::gateway_or_404)
     } else {

@@ -783,7 +783,7 @@ async fn guild_user_presence_and_voice_events() {
     );
 
     // Voice: op 4 into a voice channel → VOICE_STATE_UPDATE and
-    // VOICE_SERVER_UPDATE (endpoint null: no SFU allocated).
+    // VOICE_SERVER_UPDATE with the embedded SFU's endpoint.
     let (status, voice) = node
         .call(
             "POST",
@@ -804,7 +804,12 @@ async fn guild_user_presence_and_voice_events() {
         (Some(voice_id), Some(true))
     );
     let server = client.dispatch("VOICE_SERVER_UPDATE").await;
-    assert_eq!(server["d"]["endpoint"], json!(null));
+    assert!(
+        server["d"]["endpoint"]
+            .as_str()
+            .is_some_and(|e| e.ends_with("/voice")),
+        "{server}"
+    );
     assert_eq!(server["d"]["guild_id"], guild_id.as_str());
     assert_eq!(server["d"]["token"].as_str().map(str::len), Some(32));
 

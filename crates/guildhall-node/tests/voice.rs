@@ -61,7 +61,17 @@ async fn audio_is_forwarded_and_decrypted_by_the_other_participant() {
         .await
         .unwrap();
     let mut b = GatewaySession::identify(&host, &member).await.unwrap();
-    let server_b = b.join(&guild_id, &channel).await.unwrap();
+    let server_b = match b.join(&guild_id, &channel).await {
+        Ok(server) => server,
+        Err(error) => {
+            let text = node.metrics_text().await;
+            let voice: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.starts_with('#') && (l.contains("voice") || l.contains("sfu")))
+                .collect();
+            panic!("second join: {error}\n{}", voice.join("\n"));
+        }
+    };
     assert_eq!(server_b.endpoint, server_a.endpoint, "one call, one SFU");
     assert_ne!(server_b.token, server_a.token, "a token per participant");
     let mut listener = VoiceClient::connect(&server_b, &member_id, &b.session_id, Mode::Aes256Gcm)
