@@ -23,10 +23,6 @@ use tokio_rustls::TlsAcceptor;
 use crate::stats::Counters;
 use crate::{Inner, SfuError, Slot};
 
-/// Pause after a failed accept (file descriptors exhausted): the loop
-/// must not spin.
-const ACCEPT_BACKOFF_MS: u64 = 50;
-
 pub(crate) fn acceptor(cert_pem: &Path, key_pem: &Path) -> Result<TlsAcceptor, SfuError> {
     let certs = CertificateDer::pem_file_iter(cert_pem)
         .map_err(|e| SfuError::Tls(format!("certificate {}: {e}", cert_pem.display())))?
@@ -59,12 +55,15 @@ pub(crate) async fn serve(
 ) {
     let max = inner.limits().sfu_connections_max;
     let timeout = Duration::from_millis(inner.limits().sfu_tls_handshake_timeout_ms);
+    // After a failed accept (file descriptors exhausted) the loop pauses
+    // as the node's own listener does, instead of spinning.
+    let backoff = Duration::from_millis(inner.limits().http_accept_backoff_ms);
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _peer)) => stream,
             Err(e) => {
                 inner.warn("tls_accept", &e);
-                tokio::time::sleep(Duration::from_millis(ACCEPT_BACKOFF_MS)).await;
+                tokio::time::sleep(backoff).await;
                 continue;
             }
         };

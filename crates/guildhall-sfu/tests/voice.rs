@@ -591,13 +591,19 @@ async fn bad_inputs_get_their_documented_close_codes() {
         "address": "127.0.0.1", "port": 1, "mode": "aead_aes256_gcm_rtpsize"}}}))
         .await;
     c.expect_close(4012).await;
+    // Over the payload limit (but under the frame limit): 4002.
+    let mut c = h.connect().await;
+    let padding = "x".repeat(test_limits().sfu_ws_payload_bytes_max);
+    c.send(json!({"op": 3, "d": {"t": 1}, "pad": padding}))
+        .await;
+    c.expect_close(4002).await;
     // Another gateway version: 4020.
     let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/voice?v=4", h.ws_addr))
         .await
         .unwrap();
     let mut c = Client { ws, seq_ack: None };
     c.expect_close(4020).await;
-    assert!(h.sfu.stats().ws_closed_by_code_total >= 8);
+    assert!(h.sfu.stats().ws_closed_by_code_total >= 9);
 }
 
 #[tokio::test]
@@ -871,4 +877,33 @@ async fn the_connection_cap_refuses_upgrades_with_503() {
         other => panic!("expected 503, got {other:?}"),
     }
     assert_eq!(h.sfu.stats().ws_refused_total, 1);
+}
+
+#[tokio::test]
+async fn a_sender_over_its_packet_rate_is_dropped_and_counted() {
+    let h = start(Limits {
+        sfu_packets_per_s_per_ssrc: 1,
+        sfu_packets_burst: 2,
+        ..Limits::default()
+    })
+    .await;
+    let p = pair(&h).await;
+    const SENT: u64 = 20;
+    let mut packet = Vec::new();
+    for i in 0..SENT {
+        let i = u32::try_from(i).unwrap();
+        p.a_cipher
+            .seal(&header(1, i, p.a_ssrc), b"frame", i, &mut packet);
+        p.a_udp.socket.send(&packet).await.unwrap();
+    }
+    h.wait_for("every packet accounted for", |s| {
+        s.decrypted_total + s.dropped_rate_total == SENT
+    })
+    .await;
+    let stats = h.sfu.stats();
+    // A burst of 2, then 1 a second: far fewer than 20 in the time it
+    // takes to send them.
+    assert!(stats.dropped_rate_total >= 1, "{stats:?}");
+    assert_eq!(stats.forwarded_total, stats.decrypted_total);
+    drop(p.b);
 }
