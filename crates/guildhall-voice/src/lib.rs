@@ -484,6 +484,30 @@ impl VoiceRole {
         calls
     }
 
+    /// Releases every call (control, for a drain or shutdown): each syncer
+    /// answers what waits in its mailbox, releases its call and ends.
+    /// Returns how many syncers were told (a full control channel means the
+    /// syncer is already being told something; call again).
+    pub fn release_all(&self) -> usize {
+        let guilds: Vec<Arc<Mutex<GuildState>>> = lock(&self.shared.guilds)
+            .values()
+            .map(|h| h.state.clone())
+            .collect();
+        let mut told = 0;
+        for state in guilds {
+            let controls: Vec<mpsc::Sender<SyncerControl>> = lock(&state)
+                .syncers
+                .values()
+                .map(|s| s.control.clone())
+                .collect();
+            told += controls
+                .iter()
+                .filter(|c| c.try_send(SyncerControl::Release).is_ok())
+                .count();
+        }
+        told
+    }
+
     /// Releases the call of `channel_id` (control: handled before any bulk
     /// work queued for it). Returns whether the syncer was told.
     pub fn release_call(&self, guild_id: i64, channel_id: i64) -> bool {

@@ -238,6 +238,18 @@ async fn join_answers_a_server_whose_token_was_admitted_and_leaves_evict_then_re
         .await
     );
     assert!(role.calls().is_empty());
+    // A drain releases every call.
+    assert!(matches!(
+        ask(&bus, join(1, 10, 3)).await,
+        VoiceReply::Server { .. }
+    ));
+    assert!(matches!(
+        ask(&bus, join(2, 20, 3)).await,
+        VoiceReply::Server { .. }
+    ));
+    assert_eq!(role.release_all(), 2);
+    assert!(until(100, || sfu.seen.lock().unwrap().released.len() == 3).await);
+    assert!(until(100, || role.calls().is_empty()).await);
     // Leaving again, or a guild with no voice: Left.
     assert_eq!(ask(&bus, leave(1, 2)).await, VoiceReply::Left);
     assert_eq!(ask(&bus, leave(7, 2)).await, VoiceReply::Left);
