@@ -18,6 +18,7 @@ pub mod membership;
 pub mod report;
 pub mod ring;
 pub mod sim;
+pub mod voice;
 
 /// Every scenario, for the CLI and the report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,17 +35,20 @@ pub enum Scenario {
     Herd,
     /// Seed 004: draining a node inside its grace period.
     Drain,
+    /// Seed 003: the voice-syncer fleet restarted cold.
+    Voice,
 }
 
 impl Scenario {
     /// All scenarios, in report order.
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Ring,
         Scenario::Flood,
         Scenario::Membership,
         Scenario::Down,
         Scenario::Herd,
         Scenario::Drain,
+        Scenario::Voice,
     ];
 
     /// The CLI name.
@@ -56,6 +60,7 @@ impl Scenario {
             Scenario::Down => "down",
             Scenario::Herd => "herd",
             Scenario::Drain => "drain",
+            Scenario::Voice => "voice",
         }
     }
 }

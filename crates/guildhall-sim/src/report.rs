@@ -2,7 +2,7 @@
 //! next to naive, as Markdown tables (the ones in docs/simulation.md, which a
 //! test keeps equal to this output).
 
-use crate::{down, drain, flood, herd, membership, ring};
+use crate::{down, drain, flood, herd, membership, ring, voice};
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt::Write;
@@ -68,6 +68,11 @@ pub fn markdown(seed: u64) -> Result<String> {
             "drain",
             "`guildhall sim drain --sessions 50000 --grace-s 30 --margin-s 5 --resume-cap-per-s 5000`",
             pair(|n| drain::run(&drain::Params::default(), seed, n))?,
+        ),
+        (
+            "voice",
+            "`guildhall sim voice --instances 20 --guilds 10000 --calls 40000 --rpc-capacity-per-s 250`",
+            pair(|n| voice::run(&voice::Params::default(), seed, n))?,
         ),
     ];
     let mut md = String::new();

@@ -2,7 +2,7 @@
 //! must meet them and each naive run must visibly miss them. Seeds are fixed
 //! and printed in every failure message so a failure replays exactly.
 
-use guildhall_sim::{down, drain, flood, herd, membership, ring};
+use guildhall_sim::{down, drain, flood, herd, membership, ring, voice};
 
 const SEEDS: [u64; 3] = [1, 2, 3];
 
@@ -154,6 +154,55 @@ fn drain_fits_the_grace_period_and_sessions_resume() {
     assert_eq!(drain::run(&too_big, 1, false).fits, Some(false));
 }
 
+/// Seed 003's cold restart: with the spawn budget counting children,
+/// bounded-load placement and bounded mailboxes, no instance ever spawns
+/// above its budget in any 1 s window, mailboxes stay within their bound,
+/// and every call is placed within 40 s (the largest guilds, 500 calls at
+/// 20 spawns/s, take 25 s). The naive fleet collapses.
+#[test]
+fn voice_cold_restart_spawns_within_budget_and_places_every_call() {
+    const ALL_PLACED_WITHIN_S: f64 = 40.0;
+    let params = voice::Params::default();
+    let limits = guildhall_limits::Limits::default();
+    for seed in SEEDS {
+        let h = voice::run(&params, seed, false);
+        let ctx = format!("seed {seed}: {h:?}");
+        assert!(h.spawn_budget_respected, "{ctx}");
+        assert!(
+            h.max_spawns_per_1s_window <= h.spawn_allowed_per_1s_window,
+            "{ctx}"
+        );
+        assert_eq!(
+            h.syncers_spawned,
+            u64::from(h.calls),
+            "children counted: {ctx}"
+        );
+        assert!(
+            h.mailbox_depth_max <= limits.voice_requests_queue_max as u64,
+            "{ctx}"
+        );
+        assert_eq!(h.placed_fraction, 1.0, "{ctx}");
+        assert!(
+            h.all_placed_s.is_some_and(|s| s <= ALL_PLACED_WITHIN_S),
+            "{ctx}"
+        );
+        assert_eq!(h.rpcs_wasted, 0, "{ctx}");
+        let n = voice::run(&params, seed, true);
+        let ctx = format!("seed {seed}: {n:?}");
+        assert!(!n.spawn_budget_respected, "{ctx}");
+        assert!(
+            n.max_spawns_per_1s_window > 5 * n.spawn_allowed_per_1s_window,
+            "{ctx}"
+        );
+        assert!(
+            n.mailbox_depth_max > 10 * limits.voice_requests_queue_max as u64,
+            "{ctx}"
+        );
+        assert!(n.mailbox_depth_end > 0 && n.all_placed_s.is_none(), "{ctx}");
+        assert!(n.placed_fraction < 0.9, "{ctx}");
+    }
+}
+
 #[test]
 fn same_seed_same_json_byte_for_byte() {
     let small_flood = flood::Params {
@@ -169,6 +218,13 @@ fn same_seed_same_json_byte_for_byte() {
         sessions_per_node: 5_000,
         ..down::Params::default()
     };
+    let small_voice = voice::Params {
+        guilds: 1_000,
+        calls: 4_000,
+        instances: 4,
+        duration_s: 30,
+        ..voice::Params::default()
+    };
     for naive in [false, true] {
         let run = |seed| {
             [
@@ -183,6 +239,7 @@ fn same_seed_same_json_byte_for_byte() {
                 serde_json::to_string(&down::run(&small_down, seed, naive)).unwrap(),
                 serde_json::to_string(&herd::run(&small_herd, seed, naive)).unwrap(),
                 serde_json::to_string(&drain::run(&drain::Params::default(), seed, naive)).unwrap(),
+                serde_json::to_string(&voice::run(&small_voice, seed, naive)).unwrap(),
             ]
         };
         assert_eq!(run(7), run(7), "naive={naive}");

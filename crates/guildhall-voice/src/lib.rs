@@ -214,6 +214,9 @@ struct Shared {
     guilds: Mutex<HashMap<i64, CoordinatorHandle>>,
     sfu_state: Mutex<HashMap<String, SfuState>>,
     replacements: Semaphore,
+    /// Bumped whenever an SFU's breaker opens: every syncer checks whether
+    /// its call is on that SFU (not only the one whose request failed).
+    breaker_opened: watch::Sender<u64>,
     throttle: Mutex<LogThrottle<&'static str>>,
     started: Instant,
 }
@@ -375,6 +378,7 @@ impl Shared {
             self.stats
                 .breakers_opened_total
                 .fetch_add(1, Ordering::Relaxed);
+            self.breaker_opened.send_modify(|n| *n += 1);
         }
         state.breaker.is_open(now_ms)
     }
@@ -434,6 +438,7 @@ impl VoiceRole {
             node: config.node,
             budget: Mutex::new(SpawnBudget::new(SpawnConfig::from_limits(&limits), 0)),
             replacements: Semaphore::new(limits.voice_replacements_in_flight_max),
+            breaker_opened: watch::channel(0).0,
             throttle: Mutex::new(LogThrottle::new(
                 limits.log_throttle_interval_ms,
                 limits.log_throttle_keys_max,
@@ -477,6 +482,30 @@ impl VoiceRole {
         }
         calls.sort_by_key(|c| (c.guild_id, c.channel_id));
         calls
+    }
+
+    /// Releases every call (control, for a drain or shutdown): each syncer
+    /// answers what waits in its mailbox, releases its call and ends.
+    /// Returns how many syncers were told (a full control channel means the
+    /// syncer is already being told something; call again).
+    pub fn release_all(&self) -> usize {
+        let guilds: Vec<Arc<Mutex<GuildState>>> = lock(&self.shared.guilds)
+            .values()
+            .map(|h| h.state.clone())
+            .collect();
+        let mut told = 0;
+        for state in guilds {
+            let controls: Vec<mpsc::Sender<SyncerControl>> = lock(&state)
+                .syncers
+                .values()
+                .map(|s| s.control.clone())
+                .collect();
+            told += controls
+                .iter()
+                .filter(|c| c.try_send(SyncerControl::Release).is_ok())
+                .count();
+        }
+        told
     }
 
     /// Releases the call of `channel_id` (control: handled before any bulk
@@ -745,6 +774,7 @@ impl Coordinator {
         shared.stats.syncers_live.fetch_add(1, Ordering::Relaxed);
         let syncer = Syncer {
             sfus: shared.sfus.clone(),
+            breakers: shared.breaker_opened.subscribe(),
             shared,
             guild_id: self.guild_id,
             channel_id: target,
@@ -784,6 +814,7 @@ enum SfuFailure {
 struct Syncer {
     shared: Arc<Shared>,
     sfus: watch::Receiver<SfuList>,
+    breakers: watch::Receiver<u64>,
     guild_id: i64,
     channel_id: i64,
     guild: Arc<Mutex<GuildState>>,
@@ -833,6 +864,8 @@ impl Syncer {
                     }
                     self.check_placement().await;
                 }
+                // The sender lives in `shared`, which this task holds.
+                Ok(()) = self.breakers.changed() => self.check_placement().await,
                 () = sleep_until(replace_at) => {
                     self.replace_at = None;
                     self.check_placement().await;

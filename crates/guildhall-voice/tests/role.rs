@@ -238,6 +238,18 @@ async fn join_answers_a_server_whose_token_was_admitted_and_leaves_evict_then_re
         .await
     );
     assert!(role.calls().is_empty());
+    // A drain releases every call.
+    assert!(matches!(
+        ask(&bus, join(1, 10, 3)).await,
+        VoiceReply::Server { .. }
+    ));
+    assert!(matches!(
+        ask(&bus, join(2, 20, 3)).await,
+        VoiceReply::Server { .. }
+    ));
+    assert_eq!(role.release_all(), 2);
+    assert!(until(100, || sfu.seen.lock().unwrap().released.len() == 3).await);
+    assert!(until(100, || role.calls().is_empty()).await);
     // Leaving again, or a guild with no voice: Left.
     assert_eq!(ask(&bus, leave(1, 2)).await, VoiceReply::Left);
     assert_eq!(ask(&bus, leave(7, 2)).await, VoiceReply::Left);
@@ -544,4 +556,70 @@ async fn control_is_handled_while_the_bulk_mailbox_is_full() {
     }
     assert!(refused_full >= 1, "the mailbox overflowed into refusals");
     assert!(role.calls().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_sfu_whose_breaker_opens_loses_all_its_calls() {
+    let bus = LocalBus::new(1 << 20);
+    let a = FakeSfu::start(&bus, "sfu-a").await;
+    let b = FakeSfu::start(&bus, "sfu-b").await;
+    let limits = guildhall_limits::Limits::default();
+    let (role, _sfus) = start_role(
+        &bus,
+        limits.clone(),
+        vec![a.instance(0), b.instance(50_000)],
+    )
+    .await;
+    let mut events = Vec::new();
+    for p in 0..limits.gateway_event_partitions {
+        events.push(
+            bus.subscribe(&gateway_events_subject(GATEWAY, p), None, 64)
+                .await
+                .unwrap(),
+        );
+    }
+    // Two guilds, one call each, on a.
+    for guild in [1, 2] {
+        assert!(matches!(
+            ask(&bus, join(guild, guild * 10, 1)).await,
+            VoiceReply::Server { .. }
+        ));
+    }
+    // a stops admitting: each join of guild 1 waits out the SFU deadline.
+    a.stall_admits.store(true, Ordering::Relaxed);
+    for user in 2..2 + i64::from(limits.voice_sfu_breaker_failures_max) {
+        let reply = ask(&bus, join(1, 10, user)).await;
+        assert!(
+            matches!(
+                reply,
+                VoiceReply::Refused {
+                    reason: VoiceRefusal::SfuUnavailable,
+                    ..
+                }
+            ),
+            "{reply:?}"
+        );
+    }
+    let stats = role.stats();
+    assert_eq!(stats.breakers_opened_total.load(Ordering::Relaxed), 1);
+    // Both calls move to b, guild 2's too, though its own requests never failed.
+    assert!(
+        until(5_000, || role
+            .calls()
+            .iter()
+            .all(|c| c.sfu_node.as_deref() == Some("sfu-b")))
+        .await,
+        "{:?}",
+        role.calls()
+    );
+    let mut told = 0;
+    for subscription in &mut events {
+        while let Ok(Some(_)) =
+            tokio::time::timeout(Duration::from_millis(100), subscription.next()).await
+        {
+            told += 1;
+        }
+    }
+    assert_eq!(told, 2, "user 1 of each guild told the new endpoint");
+    assert_eq!(stats.replacements_total.load(Ordering::Relaxed), 2);
 }

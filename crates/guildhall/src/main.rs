@@ -7,7 +7,7 @@ mod config;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use guildhall_sim::{down, drain, flood, herd, membership, report, ring};
+use guildhall_sim::{down, drain, flood, herd, membership, report, ring, voice};
 use serde::Serialize;
 use std::io::Write;
 use std::time::Instant;
@@ -278,6 +278,24 @@ enum SimCommand {
         margin_s: u64,
         #[arg(long, default_value_t = 5_000)]
         resume_cap_per_s: u64,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Seed 003: the whole voice-syncer fleet restarted cold; every call
+    /// re-created at once.
+    Voice {
+        #[arg(long, default_value_t = 20)]
+        instances: u32,
+        #[arg(long, default_value_t = 10_000)]
+        guilds: u32,
+        #[arg(long, default_value_t = 40_000)]
+        calls: u32,
+        #[arg(long, default_value_t = 1.0)]
+        zipf_s: f64,
+        #[arg(long, default_value_t = 250)]
+        rpc_capacity_per_s: u32,
+        #[arg(long, default_value_t = 120)]
+        duration_s: u64,
         #[command(flatten)]
         common: Common,
     },
@@ -618,6 +636,26 @@ fn main() -> Result<()> {
                 ..drain::Params::default()
             };
             emit(&drain::run(&params, common.seed, common.naive), &common)?;
+        }
+        SimCommand::Voice {
+            instances,
+            guilds,
+            calls,
+            zipf_s,
+            rpc_capacity_per_s,
+            duration_s,
+            common,
+        } => {
+            let params = voice::Params {
+                instances,
+                guilds,
+                calls,
+                zipf_s,
+                rpc_capacity_per_s,
+                duration_s,
+                ..voice::Params::default()
+            };
+            emit(&voice::run(&params, common.seed, common.naive), &common)?;
         }
         SimCommand::Report { seed } => {
             let mut out = std::io::stdout().lock();
