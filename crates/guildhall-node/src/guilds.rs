@@ -546,6 +546,14 @@ pub fn wire_channel(row: &ChannelRow, with_guild: bool) -> Channel {
         rate_limit_per_user: 0,
         parent_id: None,
         flags: 0,
+        // Voice channels: Discord's defaults (this server does not store a
+        // bitrate or a user limit yet).
+        voice: (row.kind == 2).then_some(guildhall_proto::model::VoiceChannelFields {
+            bitrate: 64_000,
+            user_limit: 0,
+            rtc_region: None,
+            video_quality_mode: 1,
+        }),
     }
 }
 

@@ -117,6 +117,23 @@ pub struct Channel {
     pub parent_id: Option<Snowflake>,
     /// Channel flags.
     pub flags: u64,
+    /// A voice channel's fields (discord.py reads `bitrate` and
+    /// `user_limit` of every voice channel unconditionally).
+    #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+    pub voice: Option<VoiceChannelFields>,
+}
+
+/// The fields only voice channels have.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VoiceChannelFields {
+    /// Bits per second (Discord's default 64,000).
+    pub bitrate: u32,
+    /// Participants allowed at once (0: no limit).
+    pub user_limit: u32,
+    /// Voice region (null: automatic).
+    pub rtc_region: Option<String>,
+    /// Camera quality (1: auto).
+    pub video_quality_mode: u8,
 }
 
 /// A guild member. `user` is absent in a message's partial member.

@@ -165,6 +165,7 @@ fn sample_guild() -> Guild {
             rate_limit_per_user: 0,
             parent_id: None,
             flags: 0,
+            voice: None,
         }],
         threads: vec![],
         presences: vec![],
