@@ -9,6 +9,8 @@
 //!   over the bus.
 //! - [`api`]: REST v10.
 //! - [`commands`]: application commands (REST).
+//! - [`interactions`]: interactions (`POST /interactions`, callbacks, the
+//!   interaction's webhook).
 //! - [`compress`]: gateway compression (the URL's query, the writer's deflate).
 //! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
@@ -31,6 +33,7 @@ pub mod guilds;
 pub mod histogram;
 pub mod http;
 pub mod hub;
+pub mod interactions;
 pub mod log;
 pub mod presence;
 pub mod ratelimit;
@@ -173,6 +176,8 @@ pub struct Node {
     pub passwords: auth::Passwords,
     /// Cross-node RESUME.
     pub takeovers: Arc<takeover::Takeovers>,
+    /// Interactions created on this node.
+    pub interactions: interactions::Interactions,
 }
 
 impl Node {
@@ -368,6 +373,37 @@ async fn metrics(
         "counter",
         "Messages stored.",
         api.messages_total.load(Ordering::Relaxed),
+    );
+    let ix = &node.interactions.counters;
+    line(
+        "guildhall_interactions_created_total",
+        "counter",
+        "Interactions created.",
+        ix.created_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interactions_refused_total",
+        "counter",
+        "Interactions refused by a bound (table, application, user window).",
+        ix.refused_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interactions_acknowledged_total",
+        "counter",
+        "Interaction callbacks accepted.",
+        ix.acknowledged_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interactions_failed_total",
+        "counter",
+        "Interactions whose deadline passed unanswered.",
+        ix.failed_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interactions",
+        "gauge",
+        "Interactions held.",
+        node.interactions.with(|t| t.len()) as u64,
     );
     line(
         "guildhall_fanout_failed_total",
@@ -1059,6 +1095,7 @@ pub async fn run(
         http: http::Edge::new(&config.limits),
         passwords: auth::Passwords::new(config.limits.password_hash_concurrency_max),
         takeovers,
+        interactions: interactions::Interactions::new(&config.limits),
     });
     let announcement = guildhall_proto::cluster::Announcement {
         schema: guildhall_proto::cluster::ANNOUNCEMENT_SCHEMA,
@@ -1123,6 +1160,7 @@ pub async fn run(
             }
         })
     };
+    let interaction_sweeper = tokio::spawn(interactions::run_sweeper(node.clone()));
     tracing::info!(%addr, "guildhall serving");
     let drain_node = node.clone();
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
@@ -1143,6 +1181,7 @@ pub async fn run(
     )
     .await;
     reaper.abort();
+    interaction_sweeper.abort();
     for task in roles {
         task.abort();
     }
