@@ -1571,6 +1571,97 @@ mod tests {
         );
     }
 
+    /// Random creates, callbacks and sweeps over time (seed printed; rerun
+    /// with `GUILDHALL_TEST_SEED`): the table never holds more than its
+    /// bounds, an interaction is acknowledged at most once and only before
+    /// its deadline, and every unanswered one fails exactly once.
+    #[test]
+    fn random_schedules_keep_every_bound() {
+        use rand::{Rng, SeedableRng};
+        let seed = std::env::var("GUILDHALL_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        println!("seed {seed}");
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+        let limits = Limits {
+            interactions_max: 40,
+            interactions_pending_per_application_max: 8,
+            interactions_per_user_per_minute_max: 10,
+            interaction_users_max: 6,
+            interaction_sweep_batch_max: 3,
+            interaction_response_deadline_ms: 3_000,
+            interaction_token_ttl_ms: 20_000,
+            ..Limits::default()
+        };
+        let mut table = Table::new(&limits);
+        let mut now = 0u64;
+        let mut next_id = 1i64;
+        let mut acked: HashMap<i64, u64> = HashMap::new();
+        let mut failed: std::collections::HashSet<i64> = std::collections::HashSet::new();
+        let mut created: HashMap<i64, u64> = HashMap::new();
+        for _ in 0..20_000 {
+            now += rng.random_range(0..200);
+            match rng.random_range(0..10) {
+                0..=3 => {
+                    let id = next_id;
+                    next_id += 1;
+                    let e = entry(
+                        id,
+                        rng.random_range(1..4),
+                        rng.random_range(1..9),
+                        &id.to_string(),
+                        now,
+                    );
+                    if table.insert(e, now).is_ok() {
+                        created.insert(id, now);
+                    }
+                }
+                4..=6 if next_id > 1 => {
+                    let id = rng.random_range(1..next_id);
+                    if table.acknowledge(id, &id.to_string(), now, 4).is_ok() {
+                        assert!(acked.insert(id, now).is_none(), "acknowledged twice");
+                        assert!(now < created[&id] + 3_000, "acknowledged late");
+                        assert!(!failed.contains(&id));
+                    }
+                }
+                _ => {
+                    for e in table.sweep(now) {
+                        assert!(failed.insert(e.id), "failed twice");
+                        assert!(!acked.contains_key(&e.id));
+                    }
+                }
+            }
+            assert!(table.len() <= limits.interactions_max);
+            assert!(table.windows.len() <= limits.interaction_users_max);
+            for count in table.pending_per_app.values() {
+                assert!(*count <= limits.interactions_pending_per_application_max);
+            }
+        }
+        // Drained: every interaction was answered or failed, never both.
+        now += 1_000_000;
+        loop {
+            let more = table.sweep(now);
+            if more.is_empty() && table.is_empty() && table.windows.is_empty() {
+                break;
+            }
+            for e in more {
+                assert!(failed.insert(e.id), "failed twice");
+            }
+        }
+        for id in created.keys() {
+            assert!(
+                acked.contains_key(id) != failed.contains(id),
+                "interaction {id}"
+            );
+        }
+        assert!(table.pending_per_app.is_empty());
+    }
+
     #[test]
     fn sweeps_are_bounded() {
         let mut table = Table::new(&Limits {

@@ -882,7 +882,11 @@ async fn a_button_on_a_bot_message_starts_a_component_interaction() {
             Some(json!({"content": "menu", "components": row})),
         )
         .await;
-    assert_eq!((status, refused["code"].clone()), (400, json!(50035)), "{refused}");
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, json!(50035)),
+        "{refused}"
+    );
     let (status, sent) = s
         .node
         .call(
@@ -899,7 +903,11 @@ async fn a_button_on_a_bot_message_starts_a_component_interaction() {
                "message_id": sent["id"], "data": {"custom_id": "pick", "type": 3, "values": values}})
     };
     let (status, refused) = s.post_interaction(&s.user, select(json!(["z"]))).await;
-    assert_eq!((status, refused["code"].clone()), (400, json!(50035)), "{refused}");
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, json!(50035)),
+        "{refused}"
+    );
     let (status, body) = s.post_interaction(&s.user, select(json!(["a", "b"]))).await;
     assert_eq!(status, 204, "{body}");
     let picked = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
