@@ -206,6 +206,14 @@ async fn slash_command_reaches_the_bot_and_its_response_the_user() {
     assert_eq!(interaction["context"], 0);
     assert!(interaction["locale"].is_string());
     assert!(interaction["attachment_size_limit"].is_u64());
+    // An unmodified library reads it (twilight's model is the strictest
+    // decoder of interactions among the four).
+    let typed: twilight_model::application::interaction::Interaction =
+        serde_json::from_value(interaction.clone()).unwrap();
+    assert_eq!(
+        typed.id.get().to_string(),
+        interaction["id"].as_str().unwrap()
+    );
     let id = interaction["id"].as_str().unwrap().to_owned();
     let seen = user.dispatch("INTERACTION_CREATE").await;
     assert_eq!(seen["d"], json!({"id": id, "nonce": "n1"}));
@@ -253,6 +261,8 @@ async fn slash_command_reaches_the_bot_and_its_response_the_user() {
     assert_eq!(created["author"]["bot"], true);
     assert_eq!(created["webhook_id"], s.app_id.as_str());
     assert_eq!(created["application_id"], s.app_id.as_str());
+    let typed: twilight_model::channel::Message = serde_json::from_value(created.clone()).unwrap();
+    assert!(typed.interaction_metadata.is_some());
     let metadata = &created["interaction_metadata"];
     assert_eq!(metadata["id"], id.as_str());
     assert_eq!(metadata["type"], 2);
