@@ -394,10 +394,11 @@ async fn issue_token(node: &crate::Node, user_id: i64) -> Result<String, ApiErro
     Ok(token)
 }
 
-/// The answer when every password-hashing permit is in use: 429 with
+/// The answer when every password-hashing permit is in use (or another
+/// node-wide bound is reached, such as the interaction table): 429 with
 /// `Retry-After`, scope `shared` (the node is busy, not the caller, so it
 /// does not count against the caller's invalid requests).
-fn hashing_busy() -> Response {
+pub(crate) fn hashing_busy() -> Response {
     let mut response = ApiError::RateLimited(1.0).into_response();
     response
         .headers_mut()

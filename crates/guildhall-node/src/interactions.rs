@@ -648,10 +648,14 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
             application = app.id,
             "interaction refused by a bound"
         );
-        return Err(match refusal {
-            Refusal::UserRate(retry_ms) => ApiError::RateLimited(retry_ms as f64 / 1000.0),
-            Refusal::Full | Refusal::ApplicationBusy | Refusal::UsersFull => ApiError::Overloaded,
-        });
+        return match refusal {
+            Refusal::UserRate(retry_ms) => Err(ApiError::RateLimited(retry_ms as f64 / 1000.0)),
+            // Not the caller's doing: scope `shared`, not counted against
+            // their invalid requests.
+            Refusal::Full | Refusal::ApplicationBusy | Refusal::UsersFull => {
+                Ok(crate::api::hashing_busy())
+            }
+        };
     }
     counters.created_total.fetch_add(1, Ordering::Relaxed);
     node.to_users(vec![app.bot_user_id], 0, "INTERACTION_CREATE", &interaction);

@@ -927,3 +927,41 @@ async fn a_button_on_a_bot_message_starts_a_component_interaction() {
     );
     assert_eq!(picked["message"]["id"], sent["id"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounds_refuse_with_429() {
+    let s = setup_with(Limits {
+        interactions_per_user_per_minute_max: 2,
+        interactions_pending_per_application_max: 1,
+        ..Limits::default()
+    })
+    .await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let first = s.invoke(&mut bot).await;
+    // The application's one pending place is taken: shared 429.
+    let body = s.invoke_body(json!([{"name": "sides", "value": 6}]), "x");
+    let response = s
+        .node
+        .http
+        .post(format!("{}/interactions", s.node.base))
+        .header("authorization", s.user.as_str())
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 429);
+    assert_eq!(response.headers()["x-ratelimit-scope"], "shared");
+    let (status, answered) = s
+        .callback(&first, json!({"type": 4, "data": {"content": "ok"}}))
+        .await;
+    assert_eq!(status, 204, "{answered}");
+    // The user's window: two a minute.
+    s.invoke(&mut bot).await;
+    let (status, limited) = s.post_interaction(&s.user, body).await;
+    assert_eq!(status, 429, "{limited}");
+    assert!(limited["retry_after"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        s.node.metric("guildhall_interactions_refused_total").await,
+        2
+    );
+}
