@@ -647,9 +647,10 @@ pub const MESSAGE_NONCE_CHARS_MAX: usize = 25;
 pub const MESSAGE_EMBEDS_MAX: usize = 10;
 
 /// Top-level components one message may carry (Discord's 40, the most a
-/// components-v2 message holds). This server stores no components; the
-/// bound keeps what is validated small. When hit: 400 with 50035 on
-/// `components`.
+/// components-v2 message holds). Components are stored (as sent) only on
+/// an application's interaction responses and followups, where component
+/// interactions are matched against them; the bound keeps what is
+/// validated and stored small. When hit: 400 with 50035 on `components`.
 pub const MESSAGE_COMPONENTS_MAX: usize = 40;
 
 /// Longest webhook name, and longest `username` override of an executed
@@ -678,6 +679,72 @@ pub const WEBHOOKS_PER_GUILD_MAX: usize = 1_000;
 /// the token cannot spend the owner's bucket (each wrong token is a 401
 /// counted against its address). When hit: 429 with Discord's body.
 pub const WEBHOOK_RATE_LIMIT_PER_WINDOW: u32 = 5;
+
+/// Time an application has for its initial response to an interaction, in
+/// milliseconds (Discord's 3 s). When hit: the invoking user's sessions get
+/// INTERACTION_FAILURE, and a callback after it is 404 with 10062 (unknown
+/// interaction); the token then serves nothing.
+pub const INTERACTION_RESPONSE_DEADLINE_MS: u64 = 3_000;
+
+/// How long an acknowledged interaction's token serves @original and
+/// followups, in milliseconds (Discord's 15 minutes). When hit: the
+/// interaction is forgotten and its token is 401 with 50027 (invalid
+/// webhook token) on the webhook routes, 10062 on the callback.
+pub const INTERACTION_TOKEN_TTL_MS: u64 = 15 * 60 * 1_000;
+
+/// Interactions one node holds (pending or acknowledged, until their token
+/// expires). Each is about 1 KiB (ids, token, the command's options as
+/// delivered, a shown modal): 100,000 is about 100 MiB at most, and at
+/// Discord's 15-minute lifetime it is over 100 interactions a second
+/// sustained. When hit: POST /interactions is 429 (scope `shared`) until
+/// the sweep frees room.
+pub const INTERACTIONS_MAX: usize = 100_000;
+
+/// Interactions of one application awaiting their initial response at
+/// once. A bot that stops answering would otherwise fill the node's table
+/// with 3-second entries that only ever fail. When hit: POST /interactions
+/// is 429 (scope `shared`) for that application's interactions.
+pub const INTERACTIONS_PENDING_PER_APPLICATION_MAX: usize = 1_000;
+
+/// Interactions one user may create per minute (a person clicks at most a
+/// few times a second; this is far above that and far below what fills
+/// the table). When hit: POST /interactions is 429 with the seconds until
+/// the minute's window ends.
+pub const INTERACTIONS_PER_USER_PER_MINUTE_MAX: u32 = 120;
+
+/// Users whose interaction windows one node tracks (each a few bytes). When
+/// hit: a user not already tracked is refused with 429 (scope `shared`)
+/// until the sweep drops windows that ended.
+pub const INTERACTION_USERS_MAX: usize = 100_000;
+
+/// Entries one sweep of the interaction table visits (expired
+/// interactions forgotten, missed deadlines turned into
+/// INTERACTION_FAILURE). A sweep runs on every create and every
+/// `interaction_sweep_interval_ms`; bounded so one pass never stalls the
+/// table's lock. When hit: the rest waits for the next sweep (an expired
+/// entry answers as expired all the same: expiry is checked on every use).
+pub const INTERACTION_SWEEP_BATCH_MAX: usize = 512;
+
+/// Interval of the interaction sweep, in milliseconds: how late after its
+/// deadline INTERACTION_FAILURE can reach the invoking user. Must not
+/// exceed `interaction_response_deadline_ms`.
+pub const INTERACTION_SWEEP_INTERVAL_MS: u64 = 250;
+
+/// Longest `custom_id` of a component or modal, in characters (Discord's
+/// 100). When hit: 400 with 50035 on the field.
+pub const COMPONENT_CUSTOM_ID_CHARS_MAX: usize = 100;
+
+/// Longest modal title, in characters (Discord's 45). When hit: 400 with
+/// 50035 on `data.title`.
+pub const INTERACTION_MODAL_TITLE_CHARS_MAX: usize = 45;
+
+/// Top-level components of a modal (Discord's 1 to 5). When hit: 400 with
+/// 50035 on `data.components`.
+pub const INTERACTION_MODAL_COMPONENTS_MAX: usize = 5;
+
+/// Choices of an autocomplete result (Discord's 25). When hit: 400 with
+/// 50035 on `data.choices`.
+pub const INTERACTION_AUTOCOMPLETE_CHOICES_MAX: usize = 25;
 
 /// Roles one guild holds, `@everyone` included (Discord's 250). When hit:
 /// 400 with 30005 (maximum number of guild roles reached).
@@ -940,6 +1007,9 @@ const _: () = assert!(HTTP_CONNECTIONS_MAX > SESSIONS_PER_NODE_MAX);
 const _: () = assert!(HTTP_HEADER_BYTES_MAX >= 8_192);
 const _: () = assert!(REST_AUTH_RATE_LIMIT_PER_WINDOW <= REST_RATE_LIMIT_PER_WINDOW);
 const _: () = assert!(WEBHOOKS_PER_CHANNEL_MAX <= WEBHOOKS_PER_GUILD_MAX);
+const _: () = assert!(INTERACTION_SWEEP_INTERVAL_MS <= INTERACTION_RESPONSE_DEADLINE_MS);
+const _: () = assert!(INTERACTION_RESPONSE_DEADLINE_MS < INTERACTION_TOKEN_TTL_MS);
+const _: () = assert!(INTERACTIONS_PENDING_PER_APPLICATION_MAX <= INTERACTIONS_MAX);
 const _: () = assert!(GUILD_ENVELOPE_RESERVE_BYTES <= BUS_PAYLOAD_BYTES_MAX / 2);
 const _: () = assert!(GUILD_CREATE_MEMBERS_MAX <= MEMBERS_PER_PAGE_MAX);
 const _: () = assert!(
@@ -1148,6 +1218,30 @@ pub struct Limits {
     pub webhooks_per_guild_max: usize,
     /// See [`WEBHOOK_RATE_LIMIT_PER_WINDOW`].
     pub webhook_rate_limit_per_window: u32,
+    /// See [`INTERACTION_RESPONSE_DEADLINE_MS`].
+    pub interaction_response_deadline_ms: u64,
+    /// See [`INTERACTION_TOKEN_TTL_MS`].
+    pub interaction_token_ttl_ms: u64,
+    /// See [`INTERACTIONS_MAX`].
+    pub interactions_max: usize,
+    /// See [`INTERACTIONS_PENDING_PER_APPLICATION_MAX`].
+    pub interactions_pending_per_application_max: usize,
+    /// See [`INTERACTIONS_PER_USER_PER_MINUTE_MAX`].
+    pub interactions_per_user_per_minute_max: u32,
+    /// See [`INTERACTION_USERS_MAX`].
+    pub interaction_users_max: usize,
+    /// See [`INTERACTION_SWEEP_BATCH_MAX`].
+    pub interaction_sweep_batch_max: usize,
+    /// See [`INTERACTION_SWEEP_INTERVAL_MS`].
+    pub interaction_sweep_interval_ms: u64,
+    /// See [`COMPONENT_CUSTOM_ID_CHARS_MAX`].
+    pub component_custom_id_chars_max: usize,
+    /// See [`INTERACTION_MODAL_TITLE_CHARS_MAX`].
+    pub interaction_modal_title_chars_max: usize,
+    /// See [`INTERACTION_MODAL_COMPONENTS_MAX`].
+    pub interaction_modal_components_max: usize,
+    /// See [`INTERACTION_AUTOCOMPLETE_CHOICES_MAX`].
+    pub interaction_autocomplete_choices_max: usize,
     /// See [`GUILD_ROLES_MAX`].
     pub guild_roles_max: usize,
     /// See [`GUILD_CHANNELS_MAX`].
@@ -1393,6 +1487,18 @@ impl Default for Limits {
             webhooks_per_channel_max: WEBHOOKS_PER_CHANNEL_MAX,
             webhooks_per_guild_max: WEBHOOKS_PER_GUILD_MAX,
             webhook_rate_limit_per_window: WEBHOOK_RATE_LIMIT_PER_WINDOW,
+            interaction_response_deadline_ms: INTERACTION_RESPONSE_DEADLINE_MS,
+            interaction_token_ttl_ms: INTERACTION_TOKEN_TTL_MS,
+            interactions_max: INTERACTIONS_MAX,
+            interactions_pending_per_application_max: INTERACTIONS_PENDING_PER_APPLICATION_MAX,
+            interactions_per_user_per_minute_max: INTERACTIONS_PER_USER_PER_MINUTE_MAX,
+            interaction_users_max: INTERACTION_USERS_MAX,
+            interaction_sweep_batch_max: INTERACTION_SWEEP_BATCH_MAX,
+            interaction_sweep_interval_ms: INTERACTION_SWEEP_INTERVAL_MS,
+            component_custom_id_chars_max: COMPONENT_CUSTOM_ID_CHARS_MAX,
+            interaction_modal_title_chars_max: INTERACTION_MODAL_TITLE_CHARS_MAX,
+            interaction_modal_components_max: INTERACTION_MODAL_COMPONENTS_MAX,
+            interaction_autocomplete_choices_max: INTERACTION_AUTOCOMPLETE_CHOICES_MAX,
             guild_roles_max: GUILD_ROLES_MAX,
             guild_channels_max: GUILD_CHANNELS_MAX,
             guild_create_members_max: GUILD_CREATE_MEMBERS_MAX,
@@ -1949,6 +2055,62 @@ impl Limits {
             "webhook_rate_limit_per_window",
             "must be at least 1",
         );
+        for (value, field) in [
+            (self.interactions_max, "interactions_max"),
+            (
+                self.interactions_pending_per_application_max,
+                "interactions_pending_per_application_max",
+            ),
+            (self.interaction_users_max, "interaction_users_max"),
+            (
+                self.interaction_sweep_batch_max,
+                "interaction_sweep_batch_max",
+            ),
+            (
+                self.component_custom_id_chars_max,
+                "component_custom_id_chars_max",
+            ),
+            (
+                self.interaction_modal_title_chars_max,
+                "interaction_modal_title_chars_max",
+            ),
+            (
+                self.interaction_modal_components_max,
+                "interaction_modal_components_max",
+            ),
+            (
+                self.interaction_autocomplete_choices_max,
+                "interaction_autocomplete_choices_max",
+            ),
+        ] {
+            check(value >= 1, field, "must be at least 1");
+        }
+        check(
+            self.interactions_per_user_per_minute_max >= 1,
+            "interactions_per_user_per_minute_max",
+            "must be at least 1",
+        );
+        check(
+            self.interaction_sweep_interval_ms >= 1
+                && self.interaction_sweep_interval_ms <= self.interaction_response_deadline_ms,
+            "interaction_sweep_interval_ms",
+            "must be between 1 and interaction_response_deadline_ms",
+        );
+        check(
+            self.interaction_response_deadline_ms >= 1,
+            "interaction_response_deadline_ms",
+            "must be at least 1",
+        );
+        check(
+            self.interaction_token_ttl_ms > self.interaction_response_deadline_ms,
+            "interaction_token_ttl_ms",
+            "must exceed interaction_response_deadline_ms",
+        );
+        check(
+            self.interactions_pending_per_application_max <= self.interactions_max,
+            "interactions_pending_per_application_max",
+            "must be at most interactions_max",
+        );
         check(
             self.guild_roles_max >= 2,
             "guild_roles_max",
@@ -2481,6 +2643,18 @@ mod tests {
             "webhooks_per_channel_max",
             "webhooks_per_guild_max",
             "webhook_rate_limit_per_window",
+            "interaction_response_deadline_ms",
+            "interaction_token_ttl_ms",
+            "interactions_max",
+            "interactions_pending_per_application_max",
+            "interactions_per_user_per_minute_max",
+            "interaction_users_max",
+            "interaction_sweep_batch_max",
+            "interaction_sweep_interval_ms",
+            "component_custom_id_chars_max",
+            "interaction_modal_title_chars_max",
+            "interaction_modal_components_max",
+            "interaction_autocomplete_choices_max",
             "guild_roles_max",
             "guild_channels_max",
             "guild_create_members_max",
@@ -2650,6 +2824,20 @@ mod tests {
             "webhooks_per_channel_max" => l.webhooks_per_channel_max = 0,
             "webhooks_per_guild_max" => l.webhooks_per_guild_max = 0,
             "webhook_rate_limit_per_window" => l.webhook_rate_limit_per_window = 0,
+            "interaction_response_deadline_ms" => l.interaction_response_deadline_ms = 0,
+            "interaction_token_ttl_ms" => l.interaction_token_ttl_ms = 0,
+            "interactions_max" => l.interactions_max = 0,
+            "interactions_pending_per_application_max" => {
+                l.interactions_pending_per_application_max = 0
+            }
+            "interactions_per_user_per_minute_max" => l.interactions_per_user_per_minute_max = 0,
+            "interaction_users_max" => l.interaction_users_max = 0,
+            "interaction_sweep_batch_max" => l.interaction_sweep_batch_max = 0,
+            "interaction_sweep_interval_ms" => l.interaction_sweep_interval_ms = 0,
+            "component_custom_id_chars_max" => l.component_custom_id_chars_max = 0,
+            "interaction_modal_title_chars_max" => l.interaction_modal_title_chars_max = 0,
+            "interaction_modal_components_max" => l.interaction_modal_components_max = 0,
+            "interaction_autocomplete_choices_max" => l.interaction_autocomplete_choices_max = 0,
             "guild_roles_max" => l.guild_roles_max = 0,
             "guild_channels_max" => l.guild_channels_max = 0,
             "guild_create_members_max" => l.guild_create_members_max = 0,

@@ -394,10 +394,11 @@ async fn issue_token(node: &crate::Node, user_id: i64) -> Result<String, ApiErro
     Ok(token)
 }
 
-/// The answer when every password-hashing permit is in use: 429 with
+/// The answer when every password-hashing permit is in use (or another
+/// node-wide bound is reached, such as the interaction table): 429 with
 /// `Retry-After`, scope `shared` (the node is busy, not the caller, so it
 /// does not count against the caller's invalid requests).
-fn hashing_busy() -> Response {
+pub(crate) fn hashing_busy() -> Response {
     let mut response = ApiError::RateLimited(1.0).into_response();
     response
         .headers_mut()
@@ -1124,6 +1125,10 @@ struct NewMessage {
     nonce: Option<Value>,
     #[serde(default)]
     embeds: Vec<Value>,
+    /// Buttons and menus (bots only): kept with the message, so a click
+    /// on one becomes a component interaction matched against them.
+    #[serde(default)]
+    components: Vec<Value>,
 }
 
 pub(crate) fn check_content(
@@ -1151,7 +1156,9 @@ pub(crate) fn wire_message(
     // A webhook's message shows the webhook as its author, under the name
     // and avatar it was posted with (`author_id` is the creator, kept only
     // for the key to users).
-    let (author, member) = match row.webhook_id {
+    // An interaction's response carries the application's id as
+    // `webhook_id`, but its author is the application's bot (`author_id`).
+    let (author, member) = match row.webhook_id.filter(|_| row.interaction_id.is_none()) {
         Some(webhook_id) => (
             guildhall_proto::model::User::webhook(
                 sf(webhook_id),
@@ -1188,11 +1195,20 @@ pub(crate) fn wire_row(
         attachments: vec![],
         embeds: vec![],
         pinned: false,
-        kind: 0,
-        flags: 0,
-        components: vec![],
+        kind: u8::try_from(row.kind).unwrap_or(0),
+        flags: row.flags as u64,
+        components: row
+            .components
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or_default(),
         nonce: None,
         webhook_id: row.webhook_id.map(sf),
+        application_id: row.application_id.map(sf),
+        interaction_metadata: row
+            .interaction_metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok()),
     }
 }
 
@@ -1291,13 +1307,41 @@ async fn create_message(
         .channel(parse_id(&id)?)
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
-    check_content(&node, &body.content, !body.embeds.is_empty())?;
+    check_content(
+        &node,
+        &body.content,
+        !body.embeds.is_empty() || !body.components.is_empty(),
+    )?;
     check_items(
         &node,
         "embeds",
         body.embeds.len(),
         node.shared.limits.message_embeds_max,
     )?;
+    let components = if body.components.is_empty() {
+        None
+    } else {
+        // Discord refuses components from user accounts.
+        if !author.bot {
+            node.counters
+                .bad_requests_total
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::Field(
+                "components",
+                "COMPONENT_USER_ACCOUNT",
+                "Only bots may send components.".into(),
+            ));
+        }
+        check_items(
+            &node,
+            "components",
+            body.components.len(),
+            node.shared.limits.message_components_max,
+        )?;
+        let components = Value::Array(body.components);
+        crate::interactions::check_custom_ids(&node, &components)?;
+        Some(components.to_string())
+    };
     match &body.nonce {
         None | Some(Value::Null | Value::Number(_)) => {}
         Some(Value::String(nonce)) => check_chars(
@@ -1343,6 +1387,13 @@ async fn create_message(
         webhook_id: None,
         author_name: None,
         author_avatar: None,
+        kind: 0,
+        flags: 0,
+        components,
+        application_id: None,
+        interaction_id: None,
+        interaction_metadata: None,
+        visible_to: None,
     };
     store_message(&node, &row).await?;
     let mut message = wire_message(&row, &author, member);
@@ -1441,6 +1492,8 @@ async fn message_of(
         .store
         .message(channel.id, parse_id(message_id)?)
         .await?
+        // An ephemeral message exists for its one reader only.
+        .filter(|row| row.visible_to.is_none_or(|reader| reader == caller.id))
         .ok_or(ApiError::Code(ErrorCode::UnknownMessage))?;
     Ok((channel, guild_id, row))
 }
@@ -2480,6 +2533,7 @@ pub fn routes() -> Router<AppState> {
         .route("/invites/{code}", get(get_invite).post(accept_invite))
         .route("/admin/bots", post(admin_create_bot))
         .merge(crate::commands::routes())
+        .merge(crate::interactions::routes())
         .merge(crate::webhooks::routes())
         .fallback(not_found)
 }

@@ -176,6 +176,10 @@ pub struct SendGrant {
     pub guild_id: i64,
     /// The author as a partial member (no `user`).
     pub member: Member,
+    /// The user's permissions in the guild (an interaction's
+    /// `member.permissions` and `app_permissions`).
+    #[serde(default)]
+    pub permissions: u64,
 }
 
 /// An event for a guild's subscribers, its data encoded once.
@@ -1568,8 +1572,9 @@ impl GuildOwner {
                     (Some(bits), Some(_)) if bits & need != need => {
                         Err(GuildError::MissingPermissions)
                     }
-                    (Some(_), Some(_)) => Ok(SendGrant {
+                    (Some(bits), Some(_)) => Ok(SendGrant {
                         guild_id: self.guild.id,
+                        permissions: bits,
                         member: self
                             .members
                             .get(&user_id)

@@ -9,6 +9,8 @@
 //!   over the bus.
 //! - [`api`]: REST v10.
 //! - [`commands`]: application commands (REST).
+//! - [`interactions`]: interactions (`POST /interactions`, callbacks, the
+//!   interaction's webhook).
 //! - [`compress`]: gateway compression (the URL's query, the writer's deflate).
 //! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
@@ -31,6 +33,7 @@ pub mod guilds;
 pub mod histogram;
 pub mod http;
 pub mod hub;
+pub mod interactions;
 pub mod log;
 pub mod presence;
 pub mod ratelimit;
@@ -209,6 +212,8 @@ pub struct Node {
     pub sfu: Option<Arc<guildhall_sfu::Sfu>>,
     /// The voice role, when this node runs it.
     pub voice: Option<guildhall_voice::VoiceRole>,
+    /// Interactions created on this node.
+    pub interactions: interactions::Interactions,
 }
 
 impl Node {
@@ -552,6 +557,37 @@ async fn metrics(
         "counter",
         "Messages stored.",
         api.messages_total.load(Ordering::Relaxed),
+    );
+    let ix = &node.interactions.counters;
+    line(
+        "guildhall_interactions_created_total",
+        "counter",
+        "Interactions created.",
+        ix.created_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interactions_refused_total",
+        "counter",
+        "Interactions refused by a bound (table, application, user window).",
+        ix.refused_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interactions_acknowledged_total",
+        "counter",
+        "Interaction callbacks accepted.",
+        ix.acknowledged_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interactions_failed_total",
+        "counter",
+        "Interactions whose deadline passed unanswered.",
+        ix.failed_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interactions",
+        "gauge",
+        "Interactions held.",
+        node.interactions.with(|t| t.len()) as u64,
     );
     line(
         "guildhall_fanout_failed_total",
@@ -1340,6 +1376,7 @@ pub async fn run(
         takeovers,
         sfu,
         voice,
+        interactions: interactions::Interactions::new(&config.limits),
     });
     if let Some(serve_tls) = sfu_tls {
         tokio::spawn(serve_tls);
@@ -1419,6 +1456,7 @@ pub async fn run(
             }
         })
     };
+    let interaction_sweeper = tokio::spawn(interactions::run_sweeper(node.clone()));
     tracing::info!(%addr, "guildhall serving");
     let drain_node = node.clone();
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
@@ -1439,6 +1477,7 @@ pub async fn run(
     )
     .await;
     reaper.abort();
+    interaction_sweeper.abort();
     for task in roles {
         task.abort();
     }

@@ -2,7 +2,9 @@
 //! (per channel, per guild), read, change (name, avatar, a move to another
 //! channel of the guild) and delete, each with an account holding
 //! MANAGE_WEBHOOKS or with the webhook's token; executing a webhook; and
-//! reading, editing and deleting the messages it sent.
+//! reading, editing and deleting the messages it sent. An application's
+//! id with a living interaction's token takes the interaction's path
+//! (`interactions`: followups, `@original`).
 //!
 //! Who may act: the account routes ask the guild's owner (MANAGE_WEBHOOKS
 //! on the webhook's channel, or on the guild for the guild's list); the
@@ -54,7 +56,7 @@ fn unknown_webhook() -> ApiError {
     ApiError::Code(ErrorCode::UnknownWebhook)
 }
 
-fn refused(node: &crate::Node, error: ApiError) -> ApiError {
+pub(crate) fn refused(node: &crate::Node, error: ApiError) -> ApiError {
     node.counters
         .bad_requests_total
         .fetch_add(1, Ordering::Relaxed);
@@ -88,7 +90,7 @@ fn check_name(node: &crate::Node, field: &'static str, name: &str) -> Result<(),
 
 /// A string field: absent or null is `None`, anything else but a string is
 /// Discord's BASE_TYPE_STRING.
-fn string_field(
+pub(crate) fn string_field(
     node: &crate::Node,
     body: &Map<String, Value>,
     field: &'static str,
@@ -143,7 +145,7 @@ fn objects_field(
     Ok(items.len())
 }
 
-fn object_body(node: &crate::Node, body: Value) -> Result<Map<String, Value>, ApiError> {
+pub(crate) fn object_body(node: &crate::Node, body: Value) -> Result<Map<String, Value>, ApiError> {
     match body {
         Value::Object(map) => Ok(map),
         _ => Err(refused(
@@ -207,12 +209,18 @@ fn token_matches(row: &WebhookRow, presented: &str) -> bool {
 /// 401 with 50027, as Discord answers.
 async fn by_token(node: &crate::Node, raw_id: &str, token: &str) -> Result<WebhookRow, ApiError> {
     let id = parse_id(raw_id).map_err(|_| unknown_webhook())?;
-    let row = node
-        .shared
-        .store
-        .webhook(id)
-        .await?
-        .ok_or_else(unknown_webhook)?;
+    let Some(row) = node.shared.store.webhook(id).await? else {
+        // An application's id names its interactions' webhook: a token
+        // that is no living interaction's is an invalid token (expired
+        // after 15 minutes), as Discord answers.
+        if node.shared.store.application(id).await?.is_some() {
+            node.counters
+                .unauthorized_total
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::Code(ErrorCode::InvalidWebhookToken));
+        }
+        return Err(unknown_webhook());
+    };
     if !token_matches(&row, token) {
         node.counters
             .unauthorized_total
@@ -571,16 +579,19 @@ impl ExecuteQuery {
 }
 
 /// What an execute or a message edit carries beyond its content.
-struct Extras {
-    embeds: usize,
-    components: usize,
+pub(crate) struct Extras {
+    pub(crate) embeds: usize,
+    pub(crate) components: usize,
 }
 
 /// Checks the fields an executed or edited message shares: embeds,
 /// components, allowed_mentions; refuses the fields of features this
 /// server lacks (polls, threads, attachments) on that field rather than
 /// answering as if they had been sent.
-fn check_extras(node: &crate::Node, body: &Map<String, Value>) -> Result<Extras, ApiError> {
+pub(crate) fn check_extras(
+    node: &crate::Node,
+    body: &Map<String, Value>,
+) -> Result<Extras, ApiError> {
     let limits = &node.shared.limits;
     for field in [
         "poll",
@@ -629,6 +640,13 @@ async fn execute(
     Query(query): Query<ExecuteQuery>,
     req: Request,
 ) -> ApiResult {
+    if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
+        // An interaction's followup (`thread_id` is ignored, as Discord
+        // documents for interaction followups).
+        let entry = entry?;
+        let body = read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?;
+        return crate::interactions::followup(&node, &entry, body).await;
+    }
     let webhook = by_token(&node, &id, &token).await?;
     query.no_thread()?;
     let limits = &node.shared.limits;
@@ -693,6 +711,13 @@ async fn execute(
         webhook_id: Some(webhook.id),
         author_name: Some(username.unwrap_or_else(|| webhook.name.clone())),
         author_avatar: webhook.avatar.clone(),
+        kind: 0,
+        flags: 0,
+        components: None,
+        application_id: None,
+        interaction_id: None,
+        interaction_metadata: None,
+        visible_to: None,
     };
     store_message(&node, &row).await?;
     let mut message = webhook_message(&row);
@@ -743,6 +768,9 @@ async fn get_message(
     Path((id, token, message)): Path<(String, String, String)>,
     Query(query): Query<ExecuteQuery>,
 ) -> ApiResult {
+    if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
+        return crate::interactions::get(&node, &entry?, &message).await;
+    }
     let webhook = by_token(&node, &id, &token).await?;
     query.no_thread()?;
     let row = sent_by(&node, &webhook, &message).await?;
@@ -755,6 +783,11 @@ async fn edit_message(
     Query(query): Query<ExecuteQuery>,
     req: Request,
 ) -> ApiResult {
+    if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
+        let entry = entry?;
+        let body = read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?;
+        return crate::interactions::edit(&node, &entry, &message, body).await;
+    }
     let webhook = by_token(&node, &id, &token).await?;
     query.no_thread()?;
     let mut row = sent_by(&node, &webhook, &message).await?;
@@ -796,6 +829,9 @@ async fn delete_message(
     Path((id, token, message)): Path<(String, String, String)>,
     Query(query): Query<ExecuteQuery>,
 ) -> ApiResult {
+    if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
+        return crate::interactions::delete(&node, &entry?, &message).await;
+    }
     let webhook = by_token(&node, &id, &token).await?;
     query.no_thread()?;
     let row = sent_by(&node, &webhook, &message).await?;

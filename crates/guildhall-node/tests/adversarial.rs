@@ -336,6 +336,14 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/webhooks/{id}/{id}/messages/{id}"),
     ("PATCH", "/webhooks/{id}/{id}/messages/{id}"),
     ("DELETE", "/webhooks/{id}/{id}/messages/{id}"),
+    ("GET", "/webhooks/{id}/{id}/messages/@original"),
+    ("PATCH", "/webhooks/{id}/{id}/messages/@original"),
+    ("DELETE", "/webhooks/{id}/{id}/messages/@original"),
+    ("POST", "/interactions"),
+    (
+        "POST",
+        "/interactions/{id}/{id}/callback?with_response=true",
+    ),
     ("GET", "/no/such/route"),
     ("PUT", "/guilds"),
 ];

@@ -244,21 +244,25 @@ impl CommandSpec {
 /// Collects every problem of a body under its path, in Discord's nested
 /// `_errors` shape.
 #[derive(Default)]
-struct Form {
+pub(crate) struct Form {
     path: Vec<String>,
     errors: Map<String, Value>,
     any: bool,
 }
 
 impl Form {
-    fn at<R>(&mut self, segment: impl Into<String>, f: impl FnOnce(&mut Self) -> R) -> R {
+    pub(crate) fn at<R>(
+        &mut self,
+        segment: impl Into<String>,
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
         self.path.push(segment.into());
         let result = f(self);
         self.path.pop();
         result
     }
 
-    fn error(&mut self, code: &str, message: impl Into<String>) {
+    pub(crate) fn error(&mut self, code: &str, message: impl Into<String>) {
         self.any = true;
         let mut node = &mut self.errors;
         for segment in &self.path {
@@ -279,7 +283,7 @@ impl Form {
         }
     }
 
-    fn finish<T>(self, value: T) -> Result<T, ErrorBody> {
+    pub(crate) fn finish<T>(self, value: T) -> Result<T, ErrorBody> {
         if !self.any {
             return Ok(value);
         }
@@ -288,7 +292,7 @@ impl Form {
         Err(body)
     }
 
-    fn length(&mut self, text: &str, min: usize, max: usize) -> bool {
+    pub(crate) fn length(&mut self, text: &str, min: usize, max: usize) -> bool {
         let n = text.chars().count();
         if n < min || n > max {
             self.error(
@@ -300,7 +304,7 @@ impl Form {
         true
     }
 
-    fn string(&mut self, value: Option<&Value>, required: bool) -> Option<String> {
+    pub(crate) fn string(&mut self, value: Option<&Value>, required: bool) -> Option<String> {
         match value {
             None | Some(Value::Null) if required => {
                 self.error("BASE_TYPE_REQUIRED", "This field is required");
@@ -318,7 +322,7 @@ impl Form {
         }
     }
 
-    fn boolean(&mut self, value: Option<&Value>) -> Option<bool> {
+    pub(crate) fn boolean(&mut self, value: Option<&Value>) -> Option<bool> {
         match value {
             None | Some(Value::Null) => None,
             Some(Value::Bool(b)) => Some(*b),
@@ -329,7 +333,7 @@ impl Form {
         }
     }
 
-    fn small_int(&mut self, value: Option<&Value>, allowed: &[u64]) -> Option<u8> {
+    pub(crate) fn small_int(&mut self, value: Option<&Value>, allowed: &[u64]) -> Option<u8> {
         let n = value?.as_u64().filter(|n| allowed.contains(n));
         if n.is_none() && !value.is_some_and(Value::is_null) {
             let list: Vec<String> = allowed.iter().map(ToString::to_string).collect();

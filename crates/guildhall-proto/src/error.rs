@@ -65,6 +65,12 @@ pub enum ErrorCode {
     MaxWebhooks,
     /// 30058 Maximum number of webhooks per guild reached.
     MaxGuildWebhooks,
+    /// 10062: the interaction is unknown, or its initial response is late.
+    UnknownInteraction,
+    /// 40060: the interaction already has its initial response.
+    InteractionAlreadyAcknowledged,
+    /// 20001: a bot token on a route for users only.
+    BotsCannotUse,
 }
 
 impl ErrorCode {
@@ -99,6 +105,9 @@ impl ErrorCode {
             ErrorCode::InvalidWebhookToken => 50027,
             ErrorCode::MaxWebhooks => 30007,
             ErrorCode::MaxGuildWebhooks => 30058,
+            ErrorCode::UnknownInteraction => 10062,
+            ErrorCode::InteractionAlreadyAcknowledged => 40060,
+            ErrorCode::BotsCannotUse => 20001,
         }
     }
 
@@ -139,6 +148,11 @@ impl ErrorCode {
             ErrorCode::InvalidWebhookToken => "Invalid Webhook Token",
             ErrorCode::MaxWebhooks => "Maximum number of webhooks reached (15)",
             ErrorCode::MaxGuildWebhooks => "Maximum number of webhooks per guild reached (1000)",
+            ErrorCode::UnknownInteraction => "Unknown interaction",
+            ErrorCode::InteractionAlreadyAcknowledged => {
+                "Interaction has already been acknowledged."
+            }
+            ErrorCode::BotsCannotUse => "Bots cannot use this endpoint",
         }
     }
 
@@ -148,7 +162,8 @@ impl ErrorCode {
             ErrorCode::Unauthorized | ErrorCode::InvalidWebhookToken => 401,
             ErrorCode::MissingAccess
             | ErrorCode::MissingPermissions
-            | ErrorCode::NotApplicationOwner => 403,
+            | ErrorCode::NotApplicationOwner
+            | ErrorCode::BotsCannotUse => 403,
             ErrorCode::General
             | ErrorCode::UnknownApplication
             | ErrorCode::UnknownChannel
@@ -160,7 +175,8 @@ impl ErrorCode {
             | ErrorCode::UnknownUser
             | ErrorCode::UnknownApplicationCommand
             | ErrorCode::UnknownApplicationCommandPermissions
-            | ErrorCode::UnknownWebhook => 404,
+            | ErrorCode::UnknownWebhook
+            | ErrorCode::UnknownInteraction => 404,
             ErrorCode::EntityTooLarge => 413,
             ErrorCode::EmptyMessage
             | ErrorCode::InvalidFormBody
@@ -170,7 +186,8 @@ impl ErrorCode {
             | ErrorCode::MaxGuildChannels
             | ErrorCode::BulkDeleteTooOld
             | ErrorCode::MaxWebhooks
-            | ErrorCode::MaxGuildWebhooks => 400,
+            | ErrorCode::MaxGuildWebhooks
+            | ErrorCode::InteractionAlreadyAcknowledged => 400,
             ErrorCode::Overloaded => 503,
         }
     }

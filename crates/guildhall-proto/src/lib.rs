@@ -10,6 +10,8 @@
 //!   server frames, and dispatches encoded once for many sessions.
 //! - [`model`]: users, guilds, roles, channels, members, messages, READY.
 //! - [`commands`]: application commands: validation and wire objects.
+//! - [`interactions`]: the Interaction object, what users send to create
+//!   one, callbacks and their bounds, `interaction_metadata`.
 //! - [`error`]: REST error bodies with Discord's JSON error codes.
 //! - [`cluster`]: what a node announces in the registry, and its validation.
 //! - [`bus`]: envelopes and subjects of the bus, and the stream-gap rule.
@@ -29,6 +31,7 @@ pub mod commands;
 pub mod error;
 pub mod gateway;
 pub mod intents;
+pub mod interactions;
 pub mod model;
 pub mod snowflake;
 pub mod timestamp;

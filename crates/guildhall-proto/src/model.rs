@@ -376,6 +376,13 @@ pub struct Message {
     /// `author` is then the webhook, see [`User::webhook`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhook_id: Option<Snowflake>,
+    /// The application of an interaction's response (its `webhook_id` is
+    /// the application's id too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub application_id: Option<Snowflake>,
+    /// The interaction this message answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interaction_metadata: Option<crate::interactions::InteractionMetadata>,
 }
 
 impl Message {

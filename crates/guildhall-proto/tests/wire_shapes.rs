@@ -242,6 +242,8 @@ fn message_matches_the_accepted_shape() {
         components: vec![],
         nonce: None,
         webhook_id: None,
+        application_id: None,
+        interaction_metadata: None,
     };
     let got = serde_json::to_value(&message).unwrap();
     // Authors carry the full user object; the extra user fields are harmless
@@ -335,6 +337,8 @@ fn webhook_message_carries_webhook_id_and_author() {
         components: vec![],
         nonce: None,
         webhook_id: Some(id(5_000_000_000_000_000_001)),
+        application_id: None,
+        interaction_metadata: None,
     };
     let got = serde_json::to_value(&message).unwrap();
     let mut want = fixture("message");
@@ -375,5 +379,205 @@ fn error_bodies_follow_discord() {
     assert_eq!(
         limited,
         serde_json::json!({"message": "You are being rate limited.", "retry_after": 1.5, "global": false, "code": 0})
+    );
+}
+
+fn message_of(author: User) -> Message {
+    Message {
+        id: id(4_000_000_000_000_000_002),
+        channel_id: id(3_000_000_000_000_000_001),
+        guild_id: Some(id(2_000_000_000_000_000_001)),
+        author,
+        member: None,
+        content: "pong".into(),
+        timestamp: format_unix_ms(1_704_067_200_000),
+        edited_timestamp: None,
+        tts: false,
+        mention_everyone: false,
+        mentions: vec![],
+        mention_roles: vec![],
+        attachments: vec![],
+        embeds: vec![],
+        pinned: false,
+        kind: 20,
+        flags: 0,
+        components: vec![],
+        nonce: None,
+        webhook_id: Some(id(6_000_000_000_000_000_001)),
+        application_id: Some(id(6_000_000_000_000_000_001)),
+        interaction_metadata: None,
+    }
+}
+
+/// The Interaction object of a slash command, every documented field with
+/// its JSON type (discord-api-docs' Interaction Structure; `guild`,
+/// `channel`, `member` as for a guild interaction).
+#[test]
+fn interaction_has_the_documented_fields() {
+    use guildhall_proto::interactions::*;
+    let owners = [("0".to_owned(), id(2_000_000_000_000_000_001))].into();
+    let interaction = Interaction {
+        id: id(7_000_000_000_000_000_001),
+        application_id: id(6_000_000_000_000_000_001),
+        kind: APPLICATION_COMMAND,
+        data: InteractionData::Command(CommandData {
+            id: id(8_000_000_000_000_000_001),
+            name: "roll".into(),
+            kind: 1,
+            resolved: Some(Resolved {
+                users: [("42".to_owned(), user(42, "who", false))].into(),
+                ..Resolved::default()
+            }),
+            options: Some(vec![DataOption {
+                name: "sides".into(),
+                kind: 4,
+                value: Some(serde_json::json!(6)),
+                options: None,
+                focused: None,
+            }]),
+            guild_id: None,
+            target_id: None,
+        }),
+        guild_id: Some(id(2_000_000_000_000_000_001)),
+        guild: Some(InteractionGuild {
+            id: id(2_000_000_000_000_000_001),
+            features: vec![],
+            locale: "en-US".into(),
+        }),
+        channel: serde_json::json!({"id": "3000000000000000001", "type": 0}),
+        channel_id: id(3_000_000_000_000_000_001),
+        member: Some(InteractionMember {
+            member: member(Some(user(1, "alice", false))),
+            permissions: "1024".into(),
+        }),
+        user: None,
+        token: "t".into(),
+        version: 1,
+        message: None,
+        app_permissions: "3072".into(),
+        locale: "en-US".into(),
+        guild_locale: Some("en-US".into()),
+        entitlements: vec![],
+        authorizing_integration_owners: owners,
+        context: CONTEXT_GUILD,
+        attachment_size_limit: 10_485_760,
+    };
+    let got = serde_json::to_value(&interaction).unwrap();
+    let want = serde_json::json!({
+        "id": "", "application_id": "", "type": 2, "token": "", "version": 1,
+        "data": {"id": "", "name": "", "type": 1, "options": [{"name": "", "type": 4, "value": 6}],
+                 "resolved": {"users": {"42": got["data"]["resolved"]["users"]["42"].clone()}}},
+        "guild": {"id": "", "features": [], "locale": ""}, "guild_id": "", "guild_locale": "",
+        "channel": {"id": "", "type": 0}, "channel_id": "",
+        "member": got["member"].clone(), "locale": "", "app_permissions": "",
+        "entitlements": [], "authorizing_integration_owners": {"0": ""}, "context": 0,
+        "attachment_size_limit": 0,
+    });
+    check_shape("INTERACTION_CREATE", &want, &got, &[]);
+    assert_eq!(got["member"]["permissions"], "1024");
+    assert_eq!(got["member"]["user"]["id"], "1");
+    assert!(got.get("user").is_none() && got.get("message").is_none());
+    // The other data shapes.
+    let component = serde_json::to_value(InteractionData::Component(ComponentData {
+        custom_id: "go".into(),
+        component_type: 2,
+        values: None,
+    }))
+    .unwrap();
+    assert_eq!(
+        component,
+        serde_json::json!({"custom_id": "go", "component_type": 2})
+    );
+    let modal = serde_json::to_value(InteractionData::Modal(ModalData {
+        custom_id: "m".into(),
+        components: vec![],
+    }))
+    .unwrap();
+    assert_eq!(
+        modal,
+        serde_json::json!({"custom_id": "m", "components": []})
+    );
+}
+
+/// A response message: `interaction_metadata`, `webhook_id` and
+/// `application_id` both the application, the bot as author; and the
+/// `?with_response` body.
+#[test]
+fn interaction_response_shapes() {
+    use guildhall_proto::interactions::*;
+    let owners: std::collections::BTreeMap<_, _> =
+        [("0".to_owned(), id(2_000_000_000_000_000_001))].into();
+    let mut message = message_of(user(9, "bot", true));
+    message.interaction_metadata = Some(InteractionMetadata {
+        id: id(7_000_000_000_000_000_001),
+        kind: APPLICATION_COMMAND,
+        user: user(1, "alice", false),
+        authorizing_integration_owners: owners.clone(),
+        original_response_message_id: None,
+        interacted_message_id: None,
+        triggering_interaction_metadata: None,
+        name: Some("roll".into()),
+        command_type: Some(1),
+        target_user: None,
+        target_message_id: None,
+    });
+    let got = serde_json::to_value(&message).unwrap();
+    let mut want = fixture("message");
+    want.as_object_mut().unwrap().remove("member");
+    check_shape(
+        "MESSAGE_CREATE",
+        &want,
+        &got,
+        &[
+            "mfa_enabled",
+            "verified",
+            "flags",
+            "webhook_id",
+            "application_id",
+            "interaction_metadata",
+        ],
+    );
+    let metadata = &got["interaction_metadata"];
+    assert_eq!(metadata["id"], "7000000000000000001");
+    assert_eq!(metadata["type"], 2);
+    assert_eq!(metadata["user"]["id"], "1");
+    assert_eq!(
+        metadata["authorizing_integration_owners"]["0"],
+        "2000000000000000001"
+    );
+    assert_eq!(got["webhook_id"], got["application_id"]);
+    assert_eq!(got["author"]["bot"], true);
+
+    let body = CallbackResponse {
+        interaction: CallbackInteraction {
+            id: id(7_000_000_000_000_000_001),
+            kind: APPLICATION_COMMAND,
+            response_message_id: Some(id(4_000_000_000_000_000_002)),
+            response_message_loading: Some(false),
+            response_message_ephemeral: Some(false),
+        },
+        resource: Some(CallbackResource {
+            kind: CHANNEL_MESSAGE_WITH_SOURCE,
+            message: Some(message_of(user(9, "bot", true))),
+        }),
+    };
+    let got = serde_json::to_value(&body).unwrap();
+    assert_eq!(got["interaction"]["id"], "7000000000000000001");
+    assert_eq!(got["interaction"]["type"], 2);
+    assert_eq!(
+        got["interaction"]["response_message_id"],
+        "4000000000000000002"
+    );
+    assert_eq!(got["interaction"]["response_message_loading"], false);
+    assert_eq!(got["resource"]["type"], 4);
+    assert_eq!(got["resource"]["message"]["id"], "4000000000000000002");
+    let event = serde_json::to_value(UserInteractionEvent {
+        id: id(7_000_000_000_000_000_001),
+        nonce: Some("n".into()),
+    })
+    .unwrap();
+    assert_eq!(
+        event,
+        serde_json::json!({"id": "7000000000000000001", "nonce": "n"})
     );
 }

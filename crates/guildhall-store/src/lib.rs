@@ -214,6 +214,51 @@ pub struct MessageRow {
     pub author_name: Option<String>,
     /// The avatar hash a webhook posted it under.
     pub author_avatar: Option<String>,
+    /// Message type (0 default, 20 a slash command's response).
+    pub kind: i64,
+    /// Message flags (EPHEMERAL, LOADING, ...).
+    pub flags: i64,
+    /// Components as JSON, as the application sent them.
+    pub components: Option<String>,
+    /// The application of an interaction's response.
+    pub application_id: Option<i64>,
+    /// The interaction it answers.
+    pub interaction_id: Option<i64>,
+    /// Its `interaction_metadata` as JSON.
+    pub interaction_metadata: Option<String>,
+    /// An ephemeral message's only reader (left out of history).
+    pub visible_to: Option<i64>,
+}
+
+impl MessageRow {
+    /// A plain message (no webhook, no interaction) of `author_id`.
+    pub fn plain(
+        id: i64,
+        channel_id: i64,
+        guild_id: Option<i64>,
+        author_id: i64,
+        content: String,
+    ) -> Self {
+        Self {
+            id,
+            channel_id,
+            guild_id,
+            author_id,
+            content,
+            tts: false,
+            edited_ms: None,
+            webhook_id: None,
+            author_name: None,
+            author_avatar: None,
+            kind: 0,
+            flags: 0,
+            components: None,
+            application_id: None,
+            interaction_id: None,
+            interaction_metadata: None,
+            visible_to: None,
+        }
+    }
 }
 
 /// An invite row.
@@ -470,7 +515,7 @@ pub type SqliteStore = SqlStore<sqlx::Sqlite>;
 /// The PostgreSQL store (cluster mode).
 pub type PgStore = SqlStore<sqlx::Postgres>;
 
-const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)";
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
@@ -625,6 +670,13 @@ where
             .bind(m.webhook_id)
             .bind(&m.author_name)
             .bind(&m.author_avatar)
+            .bind(m.kind)
+            .bind(m.flags)
+            .bind(&m.components)
+            .bind(m.application_id)
+            .bind(m.interaction_id)
+            .bind(&m.interaction_metadata)
+            .bind(m.visible_to)
             .execute(executor)
             .await?;
         Ok(())
@@ -1092,7 +1144,8 @@ where
         )
     }
 
-    /// Newest first, before `before` (exclusive) if given, at most `limit`.
+    /// Newest first, before `before` (exclusive) if given, at most `limit`;
+    /// ephemeral messages (`visible_to`) are left out.
     pub async fn messages(
         &self,
         channel_id: i64,
@@ -1100,7 +1153,7 @@ where
         limit: i64,
     ) -> Result<Vec<MessageRow>> {
         Ok(sqlx::query_as(
-            "SELECT * FROM messages WHERE channel_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+            "SELECT * FROM messages WHERE channel_id = $1 AND id < $2 AND visible_to IS NULL ORDER BY id DESC LIMIT $3",
         )
         .bind(channel_id)
         .bind(before.unwrap_or(i64::MAX))
@@ -1124,6 +1177,24 @@ where
         .bind(id)
         .bind(content)
         .bind(edited_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Rewrites a message's content, flags, components and edit time (an
+    /// interaction's response updated by its application); false if it
+    /// does not exist.
+    pub async fn update_message(&self, row: &MessageRow) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE messages SET content = $3, edited_ms = $4, flags = $5, components = $6 WHERE channel_id = $1 AND id = $2",
+        )
+        .bind(row.channel_id)
+        .bind(row.id)
+        .bind(&row.content)
+        .bind(row.edited_ms)
+        .bind(row.flags)
+        .bind(&row.components)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -2039,6 +2110,8 @@ store_api! {
     fn edit_message<'a>(&'a self, channel_id: i64, id: i64, content: &'a str, edited_ms: i64) -> bool;
     /// Deletes a message; false if it did not exist.
     fn delete_message<'a>(&'a self, channel_id: i64, id: i64) -> bool;
+    /// See [`SqlStore::update_message`].
+    fn update_message<'a>(&'a self, row: &'a MessageRow) -> bool;
     /// Changes a channel's name, topic and position (in its guild only);
     /// false if the guild has no such channel.
     fn update_channel<'a>(&'a self, channel: &'a ChannelRow, epoch: i64) -> bool;
@@ -2255,6 +2328,13 @@ mod tests {
                 webhook_id: None,
                 author_name: None,
                 author_avatar: None,
+                kind: 0,
+                flags: 0,
+                components: None,
+                application_id: None,
+                interaction_id: None,
+                interaction_metadata: None,
+                visible_to: None,
             };
             store.insert_message(&m).await.unwrap();
         }
@@ -2306,6 +2386,13 @@ mod tests {
                     webhook_id: None,
                     author_name: None,
                     author_avatar: None,
+                    kind: 0,
+                    flags: 0,
+                    components: None,
+                    application_id: None,
+                    interaction_id: None,
+                    interaction_metadata: None,
+                    visible_to: None,
                 };
                 store.insert_message(&m).await
             }));
@@ -2325,6 +2412,13 @@ mod tests {
             webhook_id: None,
             author_name: None,
             author_avatar: None,
+            kind: 0,
+            flags: 0,
+            components: None,
+            application_id: None,
+            interaction_id: None,
+            interaction_metadata: None,
+            visible_to: None,
         };
         let fresh = MessageRow {
             id: 501,
@@ -2388,6 +2482,13 @@ mod tests {
                 webhook_id: None,
                 author_name: None,
                 author_avatar: None,
+                kind: 0,
+                flags: 0,
+                components: None,
+                application_id: None,
+                interaction_id: None,
+                interaction_metadata: None,
+                visible_to: None,
             };
             store.insert_message(&message).await.unwrap();
             assert!(
@@ -2919,6 +3020,13 @@ mod tests {
             webhook_id: Some(200),
             author_name: Some("override".into()),
             author_avatar: None,
+            kind: 0,
+            flags: 0,
+            components: None,
+            application_id: None,
+            interaction_id: None,
+            interaction_metadata: None,
+            visible_to: None,
         };
         store.insert_message(&message).await.unwrap();
         assert!(store.delete_webhook(200).await.unwrap());
