@@ -36,6 +36,9 @@ install_missing() {
   [[ -f /usr/include/google/protobuf/empty.proto ]] || need+=(libprotobuf-dev)
   [[ -n "$PG_BIN" ]] || need+=(postgresql)
   command -v curl >/dev/null || need+=(curl)
+  # The voice conformance stage and the SFU's TLS test make a throwaway
+  # certificate with it.
+  command -v openssl >/dev/null || need+=(openssl)
   command -v python3 >/dev/null || need+=(python3)
   if ((${#need[@]})); then
     echo "installing: ${need[*]}" >&2

@@ -467,7 +467,7 @@ mod tests {
         );
         assert!(
             Cluster {
-                roles: Some(vec!["voice".into()]),
+                roles: Some(vec!["mixer".into()]),
                 ..full()
             }
             .resolve()
