@@ -1102,6 +1102,11 @@ async fn drain(node: &Node) {
     node.ready.store(false, Ordering::Relaxed);
     node.cluster.draining.store(true, Ordering::Relaxed);
     node.cluster.announce_now.notify_one();
+    if let Some(sfu) = &node.sfu {
+        // New calls and admissions go to other SFUs (the voice role sees
+        // `Draining`); calls here keep their media until released.
+        sfu.drain();
+    }
     let sessions = node.hub.attached();
     let limits = &node.shared.limits;
     let plan = guildhall_control::drain::plan(guildhall_control::drain::DrainInput {
