@@ -448,6 +448,10 @@ pub async fn serve(
                 continue;
             }
         };
+        // No Nagle: a dispatch written while an earlier one is unacknowledged
+        // would wait for the client's delayed ACK (about 40 ms). The writer
+        // already coalesces frames per flush, so this adds no small packets.
+        let _ = stream.set_nodelay(true);
         let connection = Arc::new(Connection {
             addr: peer,
             body_timed_out: AtomicBool::new(false),

@@ -60,7 +60,11 @@ pub(crate) async fn serve(
     let backoff = Duration::from_millis(inner.limits().http_accept_backoff_ms);
     loop {
         let stream = match listener.accept().await {
-            Ok((stream, _peer)) => stream,
+            Ok((stream, _peer)) => {
+                // No Nagle: voice gateway messages are small and latency-bound.
+                let _ = stream.set_nodelay(true);
+                stream
+            }
             Err(e) => {
                 inner.warn("tls_accept", &e);
                 tokio::time::sleep(backoff).await;
