@@ -821,6 +821,21 @@ pub const SFU_PACKETS_BURST: u32 = 50;
 /// (`dropped_oversized`).
 pub const SFU_UDP_DATAGRAM_BYTES_MAX: usize = 1_500;
 
+/// The SFU socket's kernel send buffer, bytes: the bound on media in flight
+/// toward receivers. The SFU keeps no send queue of its own (sends never
+/// wait), so this is all the backlog there is: 1 MiB holds about 50 ms of
+/// 20,000 forwarded packets/s. The kernel caps it at `net.core.wmem_max`
+/// (the size granted is logged at start). When hit: the newest packet is
+/// dropped and counted (`dropped_send_full`), a receiver's audio gaps
+/// instead of lagging.
+pub const SFU_UDP_SEND_BUFFER_BYTES: usize = 1_048_576;
+
+/// The SFU socket's kernel receive buffer, bytes: what arrives while every
+/// worker is busy. 1 MiB is about 50 ms of senders at 20,000 packets/s.
+/// Capped by the kernel at `net.core.rmem_max`. When hit: the kernel drops
+/// datagrams (senders' audio gaps; nothing is queued without bound).
+pub const SFU_UDP_RECV_BUFFER_BYTES: usize = 1_048_576;
+
 /// Tasks receiving (and forwarding) on the SFU's one UDP socket: a task
 /// per core keeps decrypt/re-encrypt off a single core. When hit: not a
 /// traffic limit; this many tasks share the socket.
@@ -1328,6 +1343,10 @@ pub struct Limits {
     pub sfu_packets_burst: u32,
     /// See [`SFU_UDP_DATAGRAM_BYTES_MAX`].
     pub sfu_udp_datagram_bytes_max: usize,
+    /// See [`SFU_UDP_SEND_BUFFER_BYTES`].
+    pub sfu_udp_send_buffer_bytes: usize,
+    /// See [`SFU_UDP_RECV_BUFFER_BYTES`].
+    pub sfu_udp_recv_buffer_bytes: usize,
     /// See [`SFU_UDP_WORKERS`].
     pub sfu_udp_workers: usize,
     /// See [`SFU_WS_PAYLOAD_BYTES_MAX`].
@@ -1547,6 +1566,8 @@ impl Default for Limits {
             sfu_packets_per_s_per_ssrc: SFU_PACKETS_PER_S_PER_SSRC,
             sfu_packets_burst: SFU_PACKETS_BURST,
             sfu_udp_datagram_bytes_max: SFU_UDP_DATAGRAM_BYTES_MAX,
+            sfu_udp_send_buffer_bytes: SFU_UDP_SEND_BUFFER_BYTES,
+            sfu_udp_recv_buffer_bytes: SFU_UDP_RECV_BUFFER_BYTES,
             sfu_udp_workers: SFU_UDP_WORKERS,
             sfu_ws_payload_bytes_max: SFU_WS_PAYLOAD_BYTES_MAX,
             sfu_ws_inbound_per_minute_max: SFU_WS_INBOUND_PER_MINUTE_MAX,
@@ -2300,6 +2321,16 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.sfu_udp_recv_buffer_bytes >= 1,
+            "sfu_udp_recv_buffer_bytes",
+            "must be at least 1",
+        );
+        check(
+            self.sfu_udp_send_buffer_bytes >= 1,
+            "sfu_udp_send_buffer_bytes",
+            "must be at least 1",
+        );
+        check(
             self.sfu_udp_datagram_bytes_max >= 1,
             "sfu_udp_datagram_bytes_max",
             "must be at least 1",
@@ -2667,6 +2698,8 @@ mod tests {
             "sfu_packets_per_s_per_ssrc",
             "sfu_packets_burst",
             "sfu_udp_datagram_bytes_max",
+            "sfu_udp_send_buffer_bytes",
+            "sfu_udp_recv_buffer_bytes",
             "sfu_udp_workers",
             "sfu_ws_payload_bytes_max",
             "sfu_ws_inbound_per_minute_max",
@@ -2850,6 +2883,8 @@ mod tests {
             "sfu_packets_per_s_per_ssrc" => l.sfu_packets_per_s_per_ssrc = 0,
             "sfu_packets_burst" => l.sfu_packets_burst = 0,
             "sfu_udp_datagram_bytes_max" => l.sfu_udp_datagram_bytes_max = 0,
+            "sfu_udp_send_buffer_bytes" => l.sfu_udp_send_buffer_bytes = 0,
+            "sfu_udp_recv_buffer_bytes" => l.sfu_udp_recv_buffer_bytes = 0,
             "sfu_udp_workers" => l.sfu_udp_workers = 0,
             "sfu_ws_payload_bytes_max" => l.sfu_ws_payload_bytes_max = 0,
             "sfu_ws_inbound_per_minute_max" => l.sfu_ws_inbound_per_minute_max = 0,

@@ -102,8 +102,11 @@ pub struct VoiceSettings {
     /// `/voice` on the node's listener (behind a TLS proxy).
     pub tls: Option<VoiceTls>,
     /// The endpoint clients are given; `None`: the TLS listener's address,
-    /// else the node's listener with `/voice`.
+    /// else the node's listener with the voice path.
     pub endpoint: Option<String>,
+    /// The voice gateway's path on the node's listener; `None`:
+    /// [`SFU_WS_PATH`].
+    pub ws_path: Option<String>,
 }
 
 /// A TLS listener for the voice gateway.
@@ -1146,7 +1149,8 @@ async fn drain(node: &Node) {
     tracing::info!(left_behind = node.hub.len(), "drained");
 }
 
-/// Where the SFU's voice gateway is served on the node's listener.
+/// Where the SFU's voice gateway is served on the node's listener unless
+/// configured otherwise.
 pub const SFU_WS_PATH: &str = "/voice";
 
 /// The future serving the SFU's own TLS listener, when it has one.
@@ -1184,7 +1188,7 @@ async fn start_sfu(
     let endpoint = match (&voice.endpoint, &tls_listener) {
         (Some(endpoint), _) => endpoint.clone(),
         (None, Some((listener, _))) => listener.local_addr().map_err(NodeError::Serve)?.to_string(),
-        (None, None) => format!("{addr}{SFU_WS_PATH}"),
+        (None, None) => format!("{addr}{}", voice.ws_path.as_deref().unwrap_or(SFU_WS_PATH)),
     };
     let sfu = guildhall_sfu::Sfu::start(
         guildhall_sfu::SfuConfig {
@@ -1429,10 +1433,16 @@ pub async fn run(
     if let Some(sfu) = &node.sfu {
         // The voice gateway, plain, for a TLS proxy in front (or tests);
         // the libraries themselves need `wss://`.
-        let voice = sfu.router(SFU_WS_PATH);
+        let path = config
+            .voice
+            .ws_path
+            .clone()
+            .unwrap_or_else(|| SFU_WS_PATH.to_owned());
+        let path = path.trim_end_matches('/');
+        let voice = sfu.router(path);
         app = app
-            .route_service(SFU_WS_PATH, voice.clone())
-            .route_service(&format!("{SFU_WS_PATH}/"), voice);
+            .route_service(path, voice.clone())
+            .route_service(&format!("{path}/"), voice);
     }
     let app = if config.runs(Role::Gateway) {
         app.fallback(api::gateway_or_404)

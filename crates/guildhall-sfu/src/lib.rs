@@ -245,6 +245,32 @@ async fn serve_requests(inner: Arc<Inner>, bus: Arc<dyn Bus>, mut subscription: 
     }
 }
 
+/// Binds the media socket with its kernel buffers sized: the send buffer
+/// is the whole bound on media in flight (no user-space queue), so it is a
+/// named limit rather than the system default. The kernel may grant less
+/// (`net.core.wmem_max` / `rmem_max`); what it granted is logged.
+fn bind_udp(
+    addr: SocketAddr,
+    send_buffer_bytes: usize,
+    recv_buffer_bytes: usize,
+) -> std::io::Result<UdpSocket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    socket.set_send_buffer_size(send_buffer_bytes)?;
+    socket.set_recv_buffer_size(recv_buffer_bytes)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    tracing::info!(
+        send_buffer_bytes = socket.send_buffer_size().unwrap_or(0),
+        recv_buffer_bytes = socket.recv_buffer_size().unwrap_or(0),
+        "sfu media socket bound"
+    );
+    UdpSocket::from_std(socket.into())
+}
+
 impl Sfu {
     /// Binds the UDP socket, subscribes to the two subjects and starts the
     /// media workers and the sweeper.
@@ -259,9 +285,12 @@ impl Sfu {
             )
         })?;
         let limits = config.limits.clone();
-        let socket = UdpSocket::bind(config.udp_bind)
-            .await
-            .map_err(SfuError::Udp)?;
+        let socket = bind_udp(
+            config.udp_bind,
+            limits.sfu_udp_send_buffer_bytes,
+            limits.sfu_udp_recv_buffer_bytes,
+        )
+        .map_err(SfuError::Udp)?;
         let udp_addr = socket.local_addr().map_err(SfuError::Udp)?;
         let counters = Arc::new(Counters::default());
         let epoch = tokio::time::Instant::now();

@@ -35,6 +35,7 @@
 //! voice_tls_cert = "/etc/guildhall/voice.pem"
 //! voice_tls_key = "/etc/guildhall/voice.key"
 //! voice_endpoint = "voice.example.org:8443"  # VOICE_SERVER_UPDATE's endpoint
+//! voice_ws_path = "/voice"             # the voice gateway on `listen` [default: /voice]
 //! ```
 //!
 //! Every top-level key and every field of `[limits]` can also be set as
@@ -83,12 +84,14 @@ pub struct ConfigFile {
     pub voice_tls_key: Option<PathBuf>,
     /// The endpoint voice clients are given (`host:port[/path]`, no scheme).
     pub voice_endpoint: Option<String>,
+    /// The voice gateway's path on the node's own listener.
+    pub voice_ws_path: Option<String>,
     /// Overrides of any bound.
     pub limits: Limits,
 }
 
 /// Top-level keys that the environment may set (`GUILDHALL_<KEY>`).
-const TOP_LEVEL_KEYS: [&str; 15] = [
+const TOP_LEVEL_KEYS: [&str; 16] = [
     "listen",
     "data_dir",
     "roles",
@@ -104,6 +107,7 @@ const TOP_LEVEL_KEYS: [&str; 15] = [
     "voice_tls_cert",
     "voice_tls_key",
     "voice_endpoint",
+    "voice_ws_path",
 ];
 
 /// Reads `path` (if any), applies `GUILDHALL_*` from `env`, validates.
@@ -167,6 +171,7 @@ fn set_top_level(config: &mut ConfigFile, key: &str, value: &str) -> Result<()> 
         "voice_tls_cert" => config.voice_tls_cert = Some(value.into()),
         "voice_tls_key" => config.voice_tls_key = Some(value.into()),
         "voice_endpoint" => config.voice_endpoint = text,
+        "voice_ws_path" => config.voice_ws_path = text,
         _ => bail!("no such key"),
     }
     Ok(())
@@ -302,6 +307,7 @@ pub fn voice_settings(
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     endpoint: Option<String>,
+    ws_path: Option<String>,
 ) -> Result<guildhall_node::VoiceSettings> {
     let parse = |what: &str, value: Option<String>| -> Result<Option<std::net::SocketAddr>> {
         value
@@ -333,11 +339,20 @@ pub fn voice_settings(
     {
         bail!("voice_endpoint {endpoint:?}: host:port[/path], without a scheme");
     }
+    if let Some(path) = &ws_path {
+        let chars_ok = path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/_-.".contains(&b));
+        if !path.starts_with('/') || path.len() < 2 || path.len() > 64 || !chars_ok {
+            bail!("voice_ws_path {path:?}: a path such as /voice (not /: the gateway is there)");
+        }
+    }
     Ok(guildhall_node::VoiceSettings {
         udp,
         public_ip,
         tls,
         endpoint,
+        ws_path,
     })
 }
 
@@ -483,5 +498,47 @@ mod tests {
             load(Some(file.path()), std::iter::empty()).unwrap().limits,
             Limits::default()
         );
+    }
+
+    #[test]
+    fn voice_settings_are_checked_together() {
+        let ok = voice_settings(
+            Some("127.0.0.1:0".into()),
+            Some("203.0.113.5".into()),
+            Some("127.0.0.1:0".into()),
+            Some("c.pem".into()),
+            Some("k.pem".into()),
+            Some("voice.example.org:8443".into()),
+            Some("/rtc".into()),
+        )
+        .unwrap();
+        assert_eq!(ok.ws_path.as_deref(), Some("/rtc"));
+        assert!(ok.tls.is_some());
+        let none = voice_settings(None, None, None, None, None, None, None).unwrap();
+        assert!(none.tls.is_none() && none.udp.is_none());
+        for (udp, ip, listen, cert, endpoint, path) in [
+            (Some("nowhere"), None, None, None, None, None),
+            (None, Some("not-an-ip"), None, None, None, None),
+            (None, None, Some("127.0.0.1:0"), None, None, None),
+            (None, None, None, Some("c.pem"), None, None),
+            (None, None, None, None, Some("wss://h:1"), None),
+            (None, None, None, None, None, Some("/")),
+            (None, None, None, None, None, Some("voice")),
+            (None, None, None, None, None, Some("/a b")),
+        ] {
+            assert!(
+                voice_settings(
+                    udp.map(Into::into),
+                    ip.map(Into::into),
+                    listen.map(Into::into),
+                    cert.map(Into::into),
+                    None,
+                    endpoint.map(Into::into),
+                    path.map(Into::into),
+                )
+                .is_err(),
+                "{udp:?} {ip:?} {listen:?} {cert:?} {endpoint:?} {path:?}"
+            );
+        }
     }
 }

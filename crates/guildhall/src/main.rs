@@ -77,9 +77,12 @@ enum Command {
         /// The voice gateway's private key (PEM).
         #[arg(long)]
         voice_tls_key: Option<std::path::PathBuf>,
-        /// The endpoint voice clients are given, host:port[/path] [default: the TLS listener, else LISTEN/voice].
+        /// The endpoint voice clients are given, host:port[/path] [default: the TLS listener, else LISTEN + the voice path].
         #[arg(long)]
         voice_endpoint: Option<String>,
+        /// The voice gateway's path on LISTEN (for a TLS proxy in front) [default: /voice].
+        #[arg(long)]
+        voice_ws_path: Option<String>,
     },
     /// Validate configuration.
     Config {
@@ -397,6 +400,7 @@ fn main() -> Result<()> {
             voice_tls_cert,
             voice_tls_key,
             voice_endpoint,
+            voice_ws_path,
         } => {
             let file = config::load(config.as_deref(), std::env::vars())?;
             let voice = config::voice_settings(
@@ -406,6 +410,7 @@ fn main() -> Result<()> {
                 voice_tls_cert.or(file.voice_tls_cert.clone()),
                 voice_tls_key.or(file.voice_tls_key.clone()),
                 voice_endpoint.or(file.voice_endpoint.clone()),
+                voice_ws_path.or(file.voice_ws_path.clone()),
             )?;
             let cluster = config::Cluster {
                 roles: roles.or(file.roles.clone()),
