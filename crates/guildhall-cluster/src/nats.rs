@@ -20,9 +20,14 @@
 //!   async-nats subscribes them again.
 //! - The request deadline crosses processes as the time left in the
 //!   [`DEADLINE_HEADER`] header; the receiver's [`Message::deadline`] is its
-//!   receipt instant plus that time (so it is later than the caller's by
-//!   the one-way transit time, a millisecond on a LAN; no clocks are
-//!   compared).
+//!   receipt instant plus that time (later than the caller's by the one-way
+//!   transit time, a millisecond on a LAN). The time left alone cannot see
+//!   a pause: a process stopped (SIGSTOP, a soft lockup, seed 001) finds
+//!   the requests of the whole pause in its socket buffer, each looking
+//!   fresh. So the caller's wall-clock deadline travels too
+//!   ([`DEADLINE_UNIX_HEADER`]), and the earlier of the two counts, with
+//!   [`NATS_DEADLINE_CLOCK_SKEW_MS`] of slack for clocks that differ: the
+//!   answers nobody waits for any more are not started.
 
 use crate::bus::{Bus, BusError, BusStats, Message, Subscription, splitmix64};
 use async_nats::connection::State;
@@ -56,7 +61,7 @@ pub const NATS_PUBLISH_QUEUE_BYTES_MAX: usize = 64 << 20;
 pub const NATS_PAYLOAD_BYTES_MAX: usize = 1 << 20;
 
 /// Bytes kept free under the server's `max_payload` for the headers the
-/// bus adds (the deadline header is about 40 bytes on the wire).
+/// bus adds (the two deadline headers are about 90 bytes on the wire).
 pub const NATS_HEADER_RESERVE_BYTES: usize = 256;
 
 /// Messages async-nats holds per subscription before the bus's forwarding
@@ -108,6 +113,16 @@ pub const NATS_LOG_INTERVAL_MS: u64 = 1_000;
 
 /// The header carrying a request's time left, in whole milliseconds.
 pub const DEADLINE_HEADER: &str = "Guildhall-Deadline-Ms";
+
+/// The header carrying a request's deadline on the caller's wall clock, in
+/// milliseconds since the Unix epoch.
+pub const DEADLINE_UNIX_HEADER: &str = "Guildhall-Deadline-Unix-Ms";
+
+/// How far the wall clocks of two nodes may differ before the wall-clock
+/// deadline cuts a request short: a receiver whose clock runs ahead by
+/// more than this sees requests expire early by the excess. NTP keeps
+/// hosts within milliseconds; a pause long enough to matter is seconds.
+pub const NATS_DEADLINE_CLOCK_SKEW_MS: u64 = 250;
 
 /// The subject `subscribe` sends its synchronising request to: nobody
 /// answers it, and the server's "no responders" status comes back after
@@ -660,24 +675,49 @@ impl Sink {
     }
 }
 
-/// Reads the deadline header into an instant after `received`.
+/// Milliseconds since the Unix epoch on this host's wall clock (0 if the
+/// clock is before 1970).
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Reads the deadline headers into an instant after `received`: the time
+/// left, cut to what the caller's wall-clock deadline still allows (plus
+/// the skew slack) when that header is present.
 fn deadline_of(
     headers: Option<&async_nats::HeaderMap>,
     received: Instant,
     cap: Duration,
     shared: &Shared,
 ) -> Option<Instant> {
-    let value = headers?.get(DEADLINE_HEADER)?;
-    match value.as_str().trim().parse::<u64>() {
-        Ok(ms) => Some(received + duration_ms(ms).min(cap)),
-        Err(_) => {
-            shared
-                .nats
-                .deadline_header_invalid_total
-                .fetch_add(1, Ordering::Relaxed);
-            None
+    let headers = headers?;
+    let value = headers.get(DEADLINE_HEADER)?;
+    let invalid = || {
+        shared
+            .nats
+            .deadline_header_invalid_total
+            .fetch_add(1, Ordering::Relaxed);
+    };
+    let Ok(left_ms) = value.as_str().trim().parse::<u64>() else {
+        invalid();
+        return None;
+    };
+    let mut left = duration_ms(left_ms).min(cap);
+    if let Some(unix) = headers.get(DEADLINE_UNIX_HEADER) {
+        match unix.as_str().trim().parse::<u64>() {
+            Ok(deadline_unix_ms) => {
+                let by_clock = deadline_unix_ms
+                    .saturating_add(NATS_DEADLINE_CLOCK_SKEW_MS)
+                    .saturating_sub(unix_now_ms());
+                left = left.min(duration_ms(by_clock));
+            }
+            // The time left still holds.
+            Err(_) => invalid(),
         }
     }
+    Some(received + left)
 }
 
 /// One task per subscription moves messages from async-nats's subscriber
@@ -918,6 +958,9 @@ impl Bus for NatsBus {
         let deadline = Instant::now() + timeout;
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(DEADLINE_HEADER, timeout.as_millis().to_string().as_str());
+        let deadline_unix_ms =
+            unix_now_ms().saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        headers.insert(DEADLINE_UNIX_HEADER, deadline_unix_ms.to_string().as_str());
         let request = async_nats::Request::new()
             .payload(payload)
             .headers(headers)

@@ -641,3 +641,48 @@ async fn invalid_subjects_are_refused_before_anything_is_sent() {
         BusError::InvalidSubject
     );
 }
+
+/// A request read late (its receiver was paused, SIGSTOP or a soft lockup,
+/// and found it in the socket buffer) still says "20 s left" in its
+/// time-left header; the caller's wall-clock deadline says it passed, and
+/// that wins: the server sees it expired and starts nothing. A garbled
+/// wall-clock header is counted and the time left still holds.
+#[tokio::test]
+async fn a_request_whose_wall_clock_deadline_passed_during_a_pause_is_expired() {
+    use guildhall_cluster::nats::{DEADLINE_HEADER, DEADLINE_UNIX_HEADER};
+    let services = start_nats();
+    let server = connect(&services, test_options()).await;
+    let mut requests = server.subscribe("svc", None, 8).await.unwrap();
+    let raw = async_nats::connect(services.nats_url()).await.unwrap();
+    let unix_now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut send = async |unix: String| {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(DEADLINE_HEADER, "20000");
+        headers.insert(DEADLINE_UNIX_HEADER, unix.as_str());
+        raw.publish_with_reply_and_headers("svc", "caller.inbox", headers, Bytes::new())
+            .await
+            .unwrap();
+        raw.flush().await.unwrap();
+        recv(&mut requests, Duration::from_secs(5)).await.unwrap()
+    };
+    // The caller gave up 5 s ago (beyond the clock-skew slack).
+    let late = send((unix_now_ms - 5_000).to_string()).await;
+    assert!(late.expired(), "{:?}", late.deadline);
+    // Its deadline is 20 s away on both clocks.
+    let fresh = send((unix_now_ms + 20_000).to_string()).await;
+    assert!(!fresh.expired());
+    assert!(fresh.deadline.unwrap() > Instant::now() + Duration::from_secs(15));
+    // Garbled: counted, and the 20 s left stand.
+    let garbled = send("soon".to_owned()).await;
+    assert!(!garbled.expired());
+    assert_eq!(
+        server
+            .nats_stats()
+            .deadline_header_invalid_total
+            .load(Ordering::Relaxed),
+        1
+    );
+}

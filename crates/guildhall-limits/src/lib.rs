@@ -68,7 +68,9 @@ pub const LEASE_RENEW_INTERVAL_MS: u64 = LEASE_TTL_MS / 3;
 
 /// Hysteresis between "down" (lease expired: no new work placed on it) and
 /// "permanently down" (removed from the ring: its keys move). A stall shorter
-/// than this moves nothing.
+/// than this moves nothing. At least [`LEASE_RENEW_INTERVAL_MS`] (checked):
+/// members cut off at once expire up to one renewal interval apart, and
+/// self-preservation must see them down together.
 pub const MEMBER_PERMANENT_DOWN_MS: u64 = 10_000;
 
 /// Self-preservation window: removals are counted per window of this length.
@@ -79,6 +81,14 @@ pub const SELF_PRESERVATION_WINDOW_MS: u64 = 30_000;
 /// raised; they are released as renewals return (a mass expiry is far more
 /// likely a registry or network fault than a mass death, seed 003).
 pub const SELF_PRESERVATION_REMOVAL_PERMILLE: u32 = 150;
+
+/// Removals always allowed per self-preservation window, whatever the share
+/// above gives: 15 % of fewer than seven members is zero, so without a floor
+/// one crashed guilds node of a three-node layout would freeze its guilds
+/// until it came back. One member down among a few is a death, not a
+/// partition; two or more at once still freeze. Never the last member. 0
+/// leaves the share alone.
+pub const SELF_PRESERVATION_REMOVALS_MIN: u32 = 1;
 
 /// Ring rebuilds allowed per self-preservation window. Further membership
 /// changes are coalesced into the next allowed rebuild, so a flapping member
@@ -1007,6 +1017,7 @@ const _: () =
 const _: () = assert!(SFU_CONNECTIONS_MAX >= SFU_SESSIONS_MAX);
 const _: () = assert!(SFU_CONNECTION_QUEUE_MESSAGES_MAX > SFU_REPLAY_MESSAGES_MAX);
 const _: () = assert!(LEASE_RENEW_INTERVAL_MS * 2 < LEASE_TTL_MS);
+const _: () = assert!(MEMBER_PERMANENT_DOWN_MS >= LEASE_RENEW_INTERVAL_MS);
 const _: () = assert!(ADAPTIVE_LIMIT_FLOOR <= ADAPTIVE_LIMIT_START);
 const _: () = assert!(ADAPTIVE_LIMIT_START <= ADAPTIVE_LIMIT_CEILING);
 const _: () = assert!(DRAIN_MARGIN_MS < DRAIN_GRACE_MS);
@@ -1061,6 +1072,8 @@ pub struct Limits {
     pub self_preservation_window_ms: u64,
     /// See [`SELF_PRESERVATION_REMOVAL_PERMILLE`].
     pub self_preservation_removal_permille: u32,
+    /// See [`SELF_PRESERVATION_REMOVALS_MIN`].
+    pub self_preservation_removals_min: u32,
     /// See [`RING_REBUILDS_PER_WINDOW_MAX`].
     pub ring_rebuilds_per_window_max: u32,
     /// See [`ADAPTIVE_LIMIT_FLOOR`].
@@ -1425,6 +1438,7 @@ impl Default for Limits {
             member_permanent_down_ms: MEMBER_PERMANENT_DOWN_MS,
             self_preservation_window_ms: SELF_PRESERVATION_WINDOW_MS,
             self_preservation_removal_permille: SELF_PRESERVATION_REMOVAL_PERMILLE,
+            self_preservation_removals_min: SELF_PRESERVATION_REMOVALS_MIN,
             ring_rebuilds_per_window_max: RING_REBUILDS_PER_WINDOW_MAX,
             adaptive_limit_floor: ADAPTIVE_LIMIT_FLOOR,
             adaptive_limit_start: ADAPTIVE_LIMIT_START,
@@ -1670,6 +1684,13 @@ impl Limits {
             self.lease_renew_interval_ms.saturating_mul(2) < self.lease_ttl_ms,
             "lease_renew_interval_ms",
             "two renewals must fit in one lease TTL",
+        );
+        check(
+            self.member_permanent_down_ms >= self.lease_renew_interval_ms,
+            "member_permanent_down_ms",
+            "must be at least lease_renew_interval_ms: members cut off together expire \
+             within one renewal interval of each other, and a shorter hysteresis removes \
+             the first before self-preservation sees the rest",
         );
         check(
             self.self_preservation_window_ms >= 1,
@@ -2928,6 +2949,7 @@ mod tests {
             adaptive_limit_start: 10,
             drain_margin_ms: 40_000,
             lease_renew_interval_ms: 10_000,
+            member_permanent_down_ms: 1_000,
             ..Limits::default()
         };
         let fields: Vec<_> = limits
@@ -2940,6 +2962,7 @@ mod tests {
             fields,
             [
                 "lease_renew_interval_ms",
+                "member_permanent_down_ms",
                 "adaptive_limit_start",
                 "drain_margin_ms"
             ]

@@ -225,6 +225,12 @@ impl ClusterState {
             .map(|g| g.node.clone())
     }
 
+    /// Whether `guild_id` was in this node's last listing of guild ids
+    /// (else its owner is its plain ring primary until the next listing).
+    pub fn guild_listed(&self, guild_id: i64) -> bool {
+        self.placement().is_listed(guild_id as u64)
+    }
+
     /// The node whose guilds role owns `guild_id` under the current
     /// placement; `None` before the ring has a member.
     pub fn owner_of(&self, guild_id: i64) -> Option<String> {
@@ -590,6 +596,7 @@ pub async fn start(
         permanent_down_ms: limits.member_permanent_down_ms,
         window_ms: limits.self_preservation_window_ms,
         removal_permille: limits.self_preservation_removal_permille,
+        removals_min: limits.self_preservation_removals_min,
         rebuilds_per_window_max: limits.ring_rebuilds_per_window_max,
         members_max: limits.ring_members_max,
         self_preservation: true,

@@ -211,6 +211,9 @@ pub struct FanoutCounters {
     pub guild_create_too_large_total: AtomicU64,
     /// Guild requests that did not decode.
     pub malformed_requests_total: AtomicU64,
+    /// Requests whose caller's deadline had passed when they were read
+    /// (a process resumed after a pause, a backlog): not started.
+    pub requests_expired_total: AtomicU64,
     /// Requests refused because an owner's mailbox was full.
     pub mailbox_refusals_total: AtomicU64,
     /// Owners stopped because placement moved their guild to another node
@@ -2605,6 +2608,15 @@ impl GuildDirectory {
                             continue;
                         }
                     };
+                // Nobody waits for the answer (the caller timed out while
+                // this process was paused or behind): no load, no claim.
+                if message.expired() {
+                    directory
+                        .counters
+                        .requests_expired_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 let envelope = Envelope {
                     call: request.call,
                     reply: message.reply,
@@ -2616,8 +2628,16 @@ impl GuildDirectory {
                 // gave it up, or the sender's view differs) goes on to the
                 // owner in this node's view: answered there, or refused
                 // here, never dropped.
+                // Except a forwarded request for a guild this node has not
+                // listed yet (created since its last listing): the node
+                // that forwarded it listed it more recently and placed it
+                // here. Sending it back to the plain ring primary would
+                // bounce it until the hop limit refuses it.
+                let forwarded_ahead_of_listing =
+                    request.hops > 0 && !directory.cluster.guild_listed(guild_id);
                 if let Some(owner) = directory.cluster.owner_of(guild_id)
                     && owner != directory.node_name
+                    && !forwarded_ahead_of_listing
                 {
                     forward(
                         directory.bus.as_ref(),

@@ -626,6 +626,11 @@ async fn metrics(
             &users.shed_total,
         ),
         (
+            "guildhall_users_expired_total",
+            "Users requests read after their caller's deadline: not started.",
+            &users.expired_total,
+        ),
+        (
             "guildhall_presence_published_total",
             "Presence messages published by this node's sessions.",
             &node.gateway.presence.published_total,
@@ -709,6 +714,11 @@ async fn metrics(
             "guildhall_guild_requests_malformed_total",
             "Guild requests from the bus that did not decode.",
             &node.guilds.counters.malformed_requests_total,
+        ),
+        (
+            "guildhall_guild_requests_expired_total",
+            "Guild requests read after their caller's deadline: not started.",
+            &node.guilds.counters.requests_expired_total,
         ),
         (
             "guildhall_guild_mailbox_refusals_total",

@@ -145,6 +145,9 @@ pub struct UsersCounters {
     pub coalesced_total: AtomicU64,
     /// Lookups shed.
     pub shed_total: AtomicU64,
+    /// Requests whose caller's deadline had passed when they were read:
+    /// not started (seed 000: work nobody waits for is what drowned it).
+    pub expired_total: AtomicU64,
     /// Batch loads served.
     pub batch_loads_total: AtomicU64,
     /// Batch loads refused (pool full, malformed, over the batch bound).
@@ -454,6 +457,10 @@ impl Users {
         let batch_max = limits.users_batch_ids_max;
         Ok(tokio::spawn(async move {
             while let Some(message) = requests.next().await {
+                if message.expired() {
+                    users.counters.expired_total.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 let Some(reply) = message.reply else {
                     continue;
                 };

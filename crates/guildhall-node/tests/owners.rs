@@ -32,16 +32,14 @@ const POLLS_MAX: usize = 800;
 const GUILDS: usize = 12;
 
 /// Short leases and hysteresis so a departed member leaves the ring in
-/// about two seconds; removal budget 50 % so one of three guilds nodes may
-/// be removed (the default 15 % freezes removals below seven members, see
-/// ARCHITECTURE.md).
+/// about two seconds; the default removal budget (one member per window
+/// whatever the share) lets one of three guilds nodes go.
 fn limits() -> Limits {
     Limits {
         rest_rate_limit_per_window: 1_000_000,
         lease_ttl_ms: 1_500,
         lease_renew_interval_ms: 300,
         member_permanent_down_ms: 300,
-        self_preservation_removal_permille: 500,
         placement_refresh_interval_ms: 200,
         ..Limits::default()
     }

@@ -8,8 +8,9 @@
 //!
 //! **Self-preservation** (Eureka's idea, seed 003's lesson): if more members
 //! are down at once than `removal_permille` of the members allows within one
-//! window, that is far more likely a fault between the members and the
-//! registry than a mass death. Removals freeze, [`MembershipEffect::Alarm`]
+//! window (and more than `removals_min`, so one death among a few members
+//! is still removed), that is far more likely a fault between the members
+//! and the registry than a mass death. Removals freeze, [`MembershipEffect::Alarm`]
 //! fires, and nothing moves; as renewals return, the few members still down
 //! fit the budget again and are removed normally. An operator can still remove
 //! a member explicitly ([`Membership::force_remove`]) during a freeze.
@@ -38,6 +39,9 @@ pub struct MembershipConfig {
     /// Most members (permille of those at window start) removed per window
     /// before removals freeze.
     pub removal_permille: u32,
+    /// Removals allowed per window whatever `removal_permille` gives (never
+    /// the last member): one member down among a few is a death.
+    pub removals_min: u32,
     /// Ring rebuilds allowed per window.
     pub rebuilds_per_window_max: u32,
     /// Members the table holds; further joins are refused.
@@ -54,6 +58,7 @@ impl Default for MembershipConfig {
             permanent_down_ms: l::MEMBER_PERMANENT_DOWN_MS,
             window_ms: l::SELF_PRESERVATION_WINDOW_MS,
             removal_permille: l::SELF_PRESERVATION_REMOVAL_PERMILLE,
+            removals_min: l::SELF_PRESERVATION_REMOVALS_MIN,
             rebuilds_per_window_max: l::RING_REBUILDS_PER_WINDOW_MAX,
             members_max: l::RING_MEMBERS_MAX,
             self_preservation: true,
@@ -313,7 +318,13 @@ impl Membership {
         // Members that joined during the window count too: the budget of a
         // cluster that is still forming must not be zero.
         let base = self.members_at_window_start.max(self.members.len());
-        let allowed = base * self.config.removal_permille as usize / 1000;
+        let share = base * self.config.removal_permille as usize / 1000;
+        // The floor: below seven members 15 % is zero removals, and a
+        // single crash would freeze its keys until the member came back.
+        // Never the last member: an empty ring serves nothing.
+        let allowed = share
+            .max(self.config.removals_min as usize)
+            .min(base.saturating_sub(1));
         allowed.saturating_sub(self.removed_in_window)
     }
 
@@ -462,6 +473,42 @@ mod tests {
         assert!(fx.iter().any(|e| matches!(e, E::Alarm { .. })));
         assert!(fx.contains(&E::AlarmCleared));
         assert!(!table.is_frozen());
+    }
+
+    /// The default layout's three guilds members: one crash is removed
+    /// (the 15 % share alone is zero below seven members), two at once
+    /// freeze, and the last member is never removed.
+    #[test]
+    fn one_death_among_a_few_is_removed_two_freeze_the_last_stays() {
+        let silent = |n: u64, down: &[u64]| {
+            let mut table = cluster(n, MembershipConfig::default());
+            let mut fx = Vec::new();
+            for t in (1_000..=40_000).step_by(1_000) {
+                for id in (0..n).filter(|id| !down.contains(id)) {
+                    table.renew(t, MemberId(id), &mut fx);
+                }
+                table.tick(t, &mut fx);
+            }
+            (removed(&fx), table.is_frozen())
+        };
+        assert_eq!(silent(3, &[2]), (1, false));
+        assert_eq!(silent(5, &[1]), (1, false));
+        assert_eq!(silent(5, &[1, 3]), (0, true));
+        assert_eq!(silent(2, &[1]), (1, false));
+        assert_eq!(silent(1, &[0]), (0, true));
+        // 0 restores the share alone.
+        let strict = MembershipConfig {
+            removals_min: 0,
+            ..MembershipConfig::default()
+        };
+        let mut table = cluster(3, strict);
+        let mut fx = Vec::new();
+        for t in (1_000..=40_000).step_by(1_000) {
+            table.renew(t, MemberId(0), &mut fx);
+            table.renew(t, MemberId(1), &mut fx);
+            table.tick(t, &mut fx);
+        }
+        assert_eq!((removed(&fx), table.is_frozen()), (0, true));
     }
 
     #[test]

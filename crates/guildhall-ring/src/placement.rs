@@ -86,6 +86,12 @@ impl Placement {
             .or_else(|| self.ring.primary(key))
     }
 
+    /// Whether `key` was in the listing this placement was computed from
+    /// (else [`Placement::owner`] is its plain ring primary).
+    pub fn is_listed(&self, key: u64) -> bool {
+        self.owner.contains_key(&key)
+    }
+
     /// The ring the placement was computed on.
     pub fn ring(&self) -> &Ring {
         &self.ring
@@ -228,6 +234,7 @@ mod tests {
         let ring = Ring::new(1, &members(&[1, 2, 3]), 16);
         let placement = Placement::compute(ring.clone(), &[10, 20], 250);
         assert_eq!(placement.owner(12345), ring.primary(12345));
+        assert!(placement.is_listed(10) && !placement.is_listed(12345));
         assert!(
             Placement::compute(Ring::new(1, &[], 16), &[1], 250)
                 .owner(1)

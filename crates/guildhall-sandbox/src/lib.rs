@@ -202,7 +202,15 @@ impl Node {
         let log = dir.join("log");
         let log_file =
             std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        // The tests' own knobs (`GUILDHALL_TEST_SEED`, sizes) are not the
+        // server's: it refuses a `GUILDHALL_*` variable that is no setting.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("GUILDHALL_TEST_") {
+                command.env_remove(key);
+            }
+        }
+        let child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&dir)
             .args(["--roles", roles, "--node-name", name, "--worker-id"])

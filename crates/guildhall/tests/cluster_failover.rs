@@ -19,13 +19,12 @@ const GUILDS: usize = 9;
 /// Polls (50 ms apart) before a wait gives up.
 const POLLS_MAX: usize = 600;
 
-/// Short leases so the killed member leaves the ring in a few seconds, and
-/// a removal budget that lets one of three guilds members go.
-const ENV: [(&str, &str); 6] = [
+/// Short leases so the killed member leaves the ring in a few seconds; the
+/// default removal budget (one member per window) lets one of three go.
+const ENV: [(&str, &str); 5] = [
     ("GUILDHALL_LEASE_TTL_MS", "2000"),
     ("GUILDHALL_LEASE_RENEW_INTERVAL_MS", "500"),
-    ("GUILDHALL_MEMBER_PERMANENT_DOWN_MS", "300"),
-    ("GUILDHALL_SELF_PRESERVATION_REMOVAL_PERMILLE", "500"),
+    ("GUILDHALL_MEMBER_PERMANENT_DOWN_MS", "600"),
     ("GUILDHALL_PLACEMENT_REFRESH_INTERVAL_MS", "200"),
     ("GUILDHALL_REST_RATE_LIMIT_PER_WINDOW", "1000000"),
 ];
