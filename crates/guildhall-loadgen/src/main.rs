@@ -48,6 +48,11 @@ struct Args {
     /// host:port of the server.
     #[arg(long, default_value = "127.0.0.1:8080")]
     base: String,
+    /// Gateway nodes (host:port, comma separated) the sessions are spread
+    /// over, round robin; `--base` when absent. In cluster mode REST goes to
+    /// `--base` and the sessions to these.
+    #[arg(long, value_delimiter = ',')]
+    gateway: Vec<String>,
     /// Gateway sessions to open.
     #[arg(long, default_value_t = 1000)]
     sessions: usize,
@@ -169,7 +174,15 @@ fn main() -> Result<()> {
 async fn load(args: Args) -> Result<()> {
     let http = reqwest::Client::new();
     let rest = format!("http://{}/api/v10", args.base);
-    let ws_url = format!("ws://{}/?v=10&encoding=json", args.base);
+    let gateways = if args.gateway.is_empty() {
+        vec![args.base.clone()]
+    } else {
+        args.gateway.clone()
+    };
+    let ws_urls: Vec<String> = gateways
+        .iter()
+        .map(|g| format!("ws://{g}/?v=10&encoding=json"))
+        .collect();
     let suffix = std::process::id();
     let user = post(
         &http,
@@ -197,9 +210,13 @@ async fn load(args: Args) -> Result<()> {
     let deliveries = Arc::new(AtomicU64::new(0));
     let semaphore = Arc::new(tokio::sync::Semaphore::new(args.concurrency.max(1)));
     let mut tasks = Vec::with_capacity(args.sessions);
-    for _ in 0..args.sessions {
+    for i in 0..args.sessions {
         let permit = semaphore.clone().acquire_owned().await?;
-        let (ws_url, token, deliveries) = (ws_url.clone(), token.clone(), deliveries.clone());
+        let (ws_url, token, deliveries) = (
+            ws_urls[i % ws_urls.len()].clone(),
+            token.clone(),
+            deliveries.clone(),
+        );
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let opened = open_session(&ws_url, &token).await;

@@ -231,7 +231,7 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// What the rate-limit layer found the request's token to be (it keys the
 /// request's bucket on the user), so the handler does not look it up again.
 #[derive(Clone)]
-pub struct TokenLookup(pub Result<Option<UserRow>, crate::users::UsersError>);
+pub struct TokenLookup(pub Result<Option<UserRow>, guildhall_users::UsersError>);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;

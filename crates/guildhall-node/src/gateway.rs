@@ -177,7 +177,7 @@ pub struct Gateway {
     /// Guild owners.
     pub guilds: Arc<GuildDirectory>,
     /// Token resolution.
-    pub users: Arc<crate::users::Users>,
+    pub users: Arc<guildhall_users::Users>,
     /// Counters.
     pub counters: GatewayCounters,
     /// Admission.
@@ -197,7 +197,7 @@ pub struct Gateway {
 /// here once with the intents they decide).
 async fn authenticate(
     shared: &Shared,
-    users: &Arc<crate::users::Users>,
+    users: &Arc<guildhall_users::Users>,
     token: &str,
 ) -> Result<(UserRow, Identity, i64), AuthFailure> {
     let digest = crate::auth::token_digest(token);

@@ -2034,14 +2034,14 @@ impl GuildDirectory {
         let timeout = Duration::from_millis(self.shared.limits.users_lookup_timeout_ms);
         let ids: Vec<i64> = state.members.iter().map(|m| m.user_id).collect();
         for batch in ids.chunks(self.shared.limits.users_batch_ids_max.max(1)) {
-            let call = crate::users::UsersCall::Load {
+            let call = guildhall_users::UsersCall::Load {
                 ids: batch.to_vec(),
             };
-            let rows = crate::users::ask(self.bus.as_ref(), call, timeout)
+            let rows = guildhall_users::ask(self.bus.as_ref(), call, timeout)
                 .await
                 .map_err(|e| match e {
-                    crate::users::UsersError::Overloaded => GuildError::Overloaded,
-                    crate::users::UsersError::Store => GuildError::Store,
+                    guildhall_users::UsersError::Overloaded => GuildError::Overloaded,
+                    guildhall_users::UsersError::Store => GuildError::Store,
                 })?;
             users.extend(rows.into_iter().map(|u| (u.id, u)));
         }

@@ -39,7 +39,6 @@ pub mod presence;
 pub mod ratelimit;
 pub mod state;
 pub mod takeover;
-pub mod users;
 pub mod webhooks;
 
 use guildhall_limits::Limits;
@@ -186,7 +185,7 @@ pub struct Node {
     /// Guild owners.
     pub guilds: Arc<guilds::GuildDirectory>,
     /// Token resolution (users role).
-    pub users: Arc<users::Users>,
+    pub users: Arc<guildhall_users::Users>,
     /// Gateway role.
     pub gateway: Arc<gateway::Gateway>,
     /// REST counters.
@@ -1316,7 +1315,7 @@ pub async fn run(
     if config.runs(Role::Gateway) {
         roles.push(takeovers.serve().await.map_err(bus_error)?);
     }
-    let users = users::Users::new(shared.store.clone(), &config.limits, bus.clone());
+    let users = guildhall_users::Users::new(shared.store.clone(), &config.limits, bus.clone());
     let presence_counters = Arc::new(presence::PresenceCounters::default());
     if config.runs(Role::Users) {
         roles.push(users.serve(&config.limits).await.map_err(bus_error)?);

@@ -35,6 +35,7 @@ pub mod interactions;
 pub mod model;
 pub mod snowflake;
 pub mod timestamp;
+pub mod users;
 pub mod voice;
 pub mod voice_gateway;
 

@@ -27,9 +27,9 @@
 //! - the read runs in its own task, so a caller that gives up never strands
 //!   the others waiting on the same flight.
 
-use crate::state::now_ms;
 use guildhall_control::Criticality;
 use guildhall_control::adaptive::{AdaptiveLimit, LimitBounds, Outcome, Vegas};
+use guildhall_control::log_throttle::{LogThrottle, Verdict};
 use guildhall_control::permit::PermitPool;
 use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_store::{Store, UserRow};
@@ -39,43 +39,38 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Subject of the users role's batch loads (queue group [`USERS_QUEUE_GROUP`]).
-pub const USERS_SUBJECT: &str = "users.requests";
+pub use guildhall_proto::users::{
+    USERS_QUEUE_GROUP, USERS_SUBJECT, UserRecord, UsersCall, UsersError, UsersReply, UsersRequest,
+};
 
-/// Queue group of the users role: one member answers each request.
-pub const USERS_QUEUE_GROUP: &str = "users";
-
-/// What the users role is asked.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub enum UsersCall {
-    /// The users among `ids` (at most `users_batch_ids_max`).
-    Load {
-        /// The users.
-        ids: Vec<i64>,
-    },
-    /// The user a token digest (SHA-256, 32 bytes) belongs to: none or one.
-    Token {
-        /// The digest; the token itself never travels.
-        digest: Vec<u8>,
-    },
+/// The wall clock in Unix ms, read at this edge and passed down.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// A request to the users role on the bus.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct UsersRequest {
-    /// Envelope version.
-    pub v: u32,
-    /// What is asked.
-    pub call: UsersCall,
+/// What goes on the bus for a store row: no password hash field exists.
+pub fn record_of(row: &UserRow) -> UserRecord {
+    UserRecord {
+        id: row.id,
+        username: row.username.clone(),
+        bot: row.bot,
+        global_name: row.global_name.clone(),
+        created_ms: row.created_ms,
+    }
 }
 
-impl UsersRequest {
-    /// The call at the current envelope version.
-    pub fn new(call: UsersCall) -> Self {
-        Self {
-            v: guildhall_proto::bus::ENVELOPE_VERSION,
-            call,
-        }
+/// A user from the bus as the row type callers work with (no hash: the
+/// users role never sends one).
+pub fn row_of(record: UserRecord) -> UserRow {
+    UserRow {
+        id: record.id,
+        username: record.username,
+        password_hash: None,
+        bot: record.bot,
+        global_name: record.global_name,
+        created_ms: record.created_ms,
     }
 }
 
@@ -83,7 +78,7 @@ impl UsersRequest {
 fn answer(bus: &dyn guildhall_cluster::Bus, reply: &str, result: Result<Vec<UserRow>, UsersError>) {
     let envelope = UsersReply {
         v: guildhall_proto::bus::ENVELOPE_VERSION,
-        result,
+        result: result.map(|rows| rows.iter().map(record_of).collect()),
     };
     if let Ok(bytes) = serde_json::to_vec(&envelope) {
         let _ = bus.publish(reply, None, bytes.into());
@@ -102,31 +97,11 @@ pub async fn ask(
         .await
         .map_err(|_| UsersError::Overloaded)?;
     match serde_json::from_slice::<UsersReply>(&message.payload) {
-        Ok(reply) if reply.v == guildhall_proto::bus::ENVELOPE_VERSION => reply.result,
+        Ok(reply) if reply.v == guildhall_proto::bus::ENVELOPE_VERSION => reply
+            .result
+            .map(|records| records.into_iter().map(row_of).collect()),
         _ => Err(UsersError::Overloaded),
     }
-}
-
-/// The answer of the users role.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct UsersReply {
-    /// Envelope version.
-    pub v: u32,
-    /// The users found (password hashes are never serialised).
-    pub result: Result<Vec<UserRow>, UsersError>,
-}
-
-/// Why a lookup failed.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize,
-)]
-pub enum UsersError {
-    /// Shed: retry later.
-    #[error("users overloaded")]
-    Overloaded,
-    /// The store failed.
-    #[error("store")]
-    Store,
 }
 
 type Answer = Result<Option<UserRow>, UsersError>;
@@ -300,6 +275,8 @@ pub struct Users {
     flights: Mutex<Flights>,
     permits: Mutex<(PermitPool, AdaptiveLimit)>,
     lookup_timeout_ms: u64,
+    /// At most one line per kind per interval (seed 000).
+    throttle: Mutex<LogThrottle<&'static str>>,
     /// Counters.
     pub counters: UsersCounters,
 }
@@ -363,6 +340,10 @@ impl Users {
                 AdaptiveLimit::Vegas(Vegas::new(bounds)),
             )),
             lookup_timeout_ms: limits.users_lookup_timeout_ms,
+            throttle: Mutex::new(LogThrottle::new(
+                limits.log_throttle_interval_ms,
+                limits.log_throttle_keys_max,
+            )),
             counters: UsersCounters::default(),
         })
     }
@@ -525,11 +506,11 @@ impl Users {
         self.counters
             .batch_refused_total
             .fetch_add(1, Ordering::Relaxed);
-        crate::throttled!(
-            warn,
-            "users.bad_request",
-            "malformed or oversized users request refused"
-        );
+        if let Verdict::Emit { suppressed } =
+            lock(&self.throttle).check("users.bad_request", now_ms())
+        {
+            tracing::warn!(suppressed, "malformed or oversized users request refused");
+        }
         answer(bus, reply, Err(UsersError::Overloaded));
     }
 
