@@ -400,7 +400,10 @@ fn session_start_remaining(
 /// 2,500), so the uneven spread of ids over shards stays clear of 4011.
 fn recommended_shards(guilds: i64, ready_guilds_max: usize, shards_max: u32) -> u32 {
     let per_shard = (ready_guilds_max / 2).max(1) as u64;
-    let shards = u64::try_from(guilds).unwrap_or(0).div_ceil(per_shard).max(1);
+    let shards = u64::try_from(guilds)
+        .unwrap_or(0)
+        .div_ceil(per_shard)
+        .max(1);
     u32::try_from(shards).unwrap_or(u32::MAX).min(shards_max)
 }
 
@@ -2131,7 +2134,11 @@ mod tests {
     #[test]
     fn recommended_shards_keep_each_at_half_the_ready_limit() {
         for (guilds, expected) in [(0, 1), (1, 1), (1_250, 1), (1_251, 2), (10_000, 8)] {
-            assert_eq!(recommended_shards(guilds, 2_500, 65_536), expected, "{guilds}");
+            assert_eq!(
+                recommended_shards(guilds, 2_500, 65_536),
+                expected,
+                "{guilds}"
+            );
         }
         assert_eq!(recommended_shards(1_000_000, 2, 16), 16);
     }
