@@ -383,3 +383,83 @@ async fn each_shard_hears_its_guilds_and_shard_zero_the_dms() {
     drop(clients);
     node.stop().await;
 }
+
+/// Two gateway nodes over one database count one bot's session starts
+/// against one total: each IDENTIFY lowers `remaining` as either node
+/// reports it, and the one past the total is refused on whichever node it
+/// reaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_nodes_share_one_session_start_count() {
+    use guildhall_cluster::{Bus, LocalBus, LocalRegistry, Registry};
+    use std::sync::Arc;
+    let limits = Limits {
+        session_starts_per_window_max: STARTS_TOTAL,
+        rest_rate_limit_per_window: 1_000_000,
+        ..Limits::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let nodes = [
+        TestNode::member_with(
+            "a",
+            1,
+            dir.path(),
+            registry.clone(),
+            bus.clone(),
+            limits.clone(),
+        )
+        .await,
+        TestNode::member_with(
+            "b",
+            2,
+            dir.path(),
+            registry.clone(),
+            bus.clone(),
+            limits.clone(),
+        )
+        .await,
+    ];
+    let (owner, _) = nodes[0].register("owner").await;
+    let (status, app) = nodes[0]
+        .call(
+            "POST",
+            "/applications",
+            Some(&owner),
+            Some(json!({"name": "bot"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{app}");
+    let app_id = app["id"].as_str().unwrap();
+    let (status, reset) = nodes[0]
+        .call(
+            "POST",
+            &format!("/applications/{app_id}/bot/reset"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{reset}");
+    let bot = reset["token"].as_str().unwrap().to_owned();
+
+    let mut sessions = Vec::new();
+    for started in 1..=STARTS_TOTAL {
+        let node = &nodes[started as usize % 2];
+        let (client, _) = identify(node, &bot, None).await.unwrap();
+        sessions.push(client);
+        for node in &nodes {
+            let limit = start_limit(node, &bot).await;
+            assert_eq!(
+                limit["session_start_limit"]["remaining"],
+                STARTS_TOTAL - started
+            );
+        }
+    }
+    for node in &nodes {
+        assert_eq!(identify(node, &bot, None).await.err(), Some(Some(4004)));
+    }
+    drop(sessions);
+    for node in nodes {
+        node.stop().await;
+    }
+}
