@@ -387,7 +387,8 @@ async fn each_shard_hears_its_guilds_and_shard_zero_the_dms() {
 /// Two gateway nodes over one database count one bot's session starts
 /// against one total: each IDENTIFY lowers `remaining` as either node
 /// reports it, and the one past the total is refused on whichever node it
-/// reaches.
+/// reaches. A RESUME starts no session: with nothing remaining, a session
+/// of node a resumes on node b, and the count stays where it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_nodes_share_one_session_start_count() {
     use guildhall_cluster::{Bus, LocalBus, LocalRegistry, Registry};
@@ -400,26 +401,22 @@ async fn gateway_nodes_share_one_session_start_count() {
     let dir = tempfile::tempdir().unwrap();
     let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
-    let nodes = [
-        TestNode::member_with(
-            "a",
-            1,
-            dir.path(),
+    let start = |name: &'static str, worker_id| {
+        let (dir, registry, bus, limits) = (
+            dir.path().to_owned(),
             registry.clone(),
             bus.clone(),
             limits.clone(),
-        )
-        .await,
-        TestNode::member_with(
-            "b",
-            2,
-            dir.path(),
-            registry.clone(),
-            bus.clone(),
-            limits.clone(),
-        )
-        .await,
-    ];
+        );
+        async move {
+            let node = TestNode::member_with(name, worker_id, &dir, registry, bus, limits).await;
+            // Serving means migrated: the next node opens a migrated
+            // database rather than migrating it at the same time.
+            node.metric("guildhall_ring_members").await;
+            node
+        }
+    };
+    let nodes = [start("a", 1).await, start("b", 2).await];
     let (owner, _) = nodes[0].register("owner").await;
     let (status, app) = nodes[0]
         .call(
@@ -443,9 +440,13 @@ async fn gateway_nodes_share_one_session_start_count() {
     let bot = reset["token"].as_str().unwrap().to_owned();
 
     let mut sessions = Vec::new();
+    let mut on_a = None;
     for started in 1..=STARTS_TOTAL {
         let node = &nodes[started as usize % 2];
-        let (client, _) = identify(node, &bot, None).await.unwrap();
+        let (client, ready) = identify(node, &bot, None).await.unwrap();
+        if started % 2 == 0 {
+            on_a = Some(ready);
+        }
         sessions.push(client);
         for node in &nodes {
             let limit = start_limit(node, &bot).await;
@@ -457,6 +458,22 @@ async fn gateway_nodes_share_one_session_start_count() {
     }
     for node in &nodes {
         assert_eq!(identify(node, &bot, None).await.err(), Some(Some(4004)));
+    }
+
+    // The last session identified on a: its socket goes, and it resumes
+    // on b.
+    let ready = on_a.unwrap();
+    drop(sessions.remove(STARTS_TOTAL as usize - 1));
+    let mut resumed = Client::connect(&nodes[1].ws).await;
+    assert_eq!(resumed.next().await.unwrap()["op"], 10);
+    resumed
+        .send(json!({"op": 6, "d": {"token": format!("Bot {bot}"),
+            "session_id": ready["d"]["session_id"], "seq": ready["s"]}}))
+        .await;
+    resumed.dispatch("RESUMED").await;
+    for node in &nodes {
+        let limit = start_limit(node, &bot).await;
+        assert_eq!(limit["session_start_limit"]["remaining"], 0);
     }
     drop(sessions);
     for node in nodes {
