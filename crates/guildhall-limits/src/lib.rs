@@ -2057,6 +2057,13 @@ impl Limits {
             "session_start_window_ms",
             "must be at least 1",
         );
+        // The store adds the window to Unix ms in signed 64 bits
+        // (PostgreSQL refuses an overflow, SQLite turns it into a float).
+        check(
+            self.session_start_window_ms <= 366 * SESSION_START_WINDOW_MS,
+            "session_start_window_ms",
+            "must be at most 366 days",
+        );
         check(
             self.session_start_bots_max >= 1,
             "session_start_bots_max",
@@ -2611,6 +2618,21 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         assert_eq!(Limits::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_session_start_window_must_fit_the_store_arithmetic() {
+        let limits = Limits {
+            session_start_window_ms: u64::MAX,
+            ..Limits::default()
+        };
+        let errors = limits.validate().unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|e| format!("{e:?}").contains("session_start_window_ms")),
+            "{errors:?}"
+        );
     }
 
     /// Every field has a guard: zeroing any one of them fails validation.
