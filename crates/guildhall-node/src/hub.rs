@@ -972,6 +972,33 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A sharded session follows only its shard's guilds and hears user
+    /// events on shard 0, or on the shard of the guild they name.
+    #[test]
+    fn sessions_follow_and_hear_by_their_shard() {
+        let hub = Hub::new(&guildhall_limits::Limits::default());
+        let (mut inlets, mut slots) = (Vec::new(), Vec::new());
+        for (id, shard) in [("s0", Some([0, 2])), ("s1", Some([1, 2])), ("all", None)] {
+            let (out, inlet) = socket_queue(16, 1 << 20);
+            let (control, _) = mpsc::channel(4);
+            slots.push(hub.register(id.to_owned(), 7, intents::GUILDS, shard, out, control));
+            inlets.push(inlet);
+        }
+        let (even, odd) = (4 << 22, 5 << 22);
+        let wants = |guild| slots.iter().map(|s| hub.want(guild, s)).collect::<Vec<_>>();
+        assert_eq!(wants(even), [true, false, true]);
+        assert_eq!(wants(odd), [false, true, true]);
+        let mut heard = |guild_id| {
+            hub.dispatch_to_users(&[7], guild_id, 0, &EncodedDispatch::from_json("X", "1"));
+            inlets
+                .iter_mut()
+                .map(|inlet| inlet.try_recv().is_some())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(heard(None), [true, false, true]);
+        assert_eq!(heard(Some(odd)), [false, true, true]);
+    }
+
     #[test]
     fn reaping_clears_every_index_and_reports_the_guilds_followed() {
         let hub = Hub::new(&guildhall_limits::Limits::default());
