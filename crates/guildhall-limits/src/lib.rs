@@ -397,6 +397,35 @@ pub const GUILD_OWNERS_MAX: usize = 100_000;
 /// Guilds one session may hold (Discord's sharding threshold). When hit: close 4011 (sharding required).
 pub const READY_GUILDS_MAX: usize = 2_500;
 
+/// IDENTIFYs that start a session one bot may make per
+/// `session_start_window_ms`: Discord's documented daily limit, reported
+/// as `session_start_limit.total` by `GET /gateway/bot`. RESUMEs are not
+/// counted. When hit: the IDENTIFY is closed with 4004 (authentication
+/// failed: Discord resets the token of a bot that hits the limit, so its
+/// IDENTIFY fails authentication; 4004 is a code libraries do not
+/// reconnect on), counted, until the window resets.
+pub const SESSION_STARTS_PER_WINDOW_MAX: u32 = 1_000;
+
+/// The window `session_starts_per_window_max` counts over (Discord's
+/// 24 h). It starts at a bot's first counted IDENTIFY after the previous
+/// window ended; `session_start_limit.reset_after` is the time left in it.
+pub const SESSION_START_WINDOW_MS: u64 = 86_400_000;
+
+/// Bots whose session starts the store tracks at once (one small row each,
+/// shared by every gateway node). A row whose window has ended counts as
+/// free and is reused or deleted to make room. When hit (that many bots
+/// identified within one window): a further bot's IDENTIFY is admitted
+/// uncounted, counted as `session_starts_untracked_total`, rather than
+/// refusing a bot because of others; its `GET /gateway/bot` reports the
+/// full total.
+pub const SESSION_START_BOTS_MAX: usize = 100_000;
+
+/// `session_start_limit.max_concurrency`: IDENTIFYs per 5 s a bot is told
+/// it may make at once (libraries start that many shards together). Only
+/// reported: IDENTIFYs are paced by `handshake_rate_per_s` here, and
+/// libraries pace themselves by this value anyway.
+pub const IDENTIFY_CONCURRENCY_MAX: u32 = 1;
+
 /// Database connections. SQLite serialises writers; readers run in parallel under WAL. When all are busy past the acquire timeout: `Busy` (503).
 pub const STORE_POOL_CONNECTIONS_MAX: u32 = 8;
 
@@ -1196,6 +1225,14 @@ pub struct Limits {
     pub guild_owners_max: usize,
     /// See [`READY_GUILDS_MAX`].
     pub ready_guilds_max: usize,
+    /// See [`SESSION_STARTS_PER_WINDOW_MAX`].
+    pub session_starts_per_window_max: u32,
+    /// See [`SESSION_START_WINDOW_MS`].
+    pub session_start_window_ms: u64,
+    /// See [`SESSION_START_BOTS_MAX`].
+    pub session_start_bots_max: usize,
+    /// See [`IDENTIFY_CONCURRENCY_MAX`].
+    pub identify_concurrency_max: u32,
     /// See [`STORE_POOL_CONNECTIONS_MAX`].
     pub store_pool_connections_max: u32,
     /// See [`MESSAGE_WRITE_QUEUE_MAX`].
@@ -1500,6 +1537,10 @@ impl Default for Limits {
             guild_reply_timeout_ms: GUILD_REPLY_TIMEOUT_MS,
             guild_owners_max: GUILD_OWNERS_MAX,
             ready_guilds_max: READY_GUILDS_MAX,
+            session_starts_per_window_max: SESSION_STARTS_PER_WINDOW_MAX,
+            session_start_window_ms: SESSION_START_WINDOW_MS,
+            session_start_bots_max: SESSION_START_BOTS_MAX,
+            identify_concurrency_max: IDENTIFY_CONCURRENCY_MAX,
             store_pool_connections_max: STORE_POOL_CONNECTIONS_MAX,
             message_write_queue_max: MESSAGE_WRITE_QUEUE_MAX,
             message_write_batch_max: MESSAGE_WRITE_BATCH_MAX,
@@ -2025,6 +2066,33 @@ impl Limits {
         check(
             self.ready_guilds_max >= 1,
             "ready_guilds_max",
+            "must be at least 1",
+        );
+        check(
+            self.session_starts_per_window_max >= 1,
+            "session_starts_per_window_max",
+            "must be at least 1",
+        );
+        check(
+            self.session_start_window_ms >= 1,
+            "session_start_window_ms",
+            "must be at least 1",
+        );
+        // The store adds the window to Unix ms in signed 64 bits
+        // (PostgreSQL refuses an overflow, SQLite turns it into a float).
+        check(
+            self.session_start_window_ms <= 366 * SESSION_START_WINDOW_MS,
+            "session_start_window_ms",
+            "must be at most 366 days",
+        );
+        check(
+            self.session_start_bots_max >= 1,
+            "session_start_bots_max",
+            "must be at least 1",
+        );
+        check(
+            self.identify_concurrency_max >= 1,
+            "identify_concurrency_max",
             "must be at least 1",
         );
         check(
@@ -2573,6 +2641,21 @@ mod tests {
         assert_eq!(Limits::default().validate(), Ok(()));
     }
 
+    #[test]
+    fn a_session_start_window_must_fit_the_store_arithmetic() {
+        let limits = Limits {
+            session_start_window_ms: u64::MAX,
+            ..Limits::default()
+        };
+        let errors = limits.validate().unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|e| format!("{e:?}").contains("session_start_window_ms")),
+            "{errors:?}"
+        );
+    }
+
     /// Every field has a guard: zeroing any one of them fails validation.
     #[test]
     fn every_field_is_checked() {
@@ -2649,6 +2732,10 @@ mod tests {
             "guild_reply_timeout_ms",
             "guild_owners_max",
             "ready_guilds_max",
+            "session_starts_per_window_max",
+            "session_start_window_ms",
+            "session_start_bots_max",
+            "identify_concurrency_max",
             "store_pool_connections_max",
             "message_write_queue_max",
             "message_write_batch_max",
@@ -2832,6 +2919,10 @@ mod tests {
             "guild_reply_timeout_ms" => l.guild_reply_timeout_ms = 0,
             "guild_owners_max" => l.guild_owners_max = 0,
             "ready_guilds_max" => l.ready_guilds_max = 0,
+            "session_starts_per_window_max" => l.session_starts_per_window_max = 0,
+            "session_start_window_ms" => l.session_start_window_ms = 0,
+            "session_start_bots_max" => l.session_start_bots_max = 0,
+            "identify_concurrency_max" => l.identify_concurrency_max = 0,
             "store_pool_connections_max" => l.store_pool_connections_max = 0,
             "message_write_queue_max" => l.message_write_queue_max = 0,
             "message_write_batch_max" => l.message_write_batch_max = 0,

@@ -347,12 +347,64 @@ async fn get_gateway(State(node): State<AppState>) -> ApiResult {
     ok(&json!({"url": node.shared.client_gateway_url(&node.cluster)}))
 }
 
-async fn get_gateway_bot(State(node): State<AppState>, _caller: Caller) -> ApiResult {
+/// `GET /gateway/bot`: the URL, the recommended shard count and the
+/// caller's session start limit as the store counts it (see
+/// `Gateway::count_session_start`). Two small reads, no write.
+async fn get_gateway_bot(State(node): State<AppState>, Caller(caller): Caller) -> ApiResult {
+    let limits = &node.shared.limits;
+    let guilds = node.shared.store.guild_count_of(caller.id).await?;
+    // Only bots' IDENTIFYs are counted.
+    let starts = if caller.bot {
+        node.shared.store.session_starts(caller.id).await?
+    } else {
+        None
+    };
+    let (remaining, reset_after_ms) = session_start_remaining(
+        starts,
+        i64::try_from(crate::state::now_ms()).unwrap_or(i64::MAX),
+        i64::try_from(limits.session_start_window_ms).unwrap_or(i64::MAX),
+        limits.session_starts_per_window_max.into(),
+    );
     ok(&json!({
         "url": node.shared.client_gateway_url(&node.cluster),
-        "shards": 1,
-        "session_start_limit": {"total": 1000, "remaining": 1000, "reset_after": 86_400_000u64, "max_concurrency": 1},
+        "shards": recommended_shards(guilds, limits.ready_guilds_max, limits.gateway_shards_max),
+        "session_start_limit": {
+            "total": limits.session_starts_per_window_max,
+            "remaining": remaining,
+            "reset_after": reset_after_ms,
+            "max_concurrency": limits.identify_concurrency_max,
+        },
     }))
+}
+
+/// `session_start_limit`'s `remaining` and `reset_after` (ms) for a bot's
+/// counted starts at `now_ms`: a window that has ended (or none) leaves
+/// the whole total and nothing to wait for.
+fn session_start_remaining(
+    starts: Option<guildhall_store::SessionStarts>,
+    now_ms: i64,
+    window_ms: i64,
+    total: i64,
+) -> (i64, i64) {
+    match starts {
+        Some(s) if s.window_start_ms.saturating_add(window_ms) > now_ms => (
+            (total - s.starts).max(0),
+            (s.window_start_ms.saturating_add(window_ms) - now_ms).min(window_ms),
+        ),
+        _ => (total, 0),
+    }
+}
+
+/// `shards` of `GET /gateway/bot`: enough that each shard holds about half
+/// of `ready_guilds_max` (Discord recommends 1,000 per shard against its
+/// 2,500), so the uneven spread of ids over shards stays clear of 4011.
+fn recommended_shards(guilds: i64, ready_guilds_max: usize, shards_max: u32) -> u32 {
+    let per_shard = (ready_guilds_max / 2).max(1) as u64;
+    let shards = u64::try_from(guilds)
+        .unwrap_or(0)
+        .div_ceil(per_shard)
+        .max(1);
+    u32::try_from(shards).unwrap_or(u32::MAX).min(shards_max)
 }
 
 // ----- accounts -------------------------------------------------------------
@@ -2049,7 +2101,47 @@ fn percent_decode(raw: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{admin_token_matches, percent_decode};
+    use super::{admin_token_matches, percent_decode, recommended_shards, session_start_remaining};
+    use guildhall_store::SessionStarts;
+
+    /// (starts, now): remaining and reset_after over a 1,000 ms window of
+    /// a total of 5.
+    #[test]
+    fn session_start_limit_counts_down_within_the_window() {
+        let at = |starts, window_start_ms| SessionStarts {
+            starts,
+            window_start_ms,
+        };
+        let cases = [
+            (None, 500, (5, 0)),
+            (Some(at(1, 100)), 100, (4, 1_000)),
+            (Some(at(3, 100)), 600, (2, 500)),
+            (Some(at(5, 100)), 1_099, (0, 1)),
+            // One refused IDENTIFY is counted one above the total.
+            (Some(at(6, 100)), 500, (0, 600)),
+            // The window has ended: everything again.
+            (Some(at(6, 100)), 1_100, (5, 0)),
+        ];
+        for (starts, now_ms, expected) in cases {
+            assert_eq!(
+                session_start_remaining(starts, now_ms, 1_000, 5),
+                expected,
+                "{starts:?} at {now_ms}"
+            );
+        }
+    }
+
+    #[test]
+    fn recommended_shards_keep_each_at_half_the_ready_limit() {
+        for (guilds, expected) in [(0, 1), (1, 1), (1_250, 1), (1_251, 2), (10_000, 8)] {
+            assert_eq!(
+                recommended_shards(guilds, 2_500, 65_536),
+                expected,
+                "{guilds}"
+            );
+        }
+        assert_eq!(recommended_shards(1_000_000, 2, 16), 16);
+    }
 
     #[test]
     fn admin_token_comparison() {

@@ -255,13 +255,14 @@ impl Partition {
             NodeEventBody::Stream(event) => self.stream(event),
             NodeEventBody::Users {
                 user_ids,
+                guild_id,
                 required_intent,
                 name,
                 data,
             } => {
                 let event = EncodedDispatch::from_json(&name, data.get());
                 self.hub
-                    .dispatch_to_users(&user_ids, required_intent, &event);
+                    .dispatch_to_users(&user_ids, guild_id, required_intent, &event);
             }
             NodeEventBody::Session {
                 session_id,
@@ -276,6 +277,9 @@ impl Partition {
             NodeEventBody::Joined { guild_id, user_id } => {
                 // Inline: one non-waiting publish per session of the user.
                 for slot in self.hub.sessions_of(user_id) {
+                    if !slot.receives(Some(guild_id)) {
+                        continue;
+                    }
                     let _ = self.guilds.subscribe(guild_id, &slot).await;
                     self.counters
                         .joined_subscriptions_total

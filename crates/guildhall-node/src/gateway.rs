@@ -49,7 +49,7 @@ use guildhall_session::machine::{
 };
 use guildhall_session::queue::Outbound;
 use guildhall_session::replay::ReplayError;
-use guildhall_store::UserRow;
+use guildhall_store::{SessionStart, UserRow};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -125,6 +125,9 @@ pub struct GatewayCounters {
     /// Op 4s dropped: the session's voice worker had
     /// `session_voice_requests_max` waiting.
     pub voice_dropped_total: AtomicU64,
+    /// Bot IDENTIFYs admitted uncounted: the store tracked
+    /// `session_start_bots_max` bots already.
+    pub session_starts_untracked_total: AtomicU64,
 }
 
 /// Handshake admission: the control crate's [`HandshakeAdmission`] decides
@@ -461,14 +464,29 @@ impl Gateway {
         out: &Outlet,
         control: &mpsc::Sender<Control>,
     ) -> Result<Arc<Slot>, CloseCode> {
-        let guild_ids = self
-            .shared
-            .store
-            .guild_ids_of(user.id, self.shared.limits.ready_guilds_max as i64 + 1)
-            .await
-            .map_err(|_| CloseCode::UnknownError)?;
+        let store = &self.shared.store;
+        let listed_max = self.shared.limits.ready_guilds_max as i64 + 1;
+        let mut guild_ids = match shard {
+            // Only this shard's guilds are read: a bot sharded because it
+            // has many guilds does not read them all on every shard.
+            Some([shard_id, num_shards]) => {
+                store
+                    .shard_guild_ids_of(user.id, shard_id.into(), num_shards.into(), listed_max)
+                    .await
+            }
+            None => store.guild_ids_of(user.id, listed_max).await,
+        }
+        .map_err(|_| CloseCode::UnknownError)?;
+        // The rule is the proto crate's; the database's filter only spares
+        // reading the other shards' guilds.
+        guild_ids.retain(|guild_id| guildhall_proto::shard::receives(shard, Some(*guild_id)));
+        // Discord's 4011 counts the guilds this session would handle: a
+        // bot that shards enough is accepted.
         if guild_ids.len() > self.shared.limits.ready_guilds_max {
             return Err(CloseCode::ShardingRequired);
+        }
+        if user.bot {
+            self.count_session_start(user.id).await?;
         }
         // The id names this node, so a RESUME on any gateway node finds it.
         let session_id = crate::takeover::new_session_id(self.takeovers.node_name())
@@ -519,6 +537,46 @@ impl Gateway {
         // asked for again off this path (the session is never held up).
         self.guilds.subscribe_ready(&slot, guild_ids).await;
         Ok(slot)
+    }
+
+    /// Counts a bot's IDENTIFY against its session start limit
+    /// (`session_starts_per_window_max` per `session_start_window_ms`,
+    /// kept in the store so every gateway node counts against one total;
+    /// one small write). Over the limit: 4004. Discord documents that a bot
+    /// hitting the limit has its token reset, so its IDENTIFY fails
+    /// authentication, and 4004 is the code libraries stop reconnecting
+    /// on. A bot the store cannot track (`session_start_bots_max`) is
+    /// admitted uncounted.
+    async fn count_session_start(&self, bot_id: i64) -> Result<(), CloseCode> {
+        let limits = &self.shared.limits;
+        let started = self
+            .shared
+            .store
+            .start_session(
+                bot_id,
+                i64::try_from(now_ms()).unwrap_or(i64::MAX),
+                i64::try_from(limits.session_start_window_ms).unwrap_or(i64::MAX),
+                limits.session_starts_per_window_max.into(),
+                i64::try_from(limits.session_start_bots_max).unwrap_or(i64::MAX),
+            )
+            .await
+            .map_err(|_| CloseCode::UnknownError)?;
+        match started {
+            SessionStart::Started(_) => Ok(()),
+            SessionStart::Refused(_) => Err(CloseCode::AuthenticationFailed),
+            SessionStart::Untracked => {
+                self.counters
+                    .session_starts_untracked_total
+                    .fetch_add(1, Ordering::Relaxed);
+                crate::throttled!(
+                    warn,
+                    "gateway.session_starts_untracked",
+                    bots_max = limits.session_start_bots_max,
+                    "session starts of a bot not counted: the store tracks its maximum of bots"
+                );
+                Ok(())
+            }
+        }
     }
 
     /// Op 8: GUILD_MEMBERS_CHUNK pages of at most `members_per_page_max`,

@@ -2348,9 +2348,12 @@ impl GuildDirectory {
 
     /// Has this node's `slot` follow `guild_id`: recorded here first (so a
     /// stream resync can ask again), then asked of the guild's owner, whose
-    /// GUILD_CREATE arrives in the guild's stream to this node.
+    /// GUILD_CREATE arrives in the guild's stream to this node. A guild of
+    /// another shard than the session's is not asked for at all.
     pub async fn subscribe(&self, guild_id: i64, slot: &Arc<Slot>) -> Result<(), GuildError> {
-        self.hub.want(guild_id, slot);
+        if !self.hub.want(guild_id, slot) {
+            return Ok(());
+        }
         self.cast(
             guild_id,
             GuildCall::Subscribe {

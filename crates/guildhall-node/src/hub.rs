@@ -243,6 +243,12 @@ pub struct HubCounters {
 }
 
 impl Slot {
+    /// Whether this session hears events of `guild_id` (`None`: an event
+    /// without a guild) under its IDENTIFY's shard.
+    pub fn receives(&self, guild_id: Option<i64>) -> bool {
+        guildhall_proto::shard::receives(self.shard, guild_id)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
         // A poisoned lock means a panic while holding it; the state is plain
         // data and stays consistent, so keep serving.
@@ -703,12 +709,19 @@ impl Hub {
     }
 
     /// Records that a session asked to follow a guild (before asking its
-    /// owner, so a resync can ask again).
-    pub fn want(&self, guild_id: i64, slot: &Arc<Slot>) {
+    /// owner, so a resync can ask again). A guild of another shard is
+    /// refused (false): every subscription passes here, so a sharded
+    /// session never gets that guild's GUILD_CREATE or events, and a new
+    /// owner asking which sessions follow it never learns of this one.
+    pub fn want(&self, guild_id: i64, slot: &Arc<Slot>) -> bool {
+        if !slot.receives(Some(guild_id)) {
+            return false;
+        }
         write(&self.wanted)
             .entry(guild_id)
             .or_default()
             .insert(slot.id.clone(), slot.clone());
+        true
     }
 
     /// The owner's Subscribe arrived in the guild's stream: queue the
@@ -841,11 +854,19 @@ impl Hub {
 
     /// Delivers an event to every session of `user_ids` holding `intent`
     /// (0: no intent needed, as for USER_UPDATE) — direct messages and user
-    /// events, which have no guild owner.
-    pub fn dispatch_to_users(&self, user_ids: &[i64], intent: u64, event: &EncodedDispatch) {
+    /// events, which have no guild owner. Sharded sessions hear it on the
+    /// shard of `guild_id` (an interaction in a guild), or on shard 0 when
+    /// it names no guild (a DM, USER_UPDATE).
+    pub fn dispatch_to_users(
+        &self,
+        user_ids: &[i64],
+        guild_id: Option<i64>,
+        intent: u64,
+        event: &EncodedDispatch,
+    ) {
         for user_id in user_ids {
             for slot in self.sessions_of(*user_id) {
-                if intent == 0 || slot.intents & intent != 0 {
+                if (intent == 0 || slot.intents & intent != 0) && slot.receives(guild_id) {
                     slot.dispatch(event, &self.counters);
                 }
             }
@@ -951,6 +972,33 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A sharded session follows only its shard's guilds and hears user
+    /// events on shard 0, or on the shard of the guild they name.
+    #[test]
+    fn sessions_follow_and_hear_by_their_shard() {
+        let hub = Hub::new(&guildhall_limits::Limits::default());
+        let (mut inlets, mut slots) = (Vec::new(), Vec::new());
+        for (id, shard) in [("s0", Some([0, 2])), ("s1", Some([1, 2])), ("all", None)] {
+            let (out, inlet) = socket_queue(16, 1 << 20);
+            let (control, _) = mpsc::channel(4);
+            slots.push(hub.register(id.to_owned(), 7, intents::GUILDS, shard, out, control));
+            inlets.push(inlet);
+        }
+        let (even, odd) = (4 << 22, 5 << 22);
+        let wants = |guild| slots.iter().map(|s| hub.want(guild, s)).collect::<Vec<_>>();
+        assert_eq!(wants(even), [true, false, true]);
+        assert_eq!(wants(odd), [false, true, true]);
+        let mut heard = |guild_id| {
+            hub.dispatch_to_users(&[7], guild_id, 0, &EncodedDispatch::from_json("X", "1"));
+            inlets
+                .iter_mut()
+                .map(|inlet| inlet.try_recv().is_some())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(heard(None), [true, false, true]);
+        assert_eq!(heard(Some(odd)), [false, true, true]);
+    }
+
     #[test]
     fn reaping_clears_every_index_and_reports_the_guilds_followed() {
         let hub = Hub::new(&guildhall_limits::Limits::default());
@@ -961,10 +1009,10 @@ mod tests {
         };
         let (gone, kept) = (session("gone", 1), session("kept", 2));
         for guild in [10, 20] {
-            hub.want(guild, &gone);
+            assert!(hub.want(guild, &gone));
             assert!(hub.subscribed(guild, "gone", None));
         }
-        hub.want(20, &kept);
+        assert!(hub.want(20, &kept));
         assert!(hub.subscribed(20, "kept", None));
         let out = gone.lock().out.clone().unwrap();
         gone.detach(1_000, &out);
@@ -1011,7 +1059,7 @@ mod tests {
         let (out, _inlet) = socket_queue(16, 1 << 20);
         let (control, _) = mpsc::channel(4);
         let slot = giver.register("s".into(), 1, intents::GUILDS, None, out, control);
-        giver.want(10, &slot);
+        assert!(giver.want(10, &slot));
         assert!(giver.subscribed(10, "s", None));
         let event = |n: u32| EncodedDispatch::from_json("X", &n.to_string());
         for n in 1..=3 {

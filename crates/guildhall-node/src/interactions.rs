@@ -658,7 +658,13 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
         };
     }
     counters.created_total.fetch_add(1, Ordering::Relaxed);
-    node.to_users(vec![app.bot_user_id], 0, "INTERACTION_CREATE", &interaction);
+    node.to_users_in(
+        Some(guild_id),
+        vec![app.bot_user_id],
+        0,
+        "INTERACTION_CREATE",
+        &interaction,
+    );
     node.to_users(
         vec![caller.id],
         0,
@@ -1090,7 +1096,7 @@ async fn announce(
     message: &Message,
 ) {
     if row.visible_to.is_some() {
-        node.to_users(vec![entry.user_id], 0, name, message);
+        node.to_users_in(Some(entry.guild_id), vec![entry.user_id], 0, name, message);
     } else {
         publish_message(node, name, entry.guild_id, message, entry.bot_user_id).await;
     }
@@ -1452,7 +1458,13 @@ pub(crate) async fn delete(node: &crate::Node, entry: &Entry, raw: &str) -> ApiR
     }
     if row.visible_to.is_some() {
         let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string(), "guild_id": entry.guild_id.to_string()});
-        node.to_users(vec![entry.user_id], 0, "MESSAGE_DELETE", &data);
+        node.to_users_in(
+            Some(entry.guild_id),
+            vec![entry.user_id],
+            0,
+            "MESSAGE_DELETE",
+            &data,
+        );
     } else {
         crate::api::publish_message_delete(node, entry.guild_id, row.channel_id, row.id).await;
     }

@@ -222,9 +222,24 @@ impl Node {
     /// Sends dispatch `name` to every session of `user_ids` holding
     /// `required_intent` (0: none), on whatever gateway node: direct
     /// messages and user events, which have no guild stream. What it sends
-    /// is already durable; a refused publish is counted by the bus.
+    /// is already durable; a refused publish is counted by the bus. It names
+    /// no guild, so sharded sessions hear it on shard 0 only.
     pub fn to_users(
         &self,
+        user_ids: Vec<i64>,
+        required_intent: u64,
+        name: &str,
+        data: &impl serde::Serialize,
+    ) {
+        self.to_users_in(None, user_ids, required_intent, name, data);
+    }
+
+    /// [`Node::to_users`] for an event that names `guild_id` without
+    /// going through its stream (an interaction, an ephemeral message):
+    /// sharded sessions hear it on that guild's shard.
+    pub fn to_users_in(
+        &self,
+        guild_id: Option<i64>,
         user_ids: Vec<i64>,
         required_intent: u64,
         name: &str,
@@ -236,6 +251,7 @@ impl Node {
         let key = user_ids.first().copied().unwrap_or(0);
         let body = guildhall_proto::bus::NodeEventBody::Users {
             user_ids,
+            guild_id,
             required_intent,
             name: name.to_owned(),
             data,
@@ -523,6 +539,12 @@ async fn metrics(
         "counter",
         "READY sent.",
         gw.ready_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_session_starts_untracked_total",
+        "counter",
+        "Bot IDENTIFYs admitted uncounted: session_start_bots_max bots tracked.",
+        gw.session_starts_untracked_total.load(Ordering::Relaxed),
     );
     line(
         "guildhall_resumed_total",

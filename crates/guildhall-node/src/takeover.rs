@@ -428,6 +428,8 @@ impl Takeovers {
             )
             .ok_or(TakeoverRefusal::Busy)?;
         for guild_id in &guilds {
+            // The holder's list was filtered by the same shard; a guild of
+            // another shard is left out here as well.
             self.hub.want(*guild_id, &slot);
         }
         request.step = TakeoverStep::Commit;

@@ -50,10 +50,15 @@ pub enum NodeEventBody {
     /// One numbered event of a guild's stream to this node.
     Stream(StreamEvent),
     /// A dispatch for every local session of some users (direct messages,
-    /// USER_UPDATE): no guild, no stream.
+    /// USER_UPDATE): no guild owner, no stream.
     Users {
         /// The users.
         user_ids: Vec<i64>,
+        /// The guild the event names (an interaction in a guild), which
+        /// picks the shard of sharded sessions; none: shard 0 only.
+        /// Optional, so envelopes of older nodes still decode.
+        #[serde(default)]
+        guild_id: Option<i64>,
         /// The intent a session needs (0: none).
         required_intent: u64,
         /// Event name.

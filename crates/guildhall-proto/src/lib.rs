@@ -9,6 +9,8 @@
 //! - [`gateway`]: opcodes, close codes, bounded parsing of client payloads,
 //!   server frames, and dispatches encoded once for many sessions.
 //! - [`model`]: users, guilds, roles, channels, members, messages, READY.
+//! - [`shard`]: gateway sharding: which sessions hear a guild's events
+//!   (Discord's formula; events without a guild on shard 0 only).
 //! - [`commands`]: application commands: validation and wire objects.
 //! - [`interactions`]: the Interaction object, what users send to create
 //!   one, callbacks and their bounds, `interaction_metadata`.
@@ -33,6 +35,7 @@ pub mod gateway;
 pub mod intents;
 pub mod interactions;
 pub mod model;
+pub mod shard;
 pub mod snowflake;
 pub mod timestamp;
 pub mod users;

@@ -359,6 +359,29 @@ pub enum WebhookWrite {
     GuildFull,
 }
 
+/// A bot's session starts (counted IDENTIFYs) in its current window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionStarts {
+    /// IDENTIFYs counted in the window; one above the total once one has
+    /// been refused (it stays there, so the count cannot grow without
+    /// bound).
+    pub starts: i64,
+    /// When the window began (Unix ms, the first IDENTIFY's node's clock).
+    pub window_start_ms: i64,
+}
+
+/// What counting an IDENTIFY did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionStart {
+    /// Counted: `starts` of the window, at most the total.
+    Started(SessionStarts),
+    /// The window's total was already used; nothing counted.
+    Refused(SessionStarts),
+    /// The store tracks `bots_max` bots whose windows are running: this
+    /// one is not counted.
+    Untracked,
+}
+
 /// What creating a command did (Discord's POST is an upsert by name).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CommandUpsert {
@@ -1018,6 +1041,119 @@ where
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Ids of `user_id`'s guilds on shard `shard_id` of `num_shards`, at
+    /// most `limit`. The database filters by Discord's formula so a bot's
+    /// other shards' guilds are not read; callers apply
+    /// `guildhall_proto::shard::receives` to what comes back, which stays
+    /// the rule (a test holds the two to each other).
+    pub async fn shard_guild_ids_of(
+        &self,
+        user_id: i64,
+        shard_id: i64,
+        num_shards: i64,
+        limit: i64,
+    ) -> Result<Vec<i64>> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT guild_id FROM members WHERE user_id = $1 AND ((guild_id >> 22) % $2) = $3 \
+             ORDER BY guild_id LIMIT $4",
+        )
+        .bind(user_id)
+        .bind(num_shards.max(1))
+        .bind(shard_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// Counts one IDENTIFY of bot `user_id` at `now_ms` against `total`
+    /// per `window_ms`. A bot already tracked costs one UPDATE (a window
+    /// that has ended restarts at `now_ms`); a new one an INSERT, made only
+    /// while fewer than `bots_max` rows exist (after deleting rows whose
+    /// window ended, when there are that many). Concurrent IDENTIFYs of
+    /// one bot on several nodes are serialised by the row; concurrent
+    /// first IDENTIFYs of new bots on PostgreSQL may pass `bots_max` by
+    /// the number of them.
+    pub async fn start_session(
+        &self,
+        user_id: i64,
+        now_ms: i64,
+        window_ms: i64,
+        total: i64,
+        bots_max: i64,
+    ) -> Result<SessionStart> {
+        let counted = |starts: i64, window_start_ms: i64| {
+            let starts = SessionStarts {
+                starts,
+                window_start_ms,
+            };
+            if starts.starts <= total {
+                SessionStart::Started(starts)
+            } else {
+                SessionStart::Refused(starts)
+            }
+        };
+        // A second round when the INSERT did nothing: another node may
+        // have inserted this bot's row since the UPDATE (the UPDATE now
+        // finds it), or the table is full (ended windows are deleted
+        // first, once).
+        for round in 0..2 {
+            let row: Option<(i64, i64)> = sqlx::query_as(
+                "UPDATE session_starts SET \
+                 starts = CASE WHEN window_start_ms + $3 <= $2 THEN 1 \
+                 WHEN starts <= $4 THEN starts + 1 ELSE starts END, \
+                 window_start_ms = CASE WHEN window_start_ms + $3 <= $2 THEN $2 \
+                 ELSE window_start_ms END \
+                 WHERE user_id = $1 RETURNING starts, window_start_ms",
+            )
+            .bind(user_id)
+            .bind(now_ms)
+            .bind(window_ms)
+            .bind(total)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some((starts, window_start_ms)) = row {
+                return Ok(counted(starts, window_start_ms));
+            }
+            let inserted = sqlx::query(
+                "INSERT INTO session_starts (user_id, window_start_ms, starts) \
+                 SELECT $1, $2, 1 WHERE (SELECT COUNT(*) FROM session_starts) < $3 \
+                 ON CONFLICT (user_id) DO NOTHING",
+            )
+            .bind(user_id)
+            .bind(now_ms)
+            .bind(bots_max)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                return Ok(counted(1, now_ms));
+            }
+            if round == 0 {
+                sqlx::query("DELETE FROM session_starts WHERE window_start_ms + $1 <= $2")
+                    .bind(window_ms)
+                    .bind(now_ms)
+                    .execute(&self.pool)
+                    .await?;
+            }
+        }
+        Ok(SessionStart::Untracked)
+    }
+
+    /// Bot `user_id`'s session starts, if it is tracked (its window may
+    /// have ended: the caller compares with the clock).
+    pub async fn session_starts(&self, user_id: i64) -> Result<Option<SessionStarts>> {
+        let row: Option<(i64, i64)> =
+            sqlx::query_as("SELECT starts, window_start_ms FROM session_starts WHERE user_id = $1")
+                .bind(user_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|(starts, window_start_ms)| SessionStarts {
+            starts,
+            window_start_ms,
+        }))
     }
 
     /// Everything about one guild (its owner loads this once).
@@ -2092,6 +2228,12 @@ store_api! {
     fn create_guild<'a>(&'a self, guild: &'a GuildRow, everyone: &'a RoleRow, first: &'a ChannelRow) -> ();
     /// Ids of the guilds `user_id` is a member of, at most `limit`.
     fn guild_ids_of<'a>(&'a self, user_id: i64, limit: i64) -> Vec<i64>;
+    /// Ids of a user's guilds on one shard, at most `limit`.
+    fn shard_guild_ids_of<'a>(&'a self, user_id: i64, shard_id: i64, num_shards: i64, limit: i64) -> Vec<i64>;
+    /// Counts one IDENTIFY of a bot against its session start limit.
+    fn start_session<'a>(&'a self, user_id: i64, now_ms: i64, window_ms: i64, total: i64, bots_max: i64) -> SessionStart;
+    /// A bot's session starts, if tracked.
+    fn session_starts<'a>(&'a self, user_id: i64) -> Option<SessionStarts>;
     /// Everything about one guild (its owner loads this once).
     fn load_guild<'a>(&'a self, guild_id: i64) -> GuildState;
     /// Adds a member; false if already a member.
@@ -3046,7 +3188,145 @@ mod tests {
         assert!(store.guild_webhooks(10).await.unwrap().is_empty());
     }
 
+    /// The database's shard filter is `guildhall_proto::shard::receives`:
+    /// for several shard counts, every shard's list is exactly the user's
+    /// guilds the rule gives it, and nobody else's.
+    async fn shard_guild_ids_follow_the_sharding_rule(store: Store) {
+        store.create_user(&user(1, "alice")).await.unwrap();
+        store.create_user(&user(2, "bob")).await.unwrap();
+        let mut mine = Vec::new();
+        for t in 1..=12i64 {
+            let id = (t << 22) | 7;
+            let guild = GuildRow {
+                id,
+                name: format!("g{t}"),
+                owner_id: if t == 6 { 2 } else { 1 },
+                created_ms: 5,
+            };
+            let everyone = RoleRow {
+                id,
+                guild_id: id,
+                name: "@everyone".into(),
+                permissions: 0,
+                position: 0,
+                color: 0,
+                hoist: false,
+                mentionable: false,
+            };
+            let channel = ChannelRow {
+                id: id + 1,
+                guild_id: Some(id),
+                kind: 0,
+                name: "general".into(),
+                position: 0,
+                topic: None,
+            };
+            store
+                .create_guild(&guild, &everyone, &channel)
+                .await
+                .unwrap();
+            if t != 6 {
+                mine.push(id);
+            }
+        }
+        for num_shards in [1u32, 2, 3, 5] {
+            for shard_id in 0..num_shards {
+                let expected: Vec<i64> = mine
+                    .iter()
+                    .copied()
+                    .filter(|g| {
+                        guildhall_proto::shard::receives(Some([shard_id, num_shards]), Some(*g))
+                    })
+                    .collect();
+                let listed = store
+                    .shard_guild_ids_of(1, i64::from(shard_id), i64::from(num_shards), 100)
+                    .await
+                    .unwrap();
+                assert_eq!(listed, expected, "shard [{shard_id}, {num_shards}]");
+            }
+        }
+    }
+
+    /// Session starts: counted up to the total, then refused without
+    /// growing, restarted once the window has ended; at most `bots_max`
+    /// bots tracked, a further one untracked until a window ends.
+    async fn session_starts_are_counted_refused_and_reset(store: Store) {
+        let (window, total, bots) = (1_000, 3, 2);
+        for (n, now) in [(1, 100), (2, 150), (3, 900)] {
+            assert_eq!(
+                store
+                    .start_session(1, now, window, total, bots)
+                    .await
+                    .unwrap(),
+                SessionStart::Started(SessionStarts {
+                    starts: n,
+                    window_start_ms: 100
+                })
+            );
+        }
+        let refused = SessionStart::Refused(SessionStarts {
+            starts: 4,
+            window_start_ms: 100,
+        });
+        for now in [950, 1_050] {
+            assert_eq!(
+                store
+                    .start_session(1, now, window, total, bots)
+                    .await
+                    .unwrap(),
+                refused
+            );
+        }
+        assert_eq!(
+            store.session_starts(1).await.unwrap(),
+            Some(SessionStarts {
+                starts: 4,
+                window_start_ms: 100
+            })
+        );
+        assert_eq!(
+            store
+                .start_session(1, 1_100, window, total, bots)
+                .await
+                .unwrap(),
+            SessionStart::Started(SessionStarts {
+                starts: 1,
+                window_start_ms: 1_100
+            })
+        );
+        assert!(matches!(
+            store
+                .start_session(2, 1_200, window, total, bots)
+                .await
+                .unwrap(),
+            SessionStart::Started(_)
+        ));
+        assert_eq!(
+            store
+                .start_session(3, 1_300, window, total, bots)
+                .await
+                .unwrap(),
+            SessionStart::Untracked
+        );
+        assert_eq!(store.session_starts(3).await.unwrap(), None);
+        // Bot 1's window ended at 2,100: its row makes room.
+        assert_eq!(
+            store
+                .start_session(3, 2_100, window, total, bots)
+                .await
+                .unwrap(),
+            SessionStart::Started(SessionStarts {
+                starts: 1,
+                window_start_ms: 2_100
+            })
+        );
+        assert_eq!(store.session_starts(1).await.unwrap(), None);
+        assert!(store.session_starts(2).await.unwrap().is_some());
+    }
+
     on_both_databases! {
+        shard_guild_ids_follow_the_sharding_rule(sqlite_memory);
+        session_starts_are_counted_refused_and_reset(sqlite_file);
         webhooks_are_capped_scoped_and_go_with_their_channel(sqlite_file);
         guild_round_trip_and_unique_names(sqlite_memory);
         messages_page_newest_first(sqlite_memory);
