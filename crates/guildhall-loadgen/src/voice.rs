@@ -129,7 +129,7 @@ impl GatewaySession {
         )
         .await
         .context("gateway connect timed out")??;
-        next_json(&mut ws).await?; // HELLO
+        next_json(&mut ws, "gateway", None).await?; // HELLO
         ws.send(Message::text(
             json!({"op": 2, "d": {"token": token, "intents": 1 | 128,
                 "properties": {"os": "linux", "browser": "guildhall-loadgen", "device": "guildhall-loadgen"}}})
@@ -137,7 +137,7 @@ impl GatewaySession {
         ))
         .await?;
         loop {
-            let frame = next_json(&mut ws).await?;
+            let frame = next_json(&mut ws, "gateway", None).await?;
             if frame["t"] == "READY" {
                 return Ok(Self {
                     session_id: str_of(&frame["d"]["session_id"])?,
@@ -175,7 +175,7 @@ impl GatewaySession {
     /// or one sent when the call was re-placed on another SFU).
     pub async fn next_voice_server(&mut self, guild_id: &str) -> Result<VoiceServer> {
         loop {
-            let frame = next_json(&mut self.ws).await?;
+            let frame = next_json(&mut self.ws, "gateway", None).await?;
             if frame["op"] == 1 {
                 self.ws
                     .send(Message::text(json!({"op": 1, "d": null}).to_string()))
@@ -201,7 +201,7 @@ impl GatewaySession {
             .send(Message::text(json!({"op": 1, "d": null}).to_string()))
             .await?;
         loop {
-            if next_json(&mut self.ws).await?["op"] == 11 {
+            if next_json(&mut self.ws, "gateway", None).await?["op"] == 11 {
                 return Ok(sent.elapsed());
             }
         }
@@ -267,7 +267,7 @@ impl VoiceClient {
         let (sink, mut stream) = ws.split();
         let sink = Arc::new(Mutex::new(sink));
         let seq_ack = Arc::new(AtomicI64::new(-1));
-        let hello = next_json_split(&mut stream, &seq_ack).await?;
+        let hello = next_json(&mut stream, "voice gateway", Some(&seq_ack)).await?;
         if hello["op"] != 8 {
             bail!("expected HELLO, got {hello}");
         }
@@ -299,7 +299,7 @@ impl VoiceClient {
         )
         .await?;
         let ready = loop {
-            let frame = next_json_split(&mut stream, &seq_ack).await?;
+            let frame = next_json(&mut stream, "voice gateway", Some(&seq_ack)).await?;
             if frame["op"] == 2 {
                 break frame["d"].clone();
             }
@@ -338,7 +338,7 @@ impl VoiceClient {
         )
         .await?;
         let description = loop {
-            let frame = next_json_split(&mut stream, &seq_ack).await?;
+            let frame = next_json(&mut stream, "voice gateway", Some(&seq_ack)).await?;
             if frame["op"] == 4 {
                 break frame["d"].clone();
             }
@@ -484,38 +484,29 @@ async fn send(sink: &Mutex<SplitSink<Ws, Message>>, frame: Value) -> Result<()> 
     Ok(())
 }
 
-async fn next_json(ws: &mut Ws) -> Result<Value> {
-    loop {
-        match tokio::time::timeout(STEP_TIMEOUT, ws.next())
-            .await
-            .context("gateway went quiet")?
-        {
-            Some(Ok(Message::Text(text))) => return Ok(serde_json::from_str(&text)?),
-            Some(Ok(Message::Close(frame))) => bail!("gateway closed: {frame:?}"),
-            Some(Ok(_)) => {}
-            Some(Err(error)) => return Err(error.into()),
-            None => bail!("gateway ended"),
-        }
-    }
-}
-
-async fn next_json_split(stream: &mut SplitStream<Ws>, seq_ack: &AtomicI64) -> Result<Value> {
+/// The next text frame of either gateway as JSON (`what` names it in
+/// errors); the voice gateway's `seq` goes to `seq_ack` when given, for
+/// its heartbeats.
+async fn next_json<S>(stream: &mut S, what: &str, seq_ack: Option<&AtomicI64>) -> Result<Value>
+where
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
     loop {
         match tokio::time::timeout(STEP_TIMEOUT, stream.next())
             .await
-            .context("voice gateway went quiet")?
+            .with_context(|| format!("{what} went quiet"))?
         {
             Some(Ok(Message::Text(text))) => {
                 let frame: Value = serde_json::from_str(&text)?;
-                if let Some(seq) = frame["seq"].as_i64() {
+                if let (Some(seq_ack), Some(seq)) = (seq_ack, frame["seq"].as_i64()) {
                     seq_ack.store(seq, Ordering::Relaxed);
                 }
                 return Ok(frame);
             }
-            Some(Ok(Message::Close(frame))) => bail!("voice gateway closed: {frame:?}"),
+            Some(Ok(Message::Close(frame))) => bail!("{what} closed: {frame:?}"),
             Some(Ok(_)) => {}
             Some(Err(error)) => return Err(error.into()),
-            None => bail!("voice gateway ended"),
+            None => bail!("{what} ended"),
         }
     }
 }
