@@ -94,8 +94,11 @@ pub const ETCD_PING_INTERVAL_MS: u64 = 10_000;
 /// streams fail (watches end, keep-alive streams are reopened).
 pub const ETCD_PING_TIMEOUT_MS: u64 = 5_000;
 
-/// The registry's bounds; [`Default`] is the constants above.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The registry's bounds; [`Default`] is the constants above. The binary
+/// reads them from its configuration's `[etcd_client]` table (or
+/// `GUILDHALL_ETCD_CLIENT_<FIELD>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct EtcdOptions {
     /// See [`ETCD_CONNECT_TIMEOUT_MS`].
     pub connect_timeout_ms: u64,
@@ -133,6 +136,33 @@ impl Default for EtcdOptions {
             ping_interval_ms: ETCD_PING_INTERVAL_MS,
             ping_timeout_ms: ETCD_PING_TIMEOUT_MS,
         }
+    }
+}
+
+impl EtcdOptions {
+    /// Every broken bound at once (empty when the options are usable):
+    /// each is a count or a duration, and 0 would refuse everything or
+    /// wait for ever.
+    pub fn validate(&self) -> Vec<String> {
+        [
+            ("connect_timeout_ms", self.connect_timeout_ms),
+            ("call_timeout_ms", self.call_timeout_ms),
+            ("keep_alive_timeout_ms", self.keep_alive_timeout_ms),
+            (
+                "watch_capacity_events_max",
+                self.watch_capacity_events_max as u64,
+            ),
+            ("watches_max", self.watches_max as u64),
+            ("list_keys_max", self.list_keys_max as u64),
+            ("response_bytes_max", self.response_bytes_max as u64),
+            ("keepers_max", self.keepers_max as u64),
+            ("ping_interval_ms", self.ping_interval_ms),
+            ("ping_timeout_ms", self.ping_timeout_ms),
+        ]
+        .into_iter()
+        .filter(|(_, value)| *value == 0)
+        .map(|(name, _)| format!("{name} must be positive"))
+        .collect()
     }
 }
 

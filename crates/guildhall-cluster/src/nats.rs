@@ -26,7 +26,7 @@
 //!   the requests of the whole pause in its socket buffer, each looking
 //!   fresh. So the caller's wall-clock deadline travels too
 //!   ([`DEADLINE_UNIX_HEADER`]), and the earlier of the two counts, with
-//!   [`NATS_DEADLINE_CLOCK_SKEW_MS`] of slack for clocks that differ: the
+//!   `deadline_clock_skew_ms` ([`NATS_DEADLINE_CLOCK_SKEW_MS`]) of slack for clocks that differ: the
 //!   answers nobody waits for any more are not started.
 
 use crate::bus::{Bus, BusError, BusStats, Message, Subscription, splitmix64};
@@ -131,13 +131,18 @@ pub const NATS_DEADLINE_CLOCK_SKEW_MS: u64 = 250;
 const SYNC_SUBJECT: &str = "_GUILDHALL.SYNC";
 
 /// The bounds of a [`NatsBus`]; [`Default`] is the `NATS_*` constants.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The binary reads them from its configuration's `[nats_client]` table
+/// (or `GUILDHALL_NATS_CLIENT_<FIELD>`); the payload bound comes from
+/// `Limits::bus_payload_bytes_max` instead, shared with the in-process bus.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct NatsOptions {
     /// [`NATS_PUBLISH_QUEUE_MESSAGES_MAX`].
     pub publish_queue_messages_max: usize,
     /// [`NATS_PUBLISH_QUEUE_BYTES_MAX`].
     pub publish_queue_bytes_max: usize,
     /// [`NATS_PAYLOAD_BYTES_MAX`].
+    #[serde(skip)]
     pub payload_bytes_max: usize,
     /// [`NATS_HEADER_RESERVE_BYTES`].
     pub header_reserve_bytes: usize,
@@ -159,6 +164,8 @@ pub struct NatsOptions {
     pub ping_interval_ms: u64,
     /// [`NATS_LOG_INTERVAL_MS`].
     pub log_interval_ms: u64,
+    /// [`NATS_DEADLINE_CLOCK_SKEW_MS`].
+    pub deadline_clock_skew_ms: u64,
 }
 
 impl Default for NatsOptions {
@@ -177,6 +184,7 @@ impl Default for NatsOptions {
             reconnect_backoff_cap_ms: NATS_RECONNECT_BACKOFF_CAP_MS,
             ping_interval_ms: NATS_PING_INTERVAL_MS,
             log_interval_ms: NATS_LOG_INTERVAL_MS,
+            deadline_clock_skew_ms: NATS_DEADLINE_CLOCK_SKEW_MS,
         }
     }
 }
@@ -294,6 +302,7 @@ struct Shared {
     started: Instant,
     publish_queued_bytes: AtomicUsize,
     subscriptions: AtomicUsize,
+    deadline_clock_skew_ms: u64,
 }
 
 impl Shared {
@@ -458,6 +467,7 @@ impl NatsBus {
             started: Instant::now(),
             publish_queued_bytes: AtomicUsize::new(0),
             subscriptions: AtomicUsize::new(0),
+            deadline_clock_skew_ms: options.deadline_clock_skew_ms,
         });
         // A per-process seed for the reconnect jitter, so the nodes of a
         // cluster draw different delays after the same outage.
@@ -709,7 +719,7 @@ fn deadline_of(
         match unix.as_str().trim().parse::<u64>() {
             Ok(deadline_unix_ms) => {
                 let by_clock = deadline_unix_ms
-                    .saturating_add(NATS_DEADLINE_CLOCK_SKEW_MS)
+                    .saturating_add(shared.deadline_clock_skew_ms)
                     .saturating_sub(unix_now_ms());
                 left = left.min(duration_ms(by_clock));
             }

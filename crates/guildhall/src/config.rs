@@ -38,9 +38,24 @@
 //! voice_ws_path = "/voice"             # the voice gateway on `listen` [default: /voice]
 //! ```
 //!
+//! The clients of the real services have bounds of their own (timeouts,
+//! queues, pings; the defaults are the `NATS_*` and `ETCD_*` constants of
+//! `guildhall-cluster`):
+//!
+//! ```toml
+//! [nats_client]
+//! request_timeout_cap_ms = 10000
+//! deadline_clock_skew_ms = 100
+//!
+//! [etcd_client]
+//! call_timeout_ms = 1000
+//! ```
+//!
 //! Every top-level key and every field of `[limits]` can also be set as
 //! `GUILDHALL_<KEY>` (upper case), for example `GUILDHALL_NATS=nats://...`,
-//! `GUILDHALL_ROLES=gateway,api` or `GUILDHALL_HANDSHAKE_RATE_PER_S=1000`.
+//! `GUILDHALL_ROLES=gateway,api` or `GUILDHALL_HANDSHAKE_RATE_PER_S=1000`;
+//! the clients' as `GUILDHALL_NATS_CLIENT_<FIELD>` and
+//! `GUILDHALL_ETCD_CLIENT_<FIELD>`.
 //! Unknown keys are errors; so are values that break a relation between
 //! limits (all reported at once).
 
@@ -88,6 +103,10 @@ pub struct ConfigFile {
     pub voice_ws_path: Option<String>,
     /// Overrides of any bound.
     pub limits: Limits,
+    /// The NATS client's bounds (cluster mode).
+    pub nats_client: guildhall_cluster::NatsOptions,
+    /// The etcd client's bounds (cluster mode).
+    pub etcd_client: guildhall_cluster::EtcdOptions,
 }
 
 /// Top-level keys that the environment may set (`GUILDHALL_<KEY>`).
@@ -127,6 +146,8 @@ pub fn load(
     // Apply environment overrides through the serialized form, so every
     // field of Limits is covered without listing them again here.
     let mut limits = toml::Table::try_from(&config.limits)?;
+    let mut nats_client = toml::Table::try_from(&config.nats_client)?;
+    let mut etcd_client = toml::Table::try_from(config.etcd_client)?;
     for (key, value) in env {
         let Some(field) = key.strip_prefix("GUILDHALL_") else {
             continue;
@@ -136,18 +157,44 @@ pub fn load(
             set_top_level(&mut config, &field, &value).with_context(|| format!("{key}={value}"))?;
             continue;
         }
-        if !limits.contains_key(&field) {
+        let (table, field) = if let Some(f) = field.strip_prefix("nats_client_") {
+            (&mut nats_client, f.to_owned())
+        } else if let Some(f) = field.strip_prefix("etcd_client_") {
+            (&mut etcd_client, f.to_owned())
+        } else {
+            (&mut limits, field)
+        };
+        if !table.contains_key(&field) {
             bail!("{key}: no such limit");
         }
         let number: i64 = value
             .trim()
             .parse()
             .with_context(|| format!("{key}={value}: not an integer"))?;
-        limits.insert(field, toml::Value::Integer(number));
+        table.insert(field, toml::Value::Integer(number));
     }
     config.limits = limits.try_into().context("environment overrides")?;
-    if let Err(errors) = config.limits.validate() {
-        let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+    config.nats_client = nats_client.try_into().context("environment overrides")?;
+    config.etcd_client = etcd_client.try_into().context("environment overrides")?;
+    let mut lines: Vec<String> = match config.limits.validate() {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors.iter().map(|e| format!("  {e}")).collect(),
+    };
+    lines.extend(
+        config
+            .nats_client
+            .validate()
+            .into_iter()
+            .map(|e| format!("  nats_client: {e}")),
+    );
+    lines.extend(
+        config
+            .etcd_client
+            .validate()
+            .into_iter()
+            .map(|e| format!("  etcd_client: {e}")),
+    );
+    if !lines.is_empty() {
         bail!("invalid limits:\n{}", lines.join("\n"));
     }
     Ok(config)
@@ -419,6 +466,44 @@ mod tests {
         );
         let env = vec![("GUILDHALL_NO_SUCH_LIMIT".to_owned(), "1".to_owned())];
         assert!(load(None, env.into_iter()).is_err());
+    }
+
+    #[test]
+    fn the_service_clients_bounds_come_from_the_file_and_the_environment() {
+        let file = write(
+            "nats = \"nats://a:1\"\n[nats_client]\nping_interval_ms = 700\n[etcd_client]\nwatches_max = 9\n",
+        );
+        let env = vec![
+            (
+                "GUILDHALL_NATS_CLIENT_DEADLINE_CLOCK_SKEW_MS".to_owned(),
+                "40".to_owned(),
+            ),
+            (
+                "GUILDHALL_ETCD_CLIENT_CALL_TIMEOUT_MS".to_owned(),
+                "900".to_owned(),
+            ),
+        ];
+        let config = load(Some(file.path()), env.into_iter()).unwrap();
+        assert_eq!(config.nats.as_deref(), Some("nats://a:1"));
+        assert_eq!(config.nats_client.ping_interval_ms, 700);
+        assert_eq!(config.nats_client.deadline_clock_skew_ms, 40);
+        assert_eq!(
+            config.nats_client.request_timeout_cap_ms,
+            guildhall_cluster::nats::NATS_REQUEST_TIMEOUT_CAP_MS
+        );
+        assert_eq!(config.etcd_client.watches_max, 9);
+        assert_eq!(config.etcd_client.call_timeout_ms, 900);
+        // The payload bound is the limits' (shared with the in-process bus).
+        let payload = write("[nats_client]\npayload_bytes_max = 5\n");
+        assert!(load(Some(payload.path()), std::iter::empty()).is_err());
+        let zero = vec![(
+            "GUILDHALL_ETCD_CLIENT_KEEPERS_MAX".to_owned(),
+            "0".to_owned(),
+        )];
+        let error = format!("{:#}", load(None, zero.into_iter()).unwrap_err());
+        assert!(error.contains("etcd_client: keepers_max"), "{error}");
+        let unknown = vec![("GUILDHALL_NATS_CLIENT_NO_SUCH".to_owned(), "1".to_owned())];
+        assert!(load(None, unknown.into_iter()).is_err());
     }
 
     #[test]

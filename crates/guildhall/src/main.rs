@@ -429,6 +429,7 @@ fn main() -> Result<()> {
                 .or(file.data_dir)
                 .unwrap_or_else(|| "./guildhall-data".into());
             let limits = file.limits;
+            let (nats_client, etcd_client) = (file.nats_client, file.etcd_client);
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -451,18 +452,15 @@ fn main() -> Result<()> {
                         &services.nats,
                         guildhall_cluster::NatsOptions {
                             payload_bytes_max: limits.bus_payload_bytes_max,
-                            ..guildhall_cluster::NatsOptions::default()
+                            ..nats_client.clone()
                         },
                     )
                     .await
                     .with_context(|| format!("connecting to NATS at {}", services.nats))?;
                     let endpoints: Vec<&str> = services.etcd.split(',').map(str::trim).collect();
-                    let etcd = guildhall_cluster::EtcdRegistry::connect(
-                        &endpoints,
-                        guildhall_cluster::EtcdOptions::default(),
-                    )
-                    .await
-                    .with_context(|| format!("connecting to etcd at {}", services.etcd))?;
+                    let etcd = guildhall_cluster::EtcdRegistry::connect(&endpoints, etcd_client)
+                        .await
+                        .with_context(|| format!("connecting to etcd at {}", services.etcd))?;
                     config.bus = Some(std::sync::Arc::new(nats));
                     config.registry = Some(std::sync::Arc::new(etcd));
                     config.database_url = Some(services.database_url.clone());
