@@ -124,6 +124,21 @@ pub trait Bus: Send + Sync + std::fmt::Debug + 'static {
     /// Delivers `payload` to every plain subscriber of `subject` and to one
     /// member of each queue group. Never waits.
     fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError>;
+    /// As [`Bus::publish`], for a request passed on to another server
+    /// (forwarded, handed over) with its caller's `deadline`, so the next
+    /// server sees it as [`Message::deadline`] and does not start what
+    /// nobody waits for. Without a transport of its own for it, the
+    /// deadline is dropped (the request then looks as if sent without one).
+    fn publish_request(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        payload: Bytes,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<(), BusError> {
+        let _ = deadline;
+        self.publish(subject, reply, payload)
+    }
     /// Subscribes to `subject` (exact match), alone or in `queue_group`,
     /// holding at most `capacity_messages` undelivered messages. Dropping
     /// the subscription unsubscribes.
@@ -457,6 +472,16 @@ impl LocalBus {
 impl Bus for LocalBus {
     fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
         self.deliver(subject, reply, payload, None)
+    }
+
+    fn publish_request(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        payload: Bytes,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<(), BusError> {
+        self.deliver(subject, reply, payload, deadline)
     }
 
     async fn subscribe(

@@ -278,6 +278,10 @@ pub struct NatsStats {
     /// Received deadline headers that did not parse (the message is
     /// delivered without a deadline).
     pub deadline_header_invalid_total: AtomicU64,
+    /// Requests that arrived already past their caller's wall-clock
+    /// deadline while their time left said otherwise: a pause of this
+    /// process, or this host's clock ahead of the caller's (NTP).
+    pub deadline_clock_expired_total: AtomicU64,
 }
 
 /// A subscription's entry in the slow-consumer table.
@@ -387,6 +391,8 @@ struct Outbound {
     subject: String,
     reply: Option<String>,
     payload: Bytes,
+    /// A passed-on request's caller deadline: sent as the two headers.
+    deadline: Option<Instant>,
 }
 
 struct Inner {
@@ -615,13 +621,31 @@ async fn run_publisher(
 ) {
     while let Some(outbound) = queue.recv().await {
         let len = outbound.payload.len();
-        let result = match outbound.reply {
-            Some(reply) => {
+        let headers = outbound
+            .deadline
+            .map(|deadline| deadline_headers(deadline.saturating_duration_since(Instant::now())));
+        let result = match (outbound.reply, headers) {
+            (Some(reply), Some(headers)) => {
+                client
+                    .publish_with_reply_and_headers(
+                        outbound.subject,
+                        reply,
+                        headers,
+                        outbound.payload,
+                    )
+                    .await
+            }
+            (Some(reply), None) => {
                 client
                     .publish_with_reply(outbound.subject, reply, outbound.payload)
                     .await
             }
-            None => client.publish(outbound.subject, outbound.payload).await,
+            (None, Some(headers)) => {
+                client
+                    .publish_with_headers(outbound.subject, headers, outbound.payload)
+                    .await
+            }
+            (None, None) => client.publish(outbound.subject, outbound.payload).await,
         };
         shared
             .publish_queued_bytes
@@ -693,6 +717,18 @@ fn unix_now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The two deadline headers of a request with `left` to go.
+fn deadline_headers(left: Duration) -> async_nats::HeaderMap {
+    let left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(DEADLINE_HEADER, left_ms.to_string().as_str());
+    headers.insert(
+        DEADLINE_UNIX_HEADER,
+        unix_now_ms().saturating_add(left_ms).to_string().as_str(),
+    );
+    headers
+}
+
 /// Reads the deadline headers into an instant after `received`: the time
 /// left, cut to what the caller's wall-clock deadline still allows (plus
 /// the skew slack) when that header is present.
@@ -718,9 +754,26 @@ fn deadline_of(
     if let Some(unix) = headers.get(DEADLINE_UNIX_HEADER) {
         match unix.as_str().trim().parse::<u64>() {
             Ok(deadline_unix_ms) => {
+                let now = unix_now_ms();
                 let by_clock = deadline_unix_ms
                     .saturating_add(shared.deadline_clock_skew_ms)
-                    .saturating_sub(unix_now_ms());
+                    .saturating_sub(now);
+                if by_clock == 0 && !left.is_zero() {
+                    // Said, because one host whose clock runs ahead would
+                    // otherwise see every request expire without a word.
+                    shared
+                        .nats
+                        .deadline_clock_expired_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    if let Some(suppressed) = shared.log_verdict("deadline_clock_expired") {
+                        tracing::warn!(
+                            late_ms = now.saturating_sub(deadline_unix_ms),
+                            suppressed,
+                            "a request arrived past its caller's wall-clock deadline: this \
+                             process was paused, or its clock is ahead of the caller's"
+                        );
+                    }
+                }
                 left = left.min(duration_ms(by_clock));
             }
             // The time left still holds.
@@ -885,6 +938,16 @@ impl NatsBus {
 #[async_trait::async_trait]
 impl Bus for NatsBus {
     fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
+        self.publish_request(subject, reply, payload, None)
+    }
+
+    fn publish_request(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        payload: Bytes,
+        deadline: Option<Instant>,
+    ) -> Result<(), BusError> {
         let shared = &self.inner.shared;
         if !valid_subject(subject) || reply.is_some_and(|r| !valid_subject(r)) {
             return Err(BusError::InvalidSubject);
@@ -904,6 +967,7 @@ impl Bus for NatsBus {
                     subject: subject.to_owned(),
                     reply: reply.map(str::to_owned),
                     payload,
+                    deadline,
                 })
                 .is_ok();
         if !sent {
@@ -966,11 +1030,7 @@ impl Bus for NatsBus {
         self.refuse_disconnected()?;
         let timeout = timeout.min(self.request_timeout_cap());
         let deadline = Instant::now() + timeout;
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(DEADLINE_HEADER, timeout.as_millis().to_string().as_str());
-        let deadline_unix_ms =
-            unix_now_ms().saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
-        headers.insert(DEADLINE_UNIX_HEADER, deadline_unix_ms.to_string().as_str());
+        let headers = deadline_headers(timeout);
         let request = async_nats::Request::new()
             .payload(payload)
             .headers(headers)

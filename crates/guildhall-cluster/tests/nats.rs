@@ -671,6 +671,14 @@ async fn a_request_whose_wall_clock_deadline_passed_during_a_pause_is_expired() 
     // The caller gave up 5 s ago (beyond the clock-skew slack).
     let late = send((unix_now_ms - 5_000).to_string()).await;
     assert!(late.expired(), "{:?}", late.deadline);
+    assert_eq!(
+        server
+            .nats_stats()
+            .deadline_clock_expired_total
+            .load(Ordering::Relaxed),
+        1,
+        "counted apart, since a fast clock looks the same"
+    );
     // Its deadline is 20 s away on both clocks.
     let fresh = send((unix_now_ms + 20_000).to_string()).await;
     assert!(!fresh.expired());

@@ -225,10 +225,11 @@ impl ClusterState {
             .map(|g| g.node.clone())
     }
 
-    /// Whether `guild_id` was in this node's last listing of guild ids
-    /// (else its owner is its plain ring primary until the next listing).
-    pub fn guild_listed(&self, guild_id: i64) -> bool {
-        self.placement().is_listed(guild_id as u64)
+    /// Whether `guild_id` was created since this node's last listing: not
+    /// in it, and above every id in it.
+    pub fn guild_newer_than_listing(&self, guild_id: i64) -> bool {
+        let placement = self.placement();
+        !placement.is_listed(guild_id as u64) && placement.is_newer_than_listing(guild_id as u64)
     }
 
     /// The node whose guilds role owns `guild_id` under the current

@@ -1759,6 +1759,7 @@ impl GuildOwner {
             let Envelope {
                 call,
                 reply,
+                deadline: _,
                 hops: _,
                 queued,
             } = envelope;
@@ -1827,6 +1828,17 @@ fn forward(
             answer(bus, &reply, Err(GuildError::Overloaded));
         }
     };
+    // Its caller gave up (it waited in a mailbox, or in this process's
+    // buffers through a pause): nobody reads an answer, so nothing is sent.
+    if envelope
+        .deadline
+        .is_some_and(|deadline| deadline <= tokio::time::Instant::now())
+    {
+        counters
+            .requests_expired_total
+            .fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     let Some(target) = target else {
         return refuse(envelope.reply);
     };
@@ -1848,10 +1860,12 @@ fn forward(
     let Ok(bytes) = serde_json::to_vec(&request) else {
         return refuse(envelope.reply);
     };
-    match bus.publish(
+    // The caller's deadline goes along, so the next node sees it too.
+    match bus.publish_request(
         &guild_requests_subject(target),
         envelope.reply.as_deref(),
         bytes.into(),
+        envelope.deadline,
     ) {
         Ok(()) => {
             counters.forwarded_total.fetch_add(1, Ordering::Relaxed);
@@ -1864,6 +1878,8 @@ fn forward(
 struct Envelope {
     call: GuildCall,
     reply: Option<String>,
+    /// When its caller stops waiting (a request's; casts have none).
+    deadline: Option<tokio::time::Instant>,
     /// Times it was forwarded between guilds nodes already.
     hops: u32,
     /// It waited behind the guild's load (so it may be a subscription the
@@ -2225,7 +2241,14 @@ impl GuildDirectory {
                 .cluster
                 .owner_of(*guild_id)
                 .is_none_or(|node| node == self.node_name);
-            if vouched && mine {
+            // A guild created since this node's last listing was placed
+            // here by a node that listed it (a forwarded request, served
+            // ahead of the listing): this node's answer for it is only the
+            // plain ring primary's fallback, so it waits for the listing
+            // (at most `placement_refresh_interval_ms`) rather than move
+            // the guild away and back.
+            let ahead_of_listing = self.cluster.guild_newer_than_listing(*guild_id);
+            if vouched && (mine || ahead_of_listing) {
                 return true;
             }
             handle.stop.store(true, Ordering::Relaxed);
@@ -2623,6 +2646,7 @@ impl GuildDirectory {
                 let envelope = Envelope {
                     call: request.call,
                     reply: message.reply,
+                    deadline: message.deadline,
                     hops: request.hops,
                     queued: false,
                 };
@@ -2637,7 +2661,7 @@ impl GuildDirectory {
                 // here. Sending it back to the plain ring primary would
                 // bounce it until the hop limit refuses it.
                 let forwarded_ahead_of_listing =
-                    request.hops > 0 && !directory.cluster.guild_listed(guild_id);
+                    request.hops > 0 && directory.cluster.guild_newer_than_listing(guild_id);
                 if let Some(owner) = directory.cluster.owner_of(guild_id)
                     && owner != directory.node_name
                     && !forwarded_ahead_of_listing

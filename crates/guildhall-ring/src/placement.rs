@@ -92,6 +92,15 @@ impl Placement {
         self.owner.contains_key(&key)
     }
 
+    /// Whether `key` is above every key of the listing (a key created since
+    /// it, as snowflake ids are); false for an empty listing.
+    pub fn is_newer_than_listing(&self, key: u64) -> bool {
+        self.owner
+            .keys()
+            .next_back()
+            .is_some_and(|last| key > *last)
+    }
+
     /// The ring the placement was computed on.
     pub fn ring(&self) -> &Ring {
         &self.ring
@@ -235,6 +244,7 @@ mod tests {
         let placement = Placement::compute(ring.clone(), &[10, 20], 250);
         assert_eq!(placement.owner(12345), ring.primary(12345));
         assert!(placement.is_listed(10) && !placement.is_listed(12345));
+        assert!(placement.is_newer_than_listing(21) && !placement.is_newer_than_listing(15));
         assert!(
             Placement::compute(Ring::new(1, &[], 16), &[1], 250)
                 .owner(1)

@@ -9,3 +9,5 @@ CREATE TABLE session_starts (
     window_start_ms INTEGER NOT NULL,
     starts INTEGER NOT NULL
 );
+-- The sweep of ended windows when the table is full reads by age.
+CREATE INDEX session_starts_by_window ON session_starts (window_start_ms);

