@@ -228,8 +228,7 @@ impl ClusterState {
     /// Whether `guild_id` was created since this node's last listing: not
     /// in it, and above every id in it.
     pub fn guild_newer_than_listing(&self, guild_id: i64) -> bool {
-        let placement = self.placement();
-        !placement.is_listed(guild_id as u64) && placement.is_newer_than_listing(guild_id as u64)
+        self.placement().is_newer_than_listing(guild_id as u64)
     }
 
     /// The node whose guilds role owns `guild_id` under the current

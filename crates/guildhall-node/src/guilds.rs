@@ -2247,8 +2247,7 @@ impl GuildDirectory {
             // plain ring primary's fallback, so it waits for the listing
             // (at most `placement_refresh_interval_ms`) rather than move
             // the guild away and back.
-            let ahead_of_listing = self.cluster.guild_newer_than_listing(*guild_id);
-            if vouched && (mine || ahead_of_listing) {
+            if vouched && (mine || self.cluster.guild_newer_than_listing(*guild_id)) {
                 return true;
             }
             handle.stop.store(true, Ordering::Relaxed);

@@ -434,3 +434,15 @@ pub fn seed() -> u64 {
                 .unwrap_or(1)
         })
 }
+
+/// Polls `check` every 100 ms, at most `polls_max` times, and panics with
+/// `what` if it never holds: a bound on the wait, not a timed assertion.
+pub async fn until(what: &str, polls_max: u32, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..polls_max {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}

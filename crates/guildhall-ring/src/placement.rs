@@ -86,14 +86,9 @@ impl Placement {
             .or_else(|| self.ring.primary(key))
     }
 
-    /// Whether `key` was in the listing this placement was computed from
-    /// (else [`Placement::owner`] is its plain ring primary).
-    pub fn is_listed(&self, key: u64) -> bool {
-        self.owner.contains_key(&key)
-    }
-
     /// Whether `key` is above every key of the listing (a key created since
-    /// it, as snowflake ids are); false for an empty listing.
+    /// it, as snowflake ids are; so not in it, and [`Placement::owner`] is
+    /// its plain ring primary); false for an empty listing.
     pub fn is_newer_than_listing(&self, key: u64) -> bool {
         self.owner
             .keys()
@@ -243,8 +238,8 @@ mod tests {
         let ring = Ring::new(1, &members(&[1, 2, 3]), 16);
         let placement = Placement::compute(ring.clone(), &[10, 20], 250);
         assert_eq!(placement.owner(12345), ring.primary(12345));
-        assert!(placement.is_listed(10) && !placement.is_listed(12345));
         assert!(placement.is_newer_than_listing(21) && !placement.is_newer_than_listing(15));
+        assert!(!placement.is_newer_than_listing(10));
         assert!(
             Placement::compute(Ring::new(1, &[], 16), &[1], 250)
                 .owner(1)

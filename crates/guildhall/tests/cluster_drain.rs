@@ -56,14 +56,9 @@ fn spawn(services: &Services, name: &str, worker: u16, roles: &str) -> Node {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..POLLS_MAX {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
+/// [`common::until`] with this file's bound.
+async fn until(what: &str, check: impl AsyncFnMut() -> bool) {
+    common::until(what, POLLS_MAX, check).await;
 }
 
 fn seq(frame: &Value) -> u64 {

@@ -52,14 +52,9 @@ async fn metric_sum(node: &TestNode, name: &str) -> u64 {
         .sum()
 }
 
-async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..POLLS_MAX {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("never: {what}");
+/// [`common::until`] with this file's bound.
+async fn until(what: &str, check: impl AsyncFnMut() -> bool) {
+    common::until(what, POLLS_MAX, check).await;
 }
 
 /// The `i`-th corrupt value for the key it goes to. Keys take turns, and
