@@ -113,7 +113,7 @@ fn conformance(build: bool) -> bool {
         && !run(
             "cargo",
             &["build", "--quiet", "--locked", "-p", "guildhall"],
-            &DENY_WARNINGS,
+            &CI_ENV,
         )
     {
         return false;
@@ -282,7 +282,7 @@ fn conformance_cluster(build: bool) -> bool {
         && !run(
             "cargo",
             &["build", "--quiet", "--locked", "-p", "guildhall"],
-            &DENY_WARNINGS,
+            &CI_ENV,
         )
     {
         return false;
@@ -350,17 +350,20 @@ fn cluster(args: &[String]) -> bool {
 }
 
 /// Warnings are errors in CI; every cargo step uses the same flags, so
-/// no step invalidates another's build.
-const DENY_WARNINGS: [(&str, &str); 2] = [
+/// no step invalidates another's build. A CI build is cold and built once,
+/// so incremental state would only take disk (gigabytes over the test
+/// binaries; one run died of ENOSPC while linking).
+const CI_ENV: [(&str, &str); 3] = [
     ("RUSTFLAGS", "-D warnings"),
     ("RUSTDOCFLAGS", "-D warnings"),
+    ("CARGO_INCREMENTAL", "0"),
 ];
 
 /// fmt, clippy with warnings denied, nextest, doc tests, library
 /// conformance; stops at the first
 /// failure so the log ends with the cause.
 fn ci() -> bool {
-    let deny = DENY_WARNINGS;
+    let deny = CI_ENV;
     run("cargo", &["fmt", "--all", "--check"], &[])
         && run(
             "cargo",
