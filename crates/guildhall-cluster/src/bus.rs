@@ -171,6 +171,12 @@ pub trait Bus: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Message, BusError>;
     /// Counters.
     fn stats(&self) -> &BusStats;
+    /// The transport's own counters beyond [`BusStats`], as
+    /// (metric name, help, counter) for `/metrics`: NATS's reconnects,
+    /// slow consumers, refusals while disconnected. None in process.
+    fn transport_counters(&self) -> Vec<(&'static str, &'static str, &AtomicU64)> {
+        Vec::new()
+    }
 }
 
 /// A subscription: a bounded queue of messages.
@@ -632,6 +638,10 @@ impl Bus for DroppingBus {
 
     fn stats(&self) -> &BusStats {
         self.inner.stats()
+    }
+
+    fn transport_counters(&self) -> Vec<(&'static str, &'static str, &AtomicU64)> {
+        self.inner.transport_counters()
     }
 }
 

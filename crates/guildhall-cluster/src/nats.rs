@@ -1084,6 +1084,52 @@ impl Bus for NatsBus {
     fn stats(&self) -> &BusStats {
         &self.inner.shared.stats
     }
+
+    fn transport_counters(&self) -> Vec<(&'static str, &'static str, &AtomicU64)> {
+        let n = &self.inner.shared.nats;
+        vec![
+            (
+                "guildhall_nats_publish_queue_full_total",
+                "NATS publishes refused because the publish queue was full.",
+                &n.publish_queue_full_total,
+            ),
+            (
+                "guildhall_nats_disconnected_refusals_total",
+                "NATS publishes, subscribes and requests refused while disconnected.",
+                &n.disconnected_refusals_total,
+            ),
+            (
+                "guildhall_nats_publish_errors_total",
+                "NATS publishes the client refused after they left the queue.",
+                &n.publish_errors_total,
+            ),
+            (
+                "guildhall_nats_slow_consumer_events_total",
+                "Slow-consumer events the NATS client reported (a message dropped).",
+                &n.slow_consumer_events_total,
+            ),
+            (
+                "guildhall_nats_disconnects_total",
+                "NATS connection losses.",
+                &n.disconnects_total,
+            ),
+            (
+                "guildhall_nats_connects_total",
+                "NATS (re)connections, the first one included.",
+                &n.connects_total,
+            ),
+            (
+                "guildhall_nats_deadline_header_invalid_total",
+                "Received NATS deadline headers that did not parse.",
+                &n.deadline_header_invalid_total,
+            ),
+            (
+                "guildhall_nats_deadline_clock_expired_total",
+                "Requests that arrived past their caller's wall-clock deadline (a pause, or clock skew).",
+                &n.deadline_clock_expired_total,
+            ),
+        ]
+    }
 }
 
 #[cfg(test)]

@@ -420,11 +420,18 @@ pub const SESSION_START_WINDOW_MS: u64 = 86_400_000;
 /// full total.
 pub const SESSION_START_BOTS_MAX: usize = 100_000;
 
-/// `session_start_limit.max_concurrency`: IDENTIFYs per 5 s a bot is told
-/// it may make at once (libraries start that many shards together). Only
-/// reported: IDENTIFYs are paced by `handshake_rate_per_s` here, and
-/// libraries pace themselves by this value anyway.
+/// `session_start_limit.max_concurrency`: a bot's IDENTIFYs are put in
+/// buckets by `shard_id % identify_concurrency_max` (no `shard`: bucket
+/// 0), and each bucket admits one IDENTIFY per
+/// `identify_concurrency_window_ms`, counted in the store so every gateway
+/// node shares the buckets. When hit: INVALID_SESSION (`d: false`), as
+/// Discord documents; the library identifies again a few seconds later.
+/// Counted as `identify_concurrency_refused_total`. RESUMEs and users'
+/// IDENTIFYs are not bucketed.
 pub const IDENTIFY_CONCURRENCY_MAX: u32 = 1;
+
+/// The window of one `identify_concurrency_max` bucket (Discord's 5 s).
+pub const IDENTIFY_CONCURRENCY_WINDOW_MS: u64 = 5_000;
 
 /// Database connections. SQLite serialises writers; readers run in parallel under WAL. When all are busy past the acquire timeout: `Busy` (503).
 pub const STORE_POOL_CONNECTIONS_MAX: u32 = 8;
@@ -1233,6 +1240,8 @@ pub struct Limits {
     pub session_start_bots_max: usize,
     /// See [`IDENTIFY_CONCURRENCY_MAX`].
     pub identify_concurrency_max: u32,
+    /// See [`IDENTIFY_CONCURRENCY_WINDOW_MS`].
+    pub identify_concurrency_window_ms: u64,
     /// See [`STORE_POOL_CONNECTIONS_MAX`].
     pub store_pool_connections_max: u32,
     /// See [`MESSAGE_WRITE_QUEUE_MAX`].
@@ -1541,6 +1550,7 @@ impl Default for Limits {
             session_start_window_ms: SESSION_START_WINDOW_MS,
             session_start_bots_max: SESSION_START_BOTS_MAX,
             identify_concurrency_max: IDENTIFY_CONCURRENCY_MAX,
+            identify_concurrency_window_ms: IDENTIFY_CONCURRENCY_WINDOW_MS,
             store_pool_connections_max: STORE_POOL_CONNECTIONS_MAX,
             message_write_queue_max: MESSAGE_WRITE_QUEUE_MAX,
             message_write_batch_max: MESSAGE_WRITE_BATCH_MAX,
@@ -2094,6 +2104,18 @@ impl Limits {
             self.identify_concurrency_max >= 1,
             "identify_concurrency_max",
             "must be at least 1",
+        );
+        // A bucket per shard at most: more would never be used, and each
+        // is a row per bot in the store.
+        check(
+            self.identify_concurrency_max <= self.gateway_shards_max,
+            "identify_concurrency_max",
+            "must be at most gateway_shards_max",
+        );
+        check(
+            (1..=60_000).contains(&self.identify_concurrency_window_ms),
+            "identify_concurrency_window_ms",
+            "must be between 1 and 60000",
         );
         check(
             self.store_pool_connections_max >= 1,
@@ -2736,6 +2758,7 @@ mod tests {
             "session_start_window_ms",
             "session_start_bots_max",
             "identify_concurrency_max",
+            "identify_concurrency_window_ms",
             "store_pool_connections_max",
             "message_write_queue_max",
             "message_write_batch_max",
@@ -2923,6 +2946,7 @@ mod tests {
             "session_start_window_ms" => l.session_start_window_ms = 0,
             "session_start_bots_max" => l.session_start_bots_max = 0,
             "identify_concurrency_max" => l.identify_concurrency_max = 0,
+            "identify_concurrency_window_ms" => l.identify_concurrency_window_ms = 0,
             "store_pool_connections_max" => l.store_pool_connections_max = 0,
             "message_write_queue_max" => l.message_write_queue_max = 0,
             "message_write_batch_max" => l.message_write_batch_max = 0,

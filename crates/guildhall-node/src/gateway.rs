@@ -49,7 +49,7 @@ use guildhall_session::machine::{
 };
 use guildhall_session::queue::Outbound;
 use guildhall_session::replay::ReplayError;
-use guildhall_store::{SessionStart, UserRow};
+use guildhall_store::{IdentifyBucket, SessionStart, UserRow};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -128,6 +128,12 @@ pub struct GatewayCounters {
     /// Bot IDENTIFYs admitted uncounted: the store tracked
     /// `session_start_bots_max` bots already.
     pub session_starts_untracked_total: AtomicU64,
+    /// Bot IDENTIFYs answered with INVALID_SESSION: their
+    /// `max_concurrency` bucket admitted one within the window.
+    pub identify_concurrency_refused_total: AtomicU64,
+    /// Bot IDENTIFYs admitted outside `max_concurrency`: the store tracked
+    /// `session_start_bots_max` buckets already.
+    pub identify_buckets_untracked_total: AtomicU64,
 }
 
 /// Handshake admission: the control crate's [`HandshakeAdmission`] decides
@@ -539,6 +545,57 @@ impl Gateway {
         Ok(slot)
     }
 
+    /// A bot's IDENTIFY against its `max_concurrency` bucket
+    /// (`shard_id % identify_concurrency_max`, one IDENTIFY per
+    /// `identify_concurrency_window_ms`, in the store so every gateway node
+    /// shares it): over it, INVALID_SESSION, as Discord documents. A store
+    /// that cannot answer is the same as an overloaded users service (op 9,
+    /// the client tries again); a bucket the store cannot track
+    /// (`session_start_bots_max` rows) is admitted, counted.
+    async fn admit_identify(
+        &self,
+        bot_id: i64,
+        shard: Option<[u32; 2]>,
+    ) -> Result<(), AuthFailure> {
+        let limits = &self.shared.limits;
+        let bucket = shard.map_or(0, |[shard_id, _]| {
+            shard_id % limits.identify_concurrency_max.max(1)
+        });
+        let admitted = self
+            .shared
+            .store
+            .identify_in_bucket(
+                bot_id,
+                bucket.into(),
+                i64::try_from(now_ms()).unwrap_or(i64::MAX),
+                i64::try_from(limits.identify_concurrency_window_ms).unwrap_or(i64::MAX),
+                i64::try_from(limits.session_start_bots_max).unwrap_or(i64::MAX),
+            )
+            .await
+            .map_err(|_| AuthFailure::Overloaded)?;
+        match admitted {
+            IdentifyBucket::Admitted => Ok(()),
+            IdentifyBucket::Refused => {
+                self.counters
+                    .identify_concurrency_refused_total
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(AuthFailure::ConcurrencyExceeded)
+            }
+            IdentifyBucket::Untracked => {
+                self.counters
+                    .identify_buckets_untracked_total
+                    .fetch_add(1, Ordering::Relaxed);
+                crate::throttled!(
+                    warn,
+                    "gateway.identify_buckets_untracked",
+                    rows_max = limits.session_start_bots_max,
+                    "an IDENTIFY admitted outside max_concurrency: the store tracks its maximum of buckets"
+                );
+                Ok(())
+            }
+        }
+    }
+
     /// Counts a bot's IDENTIFY against its session start limit
     /// (`session_starts_per_window_max` per `session_start_window_ms`,
     /// kept in the store so every gateway node counts against one total;
@@ -946,7 +1003,14 @@ impl Gateway {
                     Command::Close(code) => break 'socket Some(self.closing(None, code)),
                     Command::Authenticate(identify) => {
                         identify_started = Some(std::time::Instant::now());
-                        let result = authenticate(&self.shared, &self.users, &identify.token).await;
+                        let mut result =
+                            authenticate(&self.shared, &self.users, &identify.token).await;
+                        if let Ok((row, _, _)) = &result
+                            && row.bot
+                            && let Err(failure) = self.admit_identify(row.id, identify.shard).await
+                        {
+                            result = Err(failure);
+                        }
                         let result = result.map(|(row, identity, flags)| {
                             user = Some(row);
                             app_flags = flags;

@@ -547,6 +547,19 @@ async fn metrics(
         gw.session_starts_untracked_total.load(Ordering::Relaxed),
     );
     line(
+        "guildhall_identify_concurrency_refused_total",
+        "counter",
+        "Bot IDENTIFYs answered with INVALID_SESSION: max_concurrency bucket used within its window.",
+        gw.identify_concurrency_refused_total
+            .load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_identify_buckets_untracked_total",
+        "counter",
+        "Bot IDENTIFYs admitted outside max_concurrency: session_start_bots_max buckets tracked.",
+        gw.identify_buckets_untracked_total.load(Ordering::Relaxed),
+    );
+    line(
         "guildhall_resumed_total",
         "counter",
         "RESUMED sent.",
@@ -936,7 +949,10 @@ async fn metrics(
             "Member rows read by whole-guild loads.",
             &node.shared.store.counters().member_rows_loaded_total,
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(node.bus.transport_counters())
+    {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",

@@ -154,7 +154,16 @@ impl TestNode {
         .await
     }
 
-    async fn from_config(config: guildhall_node::NodeConfig) -> Self {
+    async fn from_config(mut config: guildhall_node::NodeConfig) -> Self {
+        // Tests identify one bot many times in a row, faster than any
+        // library would (libraries pace IDENTIFYs by `max_concurrency`):
+        // the 5 s bucket would turn most of them into INVALID_SESSION. A
+        // test of the buckets asks for a window of its own.
+        if config.limits.identify_concurrency_window_ms
+            == guildhall_limits::IDENTIFY_CONCURRENCY_WINDOW_MS
+        {
+            config.limits.identify_concurrency_window_ms = 1;
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -4,7 +4,9 @@
 //! those; a message in a guild reaches the owning shard only, a DM shard 0
 //! only; a guild joined later goes to its shard; 4011 counts the shard's
 //! guilds; `GET /gateway/bot`'s `session_start_limit.remaining` counts
-//! IDENTIFYs down and the one past the total is closed with 4004.
+//! IDENTIFYs down and the one past the total is closed with 4004; an
+//! IDENTIFY in a `max_concurrency` bucket used within its window gets
+//! INVALID_SESSION and may identify again on the same socket.
 //!
 //! "Only" without timing: every event of the node passes one events
 //! partition (`gateway_event_partitions: 1`), and a guild's event is
@@ -59,7 +61,7 @@ async fn start_limit(node: &TestNode, token: &str) -> Value {
     let (status, body) = node.call("GET", "/gateway/bot", Some(token), None).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["session_start_limit"]["total"], STARTS_TOTAL);
-    assert_eq!(body["session_start_limit"]["max_concurrency"], 1);
+    assert!(body["session_start_limit"]["max_concurrency"].as_u64() >= Some(1));
     body
 }
 
@@ -479,4 +481,98 @@ async fn gateway_nodes_share_one_session_start_count() {
     for node in nodes {
         node.stop().await;
     }
+}
+
+/// HELLO's socket after an IDENTIFY: READY, or INVALID_SESSION's `d`.
+async fn identify_on(client: &mut Client, token: &str, shard: [u32; 2]) -> Result<Value, Value> {
+    client
+        .send(
+            json!({"op": 2, "d": {"token": format!("Bot {token}"), "intents": INTENTS,
+            "shard": shard, "properties": {"os": "linux", "browser": "test", "device": "test"}}}),
+        )
+        .await;
+    loop {
+        let frame = client.next().await.unwrap();
+        if frame["t"] == "READY" {
+            return Ok(frame);
+        }
+        if frame["op"] == 9 {
+            return Err(frame["d"].clone());
+        }
+    }
+}
+
+/// Discord's `max_concurrency`: a bot's IDENTIFYs fall in buckets by
+/// `shard_id % max_concurrency`, one per bucket per window; one more in a
+/// used bucket gets INVALID_SESSION (`d: false`) and its socket stays open
+/// for the next IDENTIFY, which a free bucket admits. Buckets are the
+/// bot's own, and users' IDENTIFYs are not bucketed. The window outlasts
+/// the test, so nothing here depends on timing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identifies_are_admitted_one_per_concurrency_bucket() {
+    let limits = Limits {
+        identify_concurrency_max: 2,
+        identify_concurrency_window_ms: 60_000,
+        session_starts_per_window_max: STARTS_TOTAL,
+        rest_rate_limit_per_window: 1_000_000,
+        ..Limits::default()
+    };
+    let node = TestNode::with_limits(limits).await;
+    let (owner, _) = node.register("owner").await;
+    let (guild, _) = node.guild(&owner, "buckets").await;
+    let (_, bot) = node.bot_in(&owner, &guild).await;
+    let (_, other_bot) = node.bot_in(&owner, &guild).await;
+    let limit = start_limit(&node, &bot).await;
+    assert_eq!(limit["session_start_limit"]["max_concurrency"], 2);
+    let connect = async || {
+        let mut client = Client::connect(&node.ws).await;
+        assert_eq!(client.next().await.unwrap()["op"], 10);
+        client
+    };
+
+    let mut shard0 = connect().await;
+    let ready = identify_on(&mut shard0, &bot, [0, 4]).await.unwrap();
+    assert_eq!(ready["d"]["shard"], json!([0, 4]));
+    // Shard 2 is bucket 0 too: refused, and the socket may identify again.
+    let mut next = connect().await;
+    assert_eq!(
+        identify_on(&mut next, &bot, [2, 4]).await,
+        Err(json!(false))
+    );
+    assert_eq!(
+        node.metric("guildhall_identify_concurrency_refused_total")
+            .await,
+        1
+    );
+    // Shard 1 (bucket 1) on that same socket: admitted.
+    let ready = identify_on(&mut next, &bot, [1, 4]).await.unwrap();
+    assert_eq!(ready["d"]["shard"], json!([1, 4]));
+    let mut third = connect().await;
+    assert_eq!(
+        identify_on(&mut third, &bot, [3, 4]).await,
+        Err(json!(false))
+    );
+    // A refused IDENTIFY started no session.
+    assert_eq!(
+        start_limit(&node, &bot).await["session_start_limit"]["remaining"],
+        limit["session_start_limit"]["remaining"].as_u64().unwrap() - 2
+    );
+    // Another bot's bucket 0 is its own.
+    let mut other = connect().await;
+    identify_on(&mut other, &other_bot, [0, 4]).await.unwrap();
+    // Users are not bucketed: two IDENTIFYs in a row, two READYs.
+    for _ in 0..2 {
+        let mut user = Client::connect(&node.ws).await;
+        user.identify(&owner, INTENTS).await;
+    }
+    assert_eq!(
+        node.metric("guildhall_identify_concurrency_refused_total")
+            .await,
+        2
+    );
+    assert_eq!(
+        node.metric("guildhall_identify_buckets_untracked_total")
+            .await,
+        0
+    );
 }

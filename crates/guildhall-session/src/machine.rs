@@ -95,6 +95,10 @@ pub enum AuthFailure {
     /// client identifies again ~5 s later. Never refuse a first connection
     /// that could succeed later (discord.py and discord.js exit on that).
     Overloaded,
+    /// The bot's `max_concurrency` bucket admitted an IDENTIFY within the
+    /// window: INVALID_SESSION (d=false), as Discord documents; the client
+    /// identifies again a few seconds later.
+    ConcurrencyExceeded,
 }
 
 /// Why a RESUME could not be served.
@@ -289,7 +293,9 @@ impl Session {
         };
         match result {
             Err(AuthFailure::BadToken) => self.close(CloseCode::AuthenticationFailed, out),
-            Err(AuthFailure::Overloaded) => self.invalid_session(now_ms, out),
+            Err(AuthFailure::Overloaded | AuthFailure::ConcurrencyExceeded) => {
+                self.invalid_session(now_ms, out)
+            }
             Ok(identity) => {
                 match intents::check(identify.intents, identity.privileged_intents_allowed) {
                     Err(error) => self.close(error.into(), out),
@@ -454,23 +460,30 @@ mod tests {
     }
 
     #[test]
-    fn overloaded_identify_is_invalid_session_not_a_refusal() {
-        let (mut s, _) = Session::new(SessionConfig::default(), 0);
-        let mut out = Vec::new();
-        s.on_text(1, IDENTIFY.as_bytes(), &mut out);
-        out.clear();
-        s.identified(1, Err(AuthFailure::Overloaded), &mut out);
-        assert_eq!(
-            out,
-            [Command::Send(
-                gateway::invalid_session_frame(false).to_owned()
-            )]
-        );
-        assert_eq!(
-            s.phase(),
-            Phase::AwaitingIdentify,
-            "the client may IDENTIFY again"
-        );
+    fn overloaded_or_over_concurrency_identify_is_invalid_session_not_a_refusal() {
+        for failure in [AuthFailure::Overloaded, AuthFailure::ConcurrencyExceeded] {
+            let (mut s, _) = Session::new(SessionConfig::default(), 0);
+            let mut out = Vec::new();
+            s.on_text(1, IDENTIFY.as_bytes(), &mut out);
+            out.clear();
+            s.identified(1, Err(failure), &mut out);
+            assert_eq!(
+                out,
+                [Command::Send(
+                    gateway::invalid_session_frame(false).to_owned()
+                )],
+                "{failure:?}"
+            );
+            assert_eq!(
+                s.phase(),
+                Phase::AwaitingIdentify,
+                "the client may IDENTIFY again"
+            );
+            // And it does, into a READY.
+            s.on_text(2, IDENTIFY.as_bytes(), &mut out);
+            s.identified(2, Ok(identity()), &mut out);
+            assert_eq!(s.phase(), Phase::Ready, "{failure:?}");
+        }
     }
 
     #[test]

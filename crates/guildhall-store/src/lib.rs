@@ -382,6 +382,19 @@ pub enum SessionStart {
     Untracked,
 }
 
+/// What an IDENTIFY's `max_concurrency` bucket said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdentifyBucket {
+    /// The bucket's window had ended (or it was new): this IDENTIFY
+    /// starts a new one.
+    Admitted,
+    /// The bucket admitted an IDENTIFY less than a window ago.
+    Refused,
+    /// The store tracks `rows_max` buckets within their windows: this one
+    /// is not counted.
+    Untracked,
+}
+
 /// What creating a command did (Discord's POST is an upsert by name).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CommandUpsert {
@@ -1140,6 +1153,79 @@ where
             }
         }
         Ok(SessionStart::Untracked)
+    }
+
+    /// Admits one IDENTIFY of bot `user_id` into its `max_concurrency`
+    /// bucket at `now_ms` if the bucket admitted none in the `window_ms`
+    /// before. A tracked bucket costs one conditional UPDATE, which
+    /// serialises concurrent IDENTIFYs of one bucket on several nodes (the
+    /// row lock on PostgreSQL, the single writer on SQLite); a new one an
+    /// INSERT, made only while fewer than `rows_max` rows exist (after
+    /// deleting rows whose window ended, when there are that many).
+    pub async fn identify_in_bucket(
+        &self,
+        user_id: i64,
+        bucket: i64,
+        now_ms: i64,
+        window_ms: i64,
+        rows_max: i64,
+    ) -> Result<IdentifyBucket> {
+        for round in 0..2 {
+            let updated = sqlx::query(
+                "UPDATE identify_buckets SET identified_at_ms = $3 \
+                 WHERE user_id = $1 AND bucket = $2 AND identified_at_ms + $4 <= $3",
+            )
+            .bind(user_id)
+            .bind(bucket)
+            .bind(now_ms)
+            .bind(window_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            if updated == 1 {
+                return Ok(IdentifyBucket::Admitted);
+            }
+            let inserted = sqlx::query(
+                "INSERT INTO identify_buckets (user_id, bucket, identified_at_ms) \
+                 SELECT $1, $2, $3 WHERE (SELECT COUNT(*) FROM identify_buckets) < $4 \
+                 ON CONFLICT (user_id, bucket) DO NOTHING",
+            )
+            .bind(user_id)
+            .bind(bucket)
+            .bind(now_ms)
+            .bind(rows_max)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                return Ok(IdentifyBucket::Admitted);
+            }
+            // Nothing written: the bucket's row exists within its window
+            // (refused), or the table is full.
+            let exists: Option<(i64,)> = sqlx::query_as(
+                "SELECT identified_at_ms FROM identify_buckets WHERE user_id = $1 AND bucket = $2",
+            )
+            .bind(user_id)
+            .bind(bucket)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some((at_ms,)) = exists {
+                if at_ms.saturating_add(window_ms) > now_ms {
+                    return Ok(IdentifyBucket::Refused);
+                }
+                // Its window ended between the UPDATE and now (another
+                // node's clock): the next round's UPDATE takes it.
+                continue;
+            }
+            if round == 0 {
+                sqlx::query("DELETE FROM identify_buckets WHERE identified_at_ms + $1 <= $2")
+                    .bind(window_ms)
+                    .bind(now_ms)
+                    .execute(&self.pool)
+                    .await?;
+            }
+        }
+        Ok(IdentifyBucket::Untracked)
     }
 
     /// Bot `user_id`'s session starts, if it is tracked (its window may
@@ -2234,6 +2320,8 @@ store_api! {
     fn start_session<'a>(&'a self, user_id: i64, now_ms: i64, window_ms: i64, total: i64, bots_max: i64) -> SessionStart;
     /// A bot's session starts, if tracked.
     fn session_starts<'a>(&'a self, user_id: i64) -> Option<SessionStarts>;
+    /// Admits a bot's IDENTIFY into its `max_concurrency` bucket, or not.
+    fn identify_in_bucket<'a>(&'a self, user_id: i64, bucket: i64, now_ms: i64, window_ms: i64, rows_max: i64) -> IdentifyBucket;
     /// Everything about one guild (its owner loads this once).
     fn load_guild<'a>(&'a self, guild_id: i64) -> GuildState;
     /// Adds a member; false if already a member.
@@ -3324,7 +3412,31 @@ mod tests {
         assert!(store.session_starts(2).await.unwrap().is_some());
     }
 
+    /// `max_concurrency` buckets: one IDENTIFY per bucket per window, each
+    /// bucket and bot apart; at most `rows_max` buckets tracked, a further
+    /// one untracked until a window ends.
+    async fn identify_buckets_admit_one_per_window(store: Store) {
+        let (window, rows) = (5_000, 3);
+        let admit = |user, bucket, now| store.identify_in_bucket(user, bucket, now, window, rows);
+        assert_eq!(admit(1, 0, 1_000).await.unwrap(), IdentifyBucket::Admitted);
+        for now in [1_000, 1_001, 5_999] {
+            assert_eq!(admit(1, 0, now).await.unwrap(), IdentifyBucket::Refused);
+        }
+        // Another bucket of the bot, and the same bucket of another bot.
+        assert_eq!(admit(1, 1, 1_500).await.unwrap(), IdentifyBucket::Admitted);
+        assert_eq!(admit(2, 0, 1_500).await.unwrap(), IdentifyBucket::Admitted);
+        // The window is the refused attempts' too: they did not extend it.
+        assert_eq!(admit(1, 0, 6_000).await.unwrap(), IdentifyBucket::Admitted);
+        assert_eq!(admit(1, 0, 10_999).await.unwrap(), IdentifyBucket::Refused);
+        // Three rows: a fourth bucket is untracked while all are in their
+        // windows, tracked once one has ended.
+        assert_eq!(admit(3, 0, 6_400).await.unwrap(), IdentifyBucket::Untracked);
+        assert_eq!(admit(3, 0, 6_500).await.unwrap(), IdentifyBucket::Admitted);
+        assert_eq!(admit(3, 0, 6_501).await.unwrap(), IdentifyBucket::Refused);
+    }
+
     on_both_databases! {
+        identify_buckets_admit_one_per_window(sqlite_file);
         shard_guild_ids_follow_the_sharding_rule(sqlite_memory);
         session_starts_are_counted_refused_and_reset(sqlite_file);
         webhooks_are_capped_scoped_and_go_with_their_channel(sqlite_file);

@@ -122,6 +122,12 @@ async fn corrupt_discovery_values_under_traffic_change_nothing() {
             && api.metric("guildhall_ring_members").await == 1
     })
     .await;
+    // The NATS client's own counters are on /metrics (one connection
+    // each, none lost).
+    for process in [&api, &back_metrics] {
+        assert!(process.metric("guildhall_nats_connects_total").await >= 1);
+        assert_eq!(process.metric("guildhall_nats_disconnects_total").await, 0);
+    }
 
     let (token, _) = api.register("alice").await;
     let (guild_id, channel_id) = api.guild(&token, "discovery").await;
