@@ -27,6 +27,7 @@ def call(method, path, token=None, body=None):
 
 owner = call("POST", "/auth/register", body={"username": "conformance", "password": "conformance-password"})
 failures = []
+ran = 0  # checks run
 for library, command in [
     ("discord.py", [sys.executable, os.path.join(here, "discord_py.py")]),
     ("discord.js", ["node", os.path.join(here, "discord_js.js")]),
@@ -57,6 +58,7 @@ for library, command in [
         # Its socket is the one compressing (zlib-stream) while it runs.
         ok = ok and seen.get("unavailable_guilds") == 1 and "general" in seen.get("channels", []) \
             and seen.get("compressors") == 1
+    ran += 1
     print(f"{library}: {'ok' if ok else 'FAILED'} {json.dumps(seen)}")
     if not ok:
         failures.append(library)
@@ -80,10 +82,60 @@ for library, (script, check) in webhook_expected.items():
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     seen = json.loads(lines[-1]) if lines else {}
     ok = result.returncode == 0 and bool(check(seen))
+    ran += 1
     print(f"{library} webhooks: {'ok' if ok else 'FAILED'} {json.dumps(seen)}")
     if not ok:
         failures.append(f"{library} webhooks")
         print(result.stdout[-2000:], result.stderr[-4000:], sep="\n")
+# Interactions as a user's client creates them (POST /interactions with its
+# user token and gateway session): slash commands, a View's button and
+# string select, a Modal, an ephemeral response; the library answers.
+interaction_expected = {
+    "discord.py": ("discord_py_interactions.py", {
+        "synced": ["hello", "later", "panel", "secret"], "synced_guild": ["hello", "later", "panel", "secret"],
+        # send_message to a guild command
+        "hello_option": "world", "hello_scope": "guild", "hello_outcome": "INTERACTION_SUCCESS",
+        "hello_seen": True, "hello_metadata": True, "hello_author_is_bot": True, "hello_same_message": True,
+        # defer, followup.send, edit_original_response to a global command
+        "later_scope": "global", "later_deferred": "deferred_channel_message", "later_outcome": "INTERACTION_SUCCESS",
+        "thinking_loading": True, "deferred_edited": True, "deferred_loading": False,
+        "deferred_same_message": True, "followup_seen": True, "followup_metadata": True,
+        # a View: button → edit_message, string select → send_message
+        "panel_outcome": "INTERACTION_SUCCESS",
+        "panel_components": [[[2, "panel:press"], [2, "panel:form"]], [[3, "panel:pick"]]],
+        "button_outcome": "INTERACTION_SUCCESS", "button_content": "pressed by conformance", "button_kept_view": True,
+        "select_values": ["b", "c"], "select_outcome": "INTERACTION_SUCCESS", "select_reply": True,
+        "select_metadata": True,
+        # button → send_modal, the submit → Modal.on_submit
+        "form_outcome": "INTERACTION_SUCCESS", "modal_shown": "feedback", "modal_title": "Feedback",
+        "modal_component_types": [18, 1], "modal_subject": "the docs", "modal_body": "read them twice",
+        "modal_outcome": "INTERACTION_SUCCESS", "modal_reply": True, "modal_metadata": True,
+        # ephemeral: the invoker's session only, in nobody's history
+        "secret_outcome": "INTERACTION_SUCCESS", "secret_flags": 64, "secret_metadata": True,
+        "bystander_joined": True, "secret_in_bystander_history": False, "secret_in_own_history": False,
+        "secret_bystander_read": 404,
+    }),
+}
+for library, (script, expected) in interaction_expected.items():
+    guild = call("POST", "/guilds", owner["token"], {"name": f"{library} interactions"})
+    bot = json.loads(subprocess.check_output(
+        [guildhall, "bot", "create", "--name", library.replace(".", "") + "ix", "--owner", owner["user_id"],
+         "--data-dir", data_dir, "--server", f"http://{base}"]))
+    call("POST", f"/oauth2/authorize?client_id={bot['application_id']}&scope=bot", owner["token"],
+         {"guild_id": guild["id"], "permissions": "0", "authorize": True})
+    runner = [sys.executable] if script.endswith(".py") else ["node"]
+    result = subprocess.run(runner + [os.path.join(here, script), base, bot["token"], guild["channels"][0]["id"],
+                                      owner["token"]], capture_output=True, text=True, timeout=90,
+                            env=dict(os.environ, NODE_PATH=node_modules))
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    seen = json.loads(lines[-1]) if lines else {}
+    wrong = {key: seen.get(key) for key, value in expected.items() if seen.get(key) != value}
+    ok = result.returncode == 0 and not wrong
+    ran += 1
+    print(f"{library} interactions: {'ok' if ok else 'FAILED'} {json.dumps(seen)}")
+    if not ok:
+        failures.append(f"{library} interactions")
+        print(f"unexpected: {json.dumps(wrong)}", result.stdout[-2000:], result.stderr[-4000:], sep="\n")
 # Voice: discord.py (PyNaCl, xchacha20) and discord.js (@discordjs/voice,
 # aes-256-gcm) join a voice channel and play; a second participant written
 # from the voice documentation (voice_listener.py, aes-256-gcm) receives,
@@ -141,9 +193,10 @@ for name, bot_name, command in voice_runs:
         and heard.get("decrypted") == heard.get("received") \
         and delta.get("guildhall_sfu_auth_failures_total", -1) == 0 \
         and delta.get("guildhall_sfu_decrypted_total", 0) >= FRAMES
+    ran += 1
     print(f"{name}: {'ok' if ok else 'FAILED'} {json.dumps(seen)} listener={json.dumps(heard)} sfu={json.dumps(delta)}")
     if not ok:
         failures.append(name)
         print(result.stdout[-2000:], result.stderr[-4000:], out[-2000:], err[-4000:], sep="\n")
-print(f"{7 - len(failures)} passed, {len(failures)} failed")
+print(f"{ran - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
