@@ -1183,6 +1183,36 @@ struct NewMessage {
     components: Vec<Value>,
 }
 
+/// A message body's `embeds`: at most `message_embeds_max`, each checked
+/// against Discord's embed limits and reduced to the documented fields
+/// (`guildhall_proto::embeds`), as the JSON stored with the message;
+/// `None` for none. A refusal is Discord's 50035 nested at the field.
+pub(crate) fn checked_embeds(
+    node: &crate::Node,
+    embeds: &[Value],
+) -> Result<Option<String>, ApiError> {
+    check_items(
+        node,
+        "embeds",
+        embeds.len(),
+        node.shared.limits.message_embeds_max,
+    )?;
+    if embeds.is_empty() {
+        return Ok(None);
+    }
+    match guildhall_proto::embeds::normalize(embeds) {
+        Ok(kept) => Ok(Some(Value::Array(kept).to_string())),
+        Err(error) => {
+            node.counters
+                .bad_requests_total
+                .fetch_add(1, Ordering::Relaxed);
+            let mut body = guildhall_proto::error::ErrorBody::new(ErrorCode::InvalidFormBody);
+            body.errors = Some(error.errors());
+            Err(ApiError::Invalid(body))
+        }
+    }
+}
+
 pub(crate) fn check_content(
     node: &crate::Node,
     content: &str,
@@ -1245,7 +1275,11 @@ pub(crate) fn wire_row(
         mentions: vec![],
         mention_roles: vec![],
         attachments: vec![],
-        embeds: vec![],
+        embeds: row
+            .embeds
+            .as_deref()
+            .and_then(|e| serde_json::from_str(e).ok())
+            .unwrap_or_default(),
         pinned: false,
         kind: u8::try_from(row.kind).unwrap_or(0),
         flags: row.flags as u64,
@@ -1364,12 +1398,7 @@ async fn create_message(
         &body.content,
         !body.embeds.is_empty() || !body.components.is_empty(),
     )?;
-    check_items(
-        &node,
-        "embeds",
-        body.embeds.len(),
-        node.shared.limits.message_embeds_max,
-    )?;
+    let embeds = checked_embeds(&node, &body.embeds)?;
     let components = if body.components.is_empty() {
         None
     } else {
@@ -1445,6 +1474,7 @@ async fn create_message(
         application_id: None,
         interaction_id: None,
         interaction_metadata: None,
+        embeds,
         visible_to: None,
     };
     store_message(&node, &row).await?;
@@ -1575,6 +1605,18 @@ async fn get_message(
 #[derive(Deserialize)]
 struct EditMessage {
     content: Option<String>,
+    /// Replaces the embeds when present (`null` or `[]` clears them).
+    #[serde(default, deserialize_with = "present")]
+    embeds: Option<Option<Vec<Value>>>,
+}
+
+/// A field that may be absent (outer `None`) or `null` (inner `None`).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 async fn edit_message(
@@ -1590,15 +1632,23 @@ async fn edit_message(
     if row.author_id != caller.id || row.webhook_id.is_some() {
         return Err(ApiError::Code(ErrorCode::MissingPermissions));
     }
-    if let Some(content) = body.content {
-        check_content(&node, &content, false)?;
-        let edited = now_ms() as i64;
-        node.shared
-            .store
-            .edit_message(row.channel_id, row.id, &content, edited)
-            .await?;
-        row.content = content;
-        row.edited_ms = Some(edited);
+    if body.content.is_some() || body.embeds.is_some() {
+        if let Some(content) = body.content {
+            row.content = content;
+        }
+        if let Some(embeds) = body.embeds {
+            row.embeds = checked_embeds(&node, &embeds.unwrap_or_default())?;
+        }
+        // What the edit leaves must still be a message.
+        check_content(
+            &node,
+            &row.content,
+            row.embeds.is_some() || row.components.is_some(),
+        )?;
+        row.edited_ms = Some(now_ms() as i64);
+        if !node.shared.store.update_message(&row).await? {
+            return Err(ApiError::Code(ErrorCode::UnknownMessage));
+        }
     }
     let message = wire_message(&row, &caller, None);
     publish_message(&node, "MESSAGE_UPDATE", guild_id, &message, caller.id).await;

@@ -566,7 +566,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
             check_command(&node, &app, guild_id, channel.id, &request).await?
         }
         ix::MESSAGE_COMPONENT => check_component(&node, &app, &caller, &channel, &request).await?,
-        _ => check_modal(&node, &app, &caller, &request, now)?,
+        _ => check_modal(&node, &app, &caller, &request, now).await?,
     };
     let id = node.shared.next_id().get() as i64;
     let token = crate::auth::new_webhook_token().map_err(|_| ApiError::Internal)?;
@@ -911,7 +911,7 @@ async fn check_component(
     })
 }
 
-fn check_modal(
+async fn check_modal(
     node: &crate::Node,
     app: &ApplicationRow,
     caller: &UserRow,
@@ -936,22 +936,37 @@ fn check_modal(
         .ok_or_else(unknown)?;
     // The modal the application showed this user, from the interaction
     // that showed it (its token still living).
-    let Some((modal, source, triggering)) = node.interactions.with(|t| {
+    let Some((modal, source, triggering, source_channel)) = node.interactions.with(|t| {
         t.get(origin, now)
             .filter(|e| e.user_id == caller.id && e.application_id == app.id)
             .and_then(|e| {
                 e.modal
                     .clone()
-                    .map(|m| (m, e.source_message_id, e.metadata.clone()))
+                    .map(|m| (m, e.source_message_id, e.metadata.clone(), e.channel_id))
             })
     }) else {
         return Err(unknown());
     };
     let data = ix::check_modal_submit(&request.data, &modal.custom_id, &modal.components)
         .map_err(|e| invalid(node, e))?;
+    // A modal a component showed carries the message that component is
+    // on, as it is now ("for components or modals triggered by
+    // components, the message they were attached to").
+    let mut message = None;
+    if let Some(source) = source {
+        let store = &node.shared.store;
+        if let Some(row) = store
+            .message(source_channel, source)
+            .await?
+            .filter(|m| m.visible_to.is_none_or(|reader| reader == caller.id))
+        {
+            let author = store.user(row.author_id).await?.ok_or(ApiError::Internal)?;
+            message = Some(Box::new(wire_message(&row, &author, None)));
+        }
+    }
     Ok(Checked {
         data: InteractionData::Modal(data),
-        message: None,
+        message,
         source_message_id: source,
         metadata_extra: MetadataExtra {
             interacted_message_id: source,
@@ -975,6 +990,8 @@ pub(crate) struct Parts {
     tts: bool,
     flags: Option<u64>,
     components: Option<String>,
+    /// `None`: unchanged; `Some(None)`: cleared.
+    embeds: Option<Option<String>>,
 }
 
 /// Checks a message body as webhooks check theirs (content, embeds,
@@ -1027,6 +1044,7 @@ pub(crate) fn message_parts(
         tts,
         flags,
         components,
+        embeds: extras.embeds_json,
     })
 }
 
@@ -1124,6 +1142,7 @@ async fn post_message(
         application_id: Some(entry.application_id),
         interaction_id: Some(entry.id),
         interaction_metadata: serde_json::to_string(&metadata).ok(),
+        embeds: parts.embeds.flatten(),
         visible_to: (flags & ix::FLAG_EPHEMERAL != 0).then_some(entry.user_id),
         ..MessageRow::plain(
             node.shared.next_id().get() as i64,
@@ -1159,6 +1178,9 @@ async fn update_message(
     }
     if let Some(components) = parts.components {
         row.components = Some(components);
+    }
+    if let Some(embeds) = parts.embeds {
+        row.embeds = embeds;
     }
     // Only the flags a response may set change; EPHEMERAL stays what it
     // was (a message does not change audience), LOADING ends.
@@ -1238,6 +1260,7 @@ async fn callback(
                 tts: false,
                 flags: Some(flags & ix::FLAG_EPHEMERAL),
                 components: None,
+                embeds: None,
             })
         }
         _ => None,

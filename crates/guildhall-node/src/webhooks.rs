@@ -582,6 +582,9 @@ impl ExecuteQuery {
 pub(crate) struct Extras {
     pub(crate) embeds: usize,
     pub(crate) components: usize,
+    /// The checked embeds as stored: `None` when the body has no
+    /// `embeds`, `Some(None)` when it clears them (`null` or `[]`).
+    pub(crate) embeds_json: Option<Option<String>>,
 }
 
 /// Checks the fields an executed or edited message shares: embeds,
@@ -617,6 +620,11 @@ pub(crate) fn check_extras(
         }
     }
     let embeds = objects_field(node, body, "embeds", limits.message_embeds_max)?;
+    let embeds_json = match body.get("embeds") {
+        None => None,
+        Some(Value::Array(items)) => Some(crate::api::checked_embeds(node, items)?),
+        Some(_) => Some(None),
+    };
     let components = objects_field(node, body, "components", limits.message_components_max)?;
     if body
         .get("allowed_mentions")
@@ -631,7 +639,11 @@ pub(crate) fn check_extras(
             ),
         ));
     }
-    Ok(Extras { embeds, components })
+    Ok(Extras {
+        embeds,
+        components,
+        embeds_json,
+    })
 }
 
 async fn execute(
@@ -717,6 +729,7 @@ async fn execute(
         application_id: None,
         interaction_id: None,
         interaction_metadata: None,
+        embeds: extras.embeds_json.clone().flatten(),
         visible_to: None,
     };
     store_message(&node, &row).await?;
@@ -802,15 +815,23 @@ async fn edit_message(
         Some(Value::Null) => Some(String::new()),
         Some(_) => string_field(&node, &body, "content")?,
     };
-    if let Some(content) = content {
-        check_content(&node, &content, extras.embeds + extras.components > 0)?;
-        let edited_ms = now_ms() as i64;
-        node.shared
-            .store
-            .edit_message(row.channel_id, row.id, &content, edited_ms)
-            .await?;
-        row.content = content;
-        row.edited_ms = Some(edited_ms);
+    if content.is_some() || extras.embeds_json.is_some() {
+        if let Some(content) = content {
+            row.content = content;
+        }
+        if let Some(embeds) = extras.embeds_json {
+            row.embeds = embeds;
+        }
+        // What the edit leaves must still be a message.
+        check_content(
+            &node,
+            &row.content,
+            row.embeds.is_some() || row.components.is_some(),
+        )?;
+        row.edited_ms = Some(now_ms() as i64);
+        if !node.shared.store.update_message(&row).await? {
+            return Err(ApiError::Code(ErrorCode::UnknownMessage));
+        }
     }
     let message = webhook_message(&row);
     publish_message(

@@ -30,6 +30,7 @@
 pub mod bus;
 pub mod cluster;
 pub mod commands;
+pub mod embeds;
 pub mod error;
 pub mod gateway;
 pub mod intents;

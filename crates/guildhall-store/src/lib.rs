@@ -220,6 +220,9 @@ pub struct MessageRow {
     pub flags: i64,
     /// Components as JSON, as the application sent them.
     pub components: Option<String>,
+    /// Rich embeds as JSON, checked and reduced to the documented fields
+    /// (`guildhall_proto::embeds`).
+    pub embeds: Option<String>,
     /// The application of an interaction's response.
     pub application_id: Option<i64>,
     /// The interaction it answers.
@@ -256,6 +259,7 @@ impl MessageRow {
             application_id: None,
             interaction_id: None,
             interaction_metadata: None,
+            embeds: None,
             visible_to: None,
         }
     }
@@ -551,7 +555,7 @@ pub type SqliteStore = SqlStore<sqlx::Sqlite>;
 /// The PostgreSQL store (cluster mode).
 pub type PgStore = SqlStore<sqlx::Postgres>;
 
-const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)";
+const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to, embeds) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
@@ -713,6 +717,7 @@ where
             .bind(m.interaction_id)
             .bind(&m.interaction_metadata)
             .bind(m.visible_to)
+            .bind(&m.embeds)
             .execute(executor)
             .await?;
         Ok(())
@@ -1404,12 +1409,12 @@ where
         Ok(done.rows_affected() == 1)
     }
 
-    /// Rewrites a message's content, flags, components and edit time (an
-    /// interaction's response updated by its application); false if it
-    /// does not exist.
+    /// Rewrites a message's content, flags, components, embeds and edit
+    /// time (an edit, or an interaction's response updated by its
+    /// application); false if it does not exist.
     pub async fn update_message(&self, row: &MessageRow) -> Result<bool> {
         let done = sqlx::query(
-            "UPDATE messages SET content = $3, edited_ms = $4, flags = $5, components = $6 WHERE channel_id = $1 AND id = $2",
+            "UPDATE messages SET content = $3, edited_ms = $4, flags = $5, components = $6, embeds = $7 WHERE channel_id = $1 AND id = $2",
         )
         .bind(row.channel_id)
         .bind(row.id)
@@ -1417,6 +1422,7 @@ where
         .bind(row.edited_ms)
         .bind(row.flags)
         .bind(&row.components)
+        .bind(&row.embeds)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -2564,6 +2570,7 @@ mod tests {
                 application_id: None,
                 interaction_id: None,
                 interaction_metadata: None,
+                embeds: None,
                 visible_to: None,
             };
             store.insert_message(&m).await.unwrap();
@@ -2622,6 +2629,7 @@ mod tests {
                     application_id: None,
                     interaction_id: None,
                     interaction_metadata: None,
+                    embeds: None,
                     visible_to: None,
                 };
                 store.insert_message(&m).await
@@ -2648,6 +2656,7 @@ mod tests {
             application_id: None,
             interaction_id: None,
             interaction_metadata: None,
+            embeds: None,
             visible_to: None,
         };
         let fresh = MessageRow {
@@ -2718,6 +2727,7 @@ mod tests {
                 application_id: None,
                 interaction_id: None,
                 interaction_metadata: None,
+                embeds: None,
                 visible_to: None,
             };
             store.insert_message(&message).await.unwrap();
@@ -3256,6 +3266,7 @@ mod tests {
             application_id: None,
             interaction_id: None,
             interaction_metadata: None,
+            embeds: None,
             visible_to: None,
         };
         store.insert_message(&message).await.unwrap();
