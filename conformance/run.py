@@ -115,6 +115,36 @@ interaction_expected = {
         "bystander_joined": True, "secret_in_bystander_history": False, "secret_in_own_history": False,
         "secret_bystander_read": 404,
     }),
+    "discord.js": ("discord_js_interactions.js", {
+        # rest.put of the global commands and the guild's
+        "synced": ["later", "panel", "secret", "survey"], "synced_guild": ["hello"], "guild_command_guild": True,
+        # interaction.reply to the guild command, its option read
+        "hello_option": "world", "hello_scope": "guild", "hello_outcome": "INTERACTION_SUCCESS",
+        "hello_seen": True, "hello_metadata": True, "hello_author_is_bot": True, "hello_same_message": True,
+        # deferReply, editReply, followUp to a global command
+        "later_scope": "global", "later_deferred": True, "later_outcome": "INTERACTION_SUCCESS",
+        "thinking_loading": True, "deferred_edited": True, "deferred_loading": False,
+        "deferred_same_message": True, "followup_seen": True, "followup_metadata": True,
+        # ActionRowBuilder rows: a button (update), a string select (values)
+        "panel_outcome": "INTERACTION_SUCCESS",
+        "panel_components": [[[2, "panel:press"], [2, "panel:form"]], [[3, "panel:pick"]]],
+        "button_outcome": "INTERACTION_SUCCESS", "button_content": "pressed by conformance",
+        "button_kept_rows": True, "button_by_owner": True,
+        "select_values": ["b", "c"], "select_outcome": "INTERACTION_SUCCESS", "select_reply": True,
+        "select_metadata": True,
+        # showModal from a button and from a command; fields.getTextInputValue
+        "form_outcome": "INTERACTION_SUCCESS", "modal_shown": "feedback", "modal_title": "Feedback",
+        "modal_component_types": [18, 1], "feedback_values": ["the docs", "read them twice"],
+        "feedback_from_message": True, "modal_outcome": "INTERACTION_SUCCESS", "modal_reply": True,
+        "modal_metadata": True,
+        "survey_outcome": "INTERACTION_SUCCESS", "survey_values": ["surveys", ""], "survey_from_message": False,
+        "survey_submit_outcome": "INTERACTION_SUCCESS", "survey_reply": True,
+        # flags: MessageFlags.Ephemeral: the invoker's session and fetchReply only
+        "secret_outcome": "INTERACTION_SUCCESS", "secret_flags": 64, "secret_metadata": True,
+        "secret_fetched_flags": 64, "secret_fetched_same": True,
+        "bystander_joined": True, "secret_in_bystander_history": False, "secret_in_own_history": False,
+        "secret_bystander_read": 404,
+    }),
 }
 for library, (script, expected) in interaction_expected.items():
     guild = call("POST", "/guilds", owner["token"], {"name": f"{library} interactions"})

@@ -521,6 +521,11 @@ async fn a_modal_and_its_submit() {
     let submitted = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
     assert_eq!(submitted["type"], 5);
     assert_eq!(submitted["data"]["custom_id"], "form");
+    // A command showed it: no message.
+    assert!(
+        submitted.get("message").is_none_or(Value::is_null),
+        "{submitted}"
+    );
     assert_eq!(
         submitted["data"]["components"][0]["components"][0]["value"],
         "Ada"
@@ -538,6 +543,49 @@ async fn a_modal_and_its_submit() {
         created["interaction_metadata"]["triggering_interaction_metadata"]["id"],
         interaction["id"]
     );
+}
+
+/// A modal a button showed: its submit carries the button's message
+/// ("for components or modals triggered by components, the message they
+/// were attached to"); discord.js's `isFromMessage()` reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modal_from_a_button_carries_its_message() {
+    let s = setup().await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let mut user = s.session(&s.user, USER_INTENTS).await;
+    let row = json!([{"type": 1, "components": [{"type": 2, "style": 1, "label": "Ask", "custom_id": "ask"}]}]);
+    let (status, sent) = s
+        .node
+        .call(
+            "POST",
+            &format!("/channels/{}/messages", s.channel),
+            Some(&s.bot),
+            Some(json!({"content": "ask me", "components": row})),
+        )
+        .await;
+    assert_eq!(status, 200, "{sent}");
+    let click = json!({"type": 3, "application_id": s.app_id, "guild_id": s.guild, "channel_id": s.channel,
+        "message_id": sent["id"], "data": {"custom_id": "ask", "component_type": 2}});
+    let (status, body) = s.post_interaction(&s.user, click).await;
+    assert_eq!(status, 204, "{body}");
+    let clicked = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
+    let modal = json!({"custom_id": "form", "title": "Ask", "components": [
+        {"type": 1, "components": [{"type": 4, "custom_id": "q", "style": 1, "label": "Question"}]}
+    ]});
+    let (status, body) = s
+        .callback(&clicked, json!({"type": 9, "data": modal}))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    user.dispatch("INTERACTION_MODAL_CREATE").await;
+    let submit = json!({"type": 5, "application_id": s.app_id, "guild_id": s.guild, "channel_id": s.channel,
+        "data": {"id": clicked["id"], "custom_id": "form", "components": [
+            {"type": 1, "components": [{"type": 4, "custom_id": "q", "value": "why"}]}]}});
+    let (status, body) = s.post_interaction(&s.user, submit).await;
+    assert_eq!(status, 204, "{body}");
+    let submitted = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
+    assert_eq!(submitted["type"], 5);
+    assert_eq!(submitted["message"]["id"], sent["id"]);
+    assert_eq!(submitted["message"]["components"], row);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
