@@ -1213,6 +1213,37 @@ pub(crate) fn checked_embeds(
     }
 }
 
+/// Applies an edit's `content` and checked `embeds` (`Some(None)` clears
+/// them) to `row` and stores it, if the edit carries either. What the edit
+/// leaves must still be a message (50006). A user's message and a
+/// webhook's are edited alike.
+pub(crate) async fn edit_row(
+    node: &crate::Node,
+    row: &mut MessageRow,
+    content: Option<String>,
+    embeds: Option<Option<String>>,
+) -> Result<(), ApiError> {
+    if content.is_none() && embeds.is_none() {
+        return Ok(());
+    }
+    if let Some(content) = content {
+        row.content = content;
+    }
+    if let Some(embeds) = embeds {
+        row.embeds = embeds;
+    }
+    check_content(
+        node,
+        &row.content,
+        row.embeds.is_some() || row.components.is_some(),
+    )?;
+    row.edited_ms = Some(now_ms() as i64);
+    if !node.shared.store.update_message(row).await? {
+        return Err(ApiError::Code(ErrorCode::UnknownMessage));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_content(
     node: &crate::Node,
     content: &str,
@@ -1632,24 +1663,11 @@ async fn edit_message(
     if row.author_id != caller.id || row.webhook_id.is_some() {
         return Err(ApiError::Code(ErrorCode::MissingPermissions));
     }
-    if body.content.is_some() || body.embeds.is_some() {
-        if let Some(content) = body.content {
-            row.content = content;
-        }
-        if let Some(embeds) = body.embeds {
-            row.embeds = checked_embeds(&node, &embeds.unwrap_or_default())?;
-        }
-        // What the edit leaves must still be a message.
-        check_content(
-            &node,
-            &row.content,
-            row.embeds.is_some() || row.components.is_some(),
-        )?;
-        row.edited_ms = Some(now_ms() as i64);
-        if !node.shared.store.update_message(&row).await? {
-            return Err(ApiError::Code(ErrorCode::UnknownMessage));
-        }
-    }
+    let embeds = match body.embeds {
+        Some(embeds) => Some(checked_embeds(&node, &embeds.unwrap_or_default())?),
+        None => None,
+    };
+    edit_row(&node, &mut row, body.content, embeds).await?;
     let message = wire_message(&row, &caller, None);
     publish_message(&node, "MESSAGE_UPDATE", guild_id, &message, caller.id).await;
     ok(&message)

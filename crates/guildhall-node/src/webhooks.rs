@@ -26,7 +26,7 @@ use crate::api::{
     ok, parse_id, patch, publish_message, publish_plain, read_json, store_message, wire_row,
 };
 use crate::guilds::{GUILD_WIDE, perm, wire_user};
-use crate::state::{now_ms, sf};
+use crate::state::sf;
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
@@ -815,24 +815,7 @@ async fn edit_message(
         Some(Value::Null) => Some(String::new()),
         Some(_) => string_field(&node, &body, "content")?,
     };
-    if content.is_some() || extras.embeds_json.is_some() {
-        if let Some(content) = content {
-            row.content = content;
-        }
-        if let Some(embeds) = extras.embeds_json {
-            row.embeds = embeds;
-        }
-        // What the edit leaves must still be a message.
-        check_content(
-            &node,
-            &row.content,
-            row.embeds.is_some() || row.components.is_some(),
-        )?;
-        row.edited_ms = Some(now_ms() as i64);
-        if !node.shared.store.update_message(&row).await? {
-            return Err(ApiError::Code(ErrorCode::UnknownMessage));
-        }
-    }
+    crate::api::edit_row(&node, &mut row, content, extras.embeds_json).await?;
     let message = webhook_message(&row);
     publish_message(
         &node,

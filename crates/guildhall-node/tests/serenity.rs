@@ -46,14 +46,17 @@ struct Cached {
     bot_permissions: Option<Permissions>,
 }
 
+/// Events the handler may have sent ahead of the test's reads.
+const SEEN_EVENTS_MAX: usize = 64;
+
 struct Bot {
-    seen: mpsc::UnboundedSender<Seen>,
+    seen: mpsc::Sender<Seen>,
 }
 
 #[serenity::async_trait]
 impl EventHandler for Bot {
     async fn ready(&self, _ctx: Context, ready: Ready) {
-        let _ = self.seen.send(Seen::Ready(Box::new(ready)));
+        let _ = self.seen.send(Seen::Ready(Box::new(ready))).await;
     }
 
     async fn guild_create(&self, ctx: Context, guild: Guild, _is_new: Option<bool>) {
@@ -72,22 +75,28 @@ impl EventHandler for Bot {
                 bot_permissions,
             }
         });
-        let _ = self.seen.send(Seen::GuildCreate {
-            guild: Box::new(guild),
-            cached,
-        });
+        let _ = self
+            .seen
+            .send(Seen::GuildCreate {
+                guild: Box::new(guild),
+                cached,
+            })
+            .await;
     }
 
     async fn message(&self, ctx: Context, msg: Message) {
         let ping = msg.content == "!ping";
-        let _ = self.seen.send(Seen::Message(Box::new(msg.clone())));
+        let _ = self.seen.send(Seen::Message(Box::new(msg.clone()))).await;
         if ping {
             // Through the cache-aware path: serenity checks SEND_MESSAGES
             // against its cache before it posts the (inline) reply.
             let replied = msg.reply(&ctx, "pong").await;
-            let _ = self.seen.send(Seen::Replied(
-                replied.map(Box::new).map_err(|e| format!("{e:?}")),
-            ));
+            let _ = self
+                .seen
+                .send(Seen::Replied(
+                    replied.map(Box::new).map_err(|e| format!("{e:?}")),
+                ))
+                .await;
         }
     }
 }
@@ -120,7 +129,7 @@ impl Complaints {
     }
 }
 
-async fn next(seen: &mut mpsc::UnboundedReceiver<Seen>, complaints: &Complaints) -> Seen {
+async fn next(seen: &mut mpsc::Receiver<Seen>, complaints: &Complaints) -> Seen {
     let event = tokio::time::timeout(Duration::from_secs(15), seen.recv())
         .await
         .unwrap_or_else(|_| {
@@ -170,7 +179,9 @@ async fn serenity_connects_caches_and_answers_a_ping() {
         .build();
     let intents =
         GatewayIntents::GUILDS | GatewayIntents::GUILD_MESSAGES | GatewayIntents::MESSAGE_CONTENT;
-    let (tx, mut seen) = mpsc::unbounded_channel();
+    // The test reads every event as it comes; a handler that got ahead by
+    // this many waits for it (serenity runs handlers in tasks of their own).
+    let (tx, mut seen) = mpsc::channel(SEEN_EVENTS_MAX);
     // Awaiting the builder asks `GET /gateway` for the socket's URL.
     let mut client = ClientBuilder::new_with_http(http, intents)
         .event_handler(Bot { seen: tx.clone() })
@@ -182,7 +193,7 @@ async fn serenity_connects_caches_and_answers_a_ping() {
     assert_eq!(gateway_url, node.ws, "the URL from GET /gateway");
     tokio::spawn(async move {
         let result = client.start().await;
-        let _ = tx.send(Seen::Stopped(format!("{result:?}")));
+        let _ = tx.send(Seen::Stopped(format!("{result:?}"))).await;
     });
 
     // REST through serenity's models.
