@@ -385,6 +385,16 @@ pub const USERS_SHARDS: usize = 4;
 /// Loads a users shard's mailbox holds. When hit: the batch that needed it is refused with `Overloaded` at once.
 pub const USERS_SHARD_MAILBOX_MAX: usize = 256;
 
+/// Batch loads a users process answers at once (a small task each, waiting
+/// on its shards). Loads are not admitted by the adaptive token-lookup
+/// limit: most are answered from the shards' caches, and the store reads
+/// behind the misses are already one at a time per shard, so a latency
+/// signal mixing the two read a healthy burst as overload (P10 in
+/// docs/benchmarks.md refused 92–98 % of one). When hit: the load is
+/// refused with `Overloaded` at once, counted as shed; so is one whose
+/// shard's mailbox is full.
+pub const USERS_LOADS_IN_FLIGHT_MAX: usize = 1_024;
+
 /// User rows one users shard caches (oldest evicted first; entries also expire after `users_cache_ttl_ms`).
 pub const USERS_SHARD_CACHE_ENTRIES_MAX: usize = 50_000;
 
@@ -469,6 +479,36 @@ pub const EVENT_RESYNC_TASKS_MAX: usize = 256;
 /// allowed by the node's retry budget. When hit: the guild stays unavailable
 /// for that session until it reconnects; counted.
 pub const GUILD_SUBSCRIBE_ATTEMPTS_MAX: u32 = 5;
+
+/// Bytes of guild events an API node holds for redelivery after their
+/// owner did not confirm the fanout (the owner's process died or paused
+/// between a message's commit and its fanout, or its mailbox was full).
+/// Each event is a message's encoded data, twice at most (with and without
+/// content); 64 MiB holds tens of thousands while the ring replaces a lost
+/// owner. When hit: the event is not held (its message is in history, and
+/// live sessions miss its dispatch); counted as
+/// `guildhall_fanout_outbox_dropped_total`.
+pub const FANOUT_OUTBOX_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Longest an event waits in the redelivery outbox. It must outlast a lost
+/// owner's replacement (its lease expiring, then the permanent-down delay,
+/// then the new owner's load), which validation checks against
+/// `lease_ttl_ms + member_permanent_down_ms`. When hit: the event is
+/// dropped (its message stays in history); counted.
+pub const FANOUT_OUTBOX_EVENT_AGE_MS_MAX: u64 = 120_000;
+
+/// Guilds whose held events are being redelivered at once (one owner call
+/// each, in order within a guild). A dead owner's calls fail fast and a
+/// paused one's wait `guild_reply_timeout_ms`, so this bounds what one
+/// stuck owner can hold up. When hit: other guilds wait their turn.
+pub const FANOUT_OUTBOX_CALLS_IN_FLIGHT_MAX: usize = 16;
+
+/// Publish ids a guild owner remembers, so a publish retried after its
+/// confirmation was lost (a reply timeout, a dropped answer) is confirmed
+/// again without a second fanout. 32 ids of 8 bytes per owner cover the
+/// retries of a guild's last 32 events. When hit: the oldest id is
+/// forgotten (a retry of it would be fanned out twice).
+pub const GUILD_PUBLISH_IDS_REMEMBERED_MAX: usize = 32;
 
 /// Sessions whose READY subscriptions are being watched for retries at
 /// once: one small sleeping task each, and a herd's worth of READYs is a
@@ -1250,6 +1290,8 @@ pub struct Limits {
     pub message_write_batch_max: usize,
     /// See [`PRESENCE_SESSIONS_MAX`].
     pub presence_sessions_max: usize,
+    /// See [`USERS_LOADS_IN_FLIGHT_MAX`].
+    pub users_loads_in_flight_max: usize,
     /// See [`USERS_SHARDS`].
     pub users_shards: usize,
     /// See [`USERS_SHARD_MAILBOX_MAX`].
@@ -1342,6 +1384,14 @@ pub struct Limits {
     pub guild_subscribe_attempts_max: u32,
     /// See [`GUILD_SUBSCRIBE_RETRY_TASKS_MAX`].
     pub guild_subscribe_retry_tasks_max: usize,
+    /// See [`FANOUT_OUTBOX_BYTES_MAX`].
+    pub fanout_outbox_bytes_max: usize,
+    /// See [`FANOUT_OUTBOX_EVENT_AGE_MS_MAX`].
+    pub fanout_outbox_event_age_ms_max: u64,
+    /// See [`FANOUT_OUTBOX_CALLS_IN_FLIGHT_MAX`].
+    pub fanout_outbox_calls_in_flight_max: usize,
+    /// See [`GUILD_PUBLISH_IDS_REMEMBERED_MAX`].
+    pub guild_publish_ids_remembered_max: usize,
     /// See [`SESSION_WRITE_STALL_MS_MAX`].
     pub session_write_stall_ms_max: u64,
     /// See [`GATEWAY_CLOSE_LINGER_MS`].
@@ -1601,6 +1651,11 @@ impl Default for Limits {
             event_resync_tasks_max: EVENT_RESYNC_TASKS_MAX,
             guild_subscribe_attempts_max: GUILD_SUBSCRIBE_ATTEMPTS_MAX,
             guild_subscribe_retry_tasks_max: GUILD_SUBSCRIBE_RETRY_TASKS_MAX,
+            fanout_outbox_bytes_max: FANOUT_OUTBOX_BYTES_MAX,
+            users_loads_in_flight_max: USERS_LOADS_IN_FLIGHT_MAX,
+            fanout_outbox_event_age_ms_max: FANOUT_OUTBOX_EVENT_AGE_MS_MAX,
+            fanout_outbox_calls_in_flight_max: FANOUT_OUTBOX_CALLS_IN_FLIGHT_MAX,
+            guild_publish_ids_remembered_max: GUILD_PUBLISH_IDS_REMEMBERED_MAX,
             session_write_stall_ms_max: SESSION_WRITE_STALL_MS_MAX,
             gateway_close_linger_ms: GATEWAY_CLOSE_LINGER_MS,
             gateway_identify_timeout_ms: GATEWAY_IDENTIFY_TIMEOUT_MS,
@@ -2344,6 +2399,34 @@ impl Limits {
             "guild_subscribe_retry_tasks_max",
             "must be at least 1",
         );
+        check(
+            self.fanout_outbox_bytes_max >= self.bus_payload_bytes_max,
+            "fanout_outbox_bytes_max",
+            "must be at least bus_payload_bytes_max (the largest event must fit)",
+        );
+        check(
+            self.fanout_outbox_event_age_ms_max
+                > self
+                    .lease_ttl_ms
+                    .saturating_add(self.member_permanent_down_ms),
+            "fanout_outbox_event_age_ms_max",
+            "must exceed lease_ttl_ms + member_permanent_down_ms (a lost owner's replacement)",
+        );
+        check(
+            self.users_loads_in_flight_max >= 1,
+            "users_loads_in_flight_max",
+            "must be at least 1",
+        );
+        check(
+            self.fanout_outbox_calls_in_flight_max >= 1,
+            "fanout_outbox_calls_in_flight_max",
+            "must be at least 1",
+        );
+        check(
+            self.guild_publish_ids_remembered_max >= 1,
+            "guild_publish_ids_remembered_max",
+            "must be at least 1",
+        );
         // HTTP edge, password hashing and REST callers.
         for (value, field) in [
             (
@@ -2767,6 +2850,11 @@ mod tests {
             "event_resync_tasks_max",
             "guild_subscribe_attempts_max",
             "guild_subscribe_retry_tasks_max",
+            "fanout_outbox_bytes_max",
+            "users_loads_in_flight_max",
+            "fanout_outbox_event_age_ms_max",
+            "fanout_outbox_calls_in_flight_max",
+            "guild_publish_ids_remembered_max",
             "session_write_stall_ms_max",
             "gateway_close_linger_ms",
             "gateway_identify_timeout_ms",
@@ -2955,6 +3043,11 @@ mod tests {
             "event_resync_tasks_max" => l.event_resync_tasks_max = 0,
             "guild_subscribe_attempts_max" => l.guild_subscribe_attempts_max = 0,
             "guild_subscribe_retry_tasks_max" => l.guild_subscribe_retry_tasks_max = 0,
+            "fanout_outbox_bytes_max" => l.fanout_outbox_bytes_max = 0,
+            "users_loads_in_flight_max" => l.users_loads_in_flight_max = 0,
+            "fanout_outbox_event_age_ms_max" => l.fanout_outbox_event_age_ms_max = 0,
+            "fanout_outbox_calls_in_flight_max" => l.fanout_outbox_calls_in_flight_max = 0,
+            "guild_publish_ids_remembered_max" => l.guild_publish_ids_remembered_max = 0,
             "session_write_stall_ms_max" => l.session_write_stall_ms_max = 0,
             "gateway_close_linger_ms" => l.gateway_close_linger_ms = 0,
             "gateway_identify_timeout_ms" => l.gateway_identify_timeout_ms = 0,

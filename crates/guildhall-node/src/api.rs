@@ -9,7 +9,7 @@
 use crate::auth;
 use crate::gateway::{Gateway, app_flags};
 use crate::guilds::Outgoing;
-use crate::guilds::{Changed, GuildCall, GuildChange, GuildError, perm, wire_channel, wire_user};
+use crate::guilds::{Changed, GuildChange, GuildError, perm, wire_channel, wire_user};
 use crate::state::{now_ms, sf};
 use axum::Router;
 use axum::body::Bytes;
@@ -1362,6 +1362,7 @@ pub(crate) async fn publish_message(
         node,
         guild_id,
         Outgoing {
+            publish_id: 0,
             name: name.to_owned(),
             required_intent: intents::GUILD_MESSAGES,
             data,
@@ -1372,16 +1373,14 @@ pub(crate) async fn publish_message(
     .await;
 }
 
-/// Hands an event to the guild's owner for fanout. What it reports is
-/// already durable, so a refused hand-off loses no data (clients see it in
-/// history); it is counted, not retried or logged per event.
+/// Hands an event to the guild's owner for fanout and waits for the
+/// owner's confirmation; an owner that does not confirm (its process died
+/// or paused since the commit) leaves the event held for redelivery to the
+/// guild's next owner (`GuildDirectory::publish`). What it reports is
+/// durable already, so a refused hand-off (unknown guild, outbox full)
+/// loses no data, only the live dispatch; it is counted.
 async fn publish(node: &crate::Node, guild_id: i64, event: Outgoing) {
-    if node
-        .guilds
-        .cast(guild_id, GuildCall::Publish(event))
-        .await
-        .is_err()
-    {
+    if node.guilds.publish(guild_id, event).await.is_err() {
         node.counters
             .fanout_failed_total
             .fetch_add(1, Ordering::Relaxed);
@@ -1401,6 +1400,7 @@ pub(crate) async fn publish_plain(
             node,
             guild_id,
             Outgoing {
+                publish_id: 0,
                 name: name.to_owned(),
                 required_intent,
                 data,

@@ -80,6 +80,12 @@ pub fn random_unit() -> f64 {
     })
 }
 
+/// A random u64 from the OS (publish ids); 0, which means "none" to its
+/// users, if the OS has none to give.
+pub fn random_u64() -> u64 {
+    random::<8>().map_or(0, u64::from_be_bytes)
+}
+
 /// A short random code (invites).
 pub fn new_code() -> Result<String, getrandom::Error> {
     let bytes: [u8; 6] = random()?;

@@ -17,6 +17,7 @@
 
 use crate::cluster::ClusterState;
 use crate::hub::{Hub, Slot};
+use crate::outbox::Outbox;
 use crate::state::{Shared, sf};
 use guildhall_cluster::Bus;
 use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
@@ -30,7 +31,7 @@ use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{ChannelRow, GuildState, MemberRow, RoleRow, UserRow};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -183,8 +184,12 @@ pub struct SendGrant {
 }
 
 /// An event for a guild's subscribers, its data encoded once.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Outgoing {
+    /// Set by [`GuildDirectory::publish`]: the owner confirms a retry of an
+    /// id it fanned out already without fanning it out again (0: none).
+    #[serde(default)]
+    pub publish_id: u64,
     /// Event name.
     pub name: String,
     /// The intent a session needs to receive it.
@@ -241,6 +246,24 @@ pub struct FanoutCounters {
     /// Requests refused at once because their owner's node is still on the
     /// ring but no longer announced (its lease ended).
     pub owner_gone_total: AtomicU64,
+    /// Publishes confirmed without a fanout: a retry of an id this owner
+    /// had fanned out already.
+    pub publish_repeats_total: AtomicU64,
+}
+
+/// The redelivery outbox's counters (an API node's), read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct OutboxCounters {
+    /// Events held because their owner did not confirm the fanout.
+    pub held_total: AtomicU64,
+    /// Held events an owner later confirmed.
+    pub delivered_total: AtomicU64,
+    /// Attempts at a held event that failed again (backed off).
+    pub retries_failed_total: AtomicU64,
+    /// Events dropped: the outbox was full, the event grew older than
+    /// `fanout_outbox_event_age_ms_max`, or its guild is gone. Their
+    /// messages are in history; live sessions missed their dispatch.
+    pub dropped_total: AtomicU64,
 }
 
 /// A new owner's question to a gateway node: which of your sessions follow
@@ -410,6 +433,9 @@ pub enum GuildAnswer {
     Roles(Vec<Role>),
     /// To `Channels`.
     Channels(Vec<Channel>),
+    /// To `Publish`: the dispatch went out to every stream (on the bus
+    /// ahead of this answer).
+    Published,
 }
 
 /// A change to a guild.
@@ -691,6 +717,9 @@ pub struct GuildOwner {
     /// load; a Subscribe of theirs that waited behind the load is already
     /// served (one GUILD_CREATE each, not two).
     pulled: std::collections::HashSet<(String, String)>,
+    /// The last `guild_publish_ids_remembered_max` publish ids fanned out
+    /// (a retried publish is confirmed, not fanned out twice).
+    published: VecDeque<u64>,
 }
 
 impl GuildOwner {
@@ -1609,6 +1638,13 @@ impl GuildOwner {
                 Some(result.map(GuildAnswer::Granted))
             }
             GuildCall::Publish(event) => {
+                let id = event.publish_id;
+                if id != 0 && self.published.contains(&id) {
+                    self.counters
+                        .publish_repeats_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Some(Ok(GuildAnswer::Published));
+                }
                 self.fanout(&StreamBody::Dispatch {
                     name: event.name,
                     required_intent: event.required_intent,
@@ -1616,7 +1652,13 @@ impl GuildOwner {
                     blanked: event.blanked,
                     content_exempt: event.content_exempt,
                 });
-                None
+                if id != 0 {
+                    if self.published.len() >= self.shared.limits.guild_publish_ids_remembered_max {
+                        self.published.pop_front();
+                    }
+                    self.published.push_back(id);
+                }
+                Some(Ok(GuildAnswer::Published))
             }
             GuildCall::AddMember { user } => {
                 if self.members.contains_key(&user.id) {
@@ -1995,6 +2037,13 @@ pub struct GuildDirectory {
     subscribe_budget: std::sync::Mutex<RetryBudget>,
     // Sessions being watched for retries (`guild_subscribe_retry_tasks_max`).
     subscribe_tasks: Arc<tokio::sync::Semaphore>,
+    /// Redelivery counters.
+    pub outbox_counters: OutboxCounters,
+    // Events whose owner did not confirm their fanout, held until one does
+    // (see `crate::outbox`). Held only for non-waiting steps.
+    outbox: std::sync::Mutex<Outbox<Outgoing>>,
+    // Wakes the outbox driver when a guild gets its first held event.
+    outbox_wake: tokio::sync::Notify,
     // Loaded owners, read without awaiting: requests to a loaded guild never
     // wait behind the load of another one.
     owners: std::sync::RwLock<HashMap<i64, OwnerHandle>>,
@@ -2030,6 +2079,12 @@ impl GuildDirectory {
             subscribe_tasks: Arc::new(tokio::sync::Semaphore::new(
                 shared.limits.guild_subscribe_retry_tasks_max,
             )),
+            outbox_counters: OutboxCounters::default(),
+            outbox: std::sync::Mutex::new(Outbox::new(
+                shared.limits.fanout_outbox_bytes_max,
+                shared.limits.fanout_outbox_event_age_ms_max,
+            )),
+            outbox_wake: tokio::sync::Notify::new(),
             owners: std::sync::RwLock::new(HashMap::new()),
             loading: std::sync::Mutex::new(Loads {
                 flights: SingleFlight::new(
@@ -2154,6 +2209,7 @@ impl GuildDirectory {
             node_name: self.node_name.clone(),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             pulled: std::collections::HashSet::new(),
+            published: VecDeque::new(),
         };
         self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
@@ -2564,6 +2620,156 @@ impl GuildDirectory {
             .map_err(|_| GuildError::Overloaded)
     }
 
+    /// Hands `event` to the owner of `guild_id` for fanout and waits for
+    /// its confirmation. An event the owner does not confirm (gone, paused,
+    /// busy) is held and offered again until an owner does (see
+    /// [`crate::outbox`]), and so is one for a guild with events held
+    /// already, behind them. `Err` only for a guild that cannot take
+    /// events (unknown) or when the outbox is full; either way the event's
+    /// data is durable already, and a refusal is counted.
+    pub async fn publish(&self, guild_id: i64, mut event: Outgoing) -> Result<(), GuildError> {
+        // 0 means "no id"; a draw of 0 (one in 2^64) just loses the dedupe.
+        event.publish_id = crate::auth::random_u64();
+        if self.lock_outbox().holds(guild_id) {
+            return self.hold(guild_id, event);
+        }
+        match self.call(guild_id, GuildCall::Publish(event.clone())).await {
+            Ok(GuildAnswer::Published) => Ok(()),
+            Err(error) if !retryable(error) => Err(error),
+            _ => self.hold(guild_id, event),
+        }
+    }
+
+    fn lock_outbox(&self) -> std::sync::MutexGuard<'_, Outbox<Outgoing>> {
+        self.outbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn hold(&self, guild_id: i64, event: Outgoing) -> Result<(), GuildError> {
+        let bytes = event.data.get().len()
+            + event.blanked.as_ref().map_or(0, |b| b.get().len())
+            + event.content_exempt.len() * 8
+            + event.name.len();
+        let id = event.publish_id;
+        let held = self
+            .lock_outbox()
+            .hold(guild_id, id, event, bytes, crate::state::now_ms());
+        if held.is_err() {
+            self.outbox_counters
+                .dropped_total
+                .fetch_add(1, Ordering::Relaxed);
+            crate::throttled!(
+                warn,
+                "guilds.outbox_full",
+                guild_id,
+                "fanout outbox full: an event was not held for redelivery"
+            );
+            return Err(GuildError::Overloaded);
+        }
+        self.outbox_counters
+            .held_total
+            .fetch_add(1, Ordering::Relaxed);
+        self.outbox_wake.notify_one();
+        Ok(())
+    }
+
+    /// Events held for redelivery (gauge).
+    pub fn outbox_events(&self) -> usize {
+        self.lock_outbox().events()
+    }
+
+    /// Starts the outbox driver: it offers each guild's held events to the
+    /// guild's current owner in order, at most
+    /// `fanout_outbox_calls_in_flight_max` guilds at once, backing a guild
+    /// off with full jitter (`backoff_base_ms` .. `backoff_cap_ms`) after
+    /// each failed attempt.
+    pub fn start_outbox(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let directory = self.clone();
+        tokio::spawn(async move {
+            let mut running = tokio::task::JoinSet::new();
+            loop {
+                let room = directory
+                    .shared
+                    .limits
+                    .fanout_outbox_calls_in_flight_max
+                    .saturating_sub(running.len());
+                let now = crate::state::now_ms();
+                let (due, next) = {
+                    let mut outbox = directory.lock_outbox();
+                    (outbox.take_due(now, room), outbox.next_due_ms())
+                };
+                for guild_id in due {
+                    let directory = directory.clone();
+                    running.spawn(async move { directory.redeliver(guild_id).await });
+                }
+                // Nothing held: sleep until woken (a bound, not a poll).
+                let wait_ms = next.map_or(OUTBOX_IDLE_WAIT_MS, |at| at.saturating_sub(now).max(1));
+                tokio::select! {
+                    () = directory.outbox_wake.notified() => {}
+                    Some(_) = running.join_next(), if !running.is_empty() => {}
+                    () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+                }
+            }
+        })
+    }
+
+    /// Delivers `guild_id`'s held events in order until one fails (the
+    /// guild is backed off) or none is left.
+    async fn redeliver(&self, guild_id: i64) {
+        loop {
+            let head = {
+                let mut outbox = self.lock_outbox();
+                let (head, expired) = outbox.head(guild_id, crate::state::now_ms());
+                if expired > 0 {
+                    self.outbox_counters
+                        .dropped_total
+                        .fetch_add(expired as u64, Ordering::Relaxed);
+                    crate::throttled!(
+                        warn,
+                        "guilds.outbox_expired",
+                        guild_id,
+                        expired,
+                        "held events expired before an owner confirmed them"
+                    );
+                }
+                head.map(|h| h.event.clone())
+            };
+            let Some(event) = head else {
+                return;
+            };
+            match self.call(guild_id, GuildCall::Publish(event)).await {
+                Ok(GuildAnswer::Published) => {
+                    self.outbox_counters
+                        .delivered_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.lock_outbox().confirmed(guild_id);
+                }
+                Err(error) if !retryable(error) => {
+                    self.outbox_counters
+                        .dropped_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.lock_outbox().refused(guild_id);
+                }
+                _ => {
+                    self.outbox_counters
+                        .retries_failed_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    let limits = &self.shared.limits;
+                    let mut outbox = self.lock_outbox();
+                    let backoff_ms = backoff_full_jitter_ms(
+                        outbox.attempts(guild_id),
+                        limits.backoff_base_ms,
+                        limits.backoff_cap_ms,
+                        crate::auth::random_unit(),
+                    );
+                    outbox.failed(guild_id, crate::state::now_ms(), backoff_ms);
+                    return;
+                }
+            }
+        }
+    }
+
     /// Sends `call` to the owner of `guild_id` and waits at most
     /// `guild_reply_timeout_ms` for its answer.
     pub async fn call(&self, guild_id: i64, call: GuildCall) -> Result<GuildAnswer, GuildError> {
@@ -2825,6 +3031,16 @@ impl GuildDirectory {
 
 /// An answer of the wrong kind: a version skew between nodes, never a
 /// panic.
+/// Longest the outbox driver sleeps with nothing held before it looks
+/// again (it is woken at once when something is held; this only bounds a
+/// missed wake-up).
+const OUTBOX_IDLE_WAIT_MS: u64 = 60_000;
+
+/// Whether a failed publish may succeed later at the same or a new owner.
+fn retryable(error: GuildError) -> bool {
+    matches!(error, GuildError::Overloaded | GuildError::Store)
+}
+
 fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {
     let kind = match answer {
         GuildAnswer::Granted(_) => "granted",
@@ -2836,6 +3052,7 @@ fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {
         GuildAnswer::Voice(_) => "voice",
         GuildAnswer::Roles(_) => "roles",
         GuildAnswer::Channels(_) => "channels",
+        GuildAnswer::Published => "published",
     };
     crate::throttled!(
         warn,

@@ -35,6 +35,7 @@ pub mod http;
 pub mod hub;
 pub mod interactions;
 pub mod log;
+pub mod outbox;
 pub mod presence;
 pub mod ratelimit;
 pub mod state;
@@ -629,8 +630,44 @@ async fn metrics(
     line(
         "guildhall_fanout_failed_total",
         "counter",
-        "Events a guild owner could not take.",
+        "Events handed to no owner and not held for redelivery (unknown guild, outbox full).",
         api.fanout_failed_total.load(Ordering::Relaxed),
+    );
+    let outbox = &node.guilds.outbox_counters;
+    for (name, help, value) in [
+        (
+            "guildhall_fanout_outbox_held_total",
+            "Events held for redelivery: their owner did not confirm the fanout.",
+            &outbox.held_total,
+        ),
+        (
+            "guildhall_fanout_outbox_delivered_total",
+            "Held events an owner confirmed later.",
+            &outbox.delivered_total,
+        ),
+        (
+            "guildhall_fanout_outbox_retries_failed_total",
+            "Attempts at a held event that failed again (backed off).",
+            &outbox.retries_failed_total,
+        ),
+        (
+            "guildhall_fanout_outbox_dropped_total",
+            "Held events dropped (outbox full, too old, guild gone); their messages are in history.",
+            &outbox.dropped_total,
+        ),
+        (
+            "guildhall_guild_publish_repeats_total",
+            "Publishes an owner confirmed without a second fanout (a retry of an id it had fanned out).",
+            &node.guilds.counters.publish_repeats_total,
+        ),
+    ] {
+        line(name, "counter", help, value.load(Ordering::Relaxed));
+    }
+    line(
+        "guildhall_fanout_outbox_events",
+        "gauge",
+        "Events held for redelivery.",
+        node.guilds.outbox_events() as u64,
     );
     let users = &node.users.counters;
     for (name, help, value) in [
@@ -1325,6 +1362,9 @@ pub async fn run(
         roles.push(guilds.serve().await.map_err(bus_error)?);
         roles.push(guilds.start_rebalance());
     }
+    // Any role may publish guild events (REST, webhooks, interactions), so
+    // every node redelivers the ones their owner did not confirm.
+    roles.push(guilds.start_outbox());
     // Every node routes guild requests, so every node keeps placement.
     cluster::start_placement(shared.store.clone(), &config.limits, cluster_state.clone());
     let event_counters = Arc::new(events::EventCounters::default());

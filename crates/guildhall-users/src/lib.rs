@@ -4,15 +4,16 @@
 //! Batch loads arrive over the bus on `users.requests` in the queue group
 //! `users` (any node running the role serves them; in embedded mode, this
 //! one). The role is a router in front of `users_shards` shards: a batch
-//! (at most `users_batch_ids_max` ids) is admitted by the same adaptive
-//! permit pool as token lookups, one criticality below them (a READY herd's
-//! token lookups keep their share while owners load), then split by shard
-//! (id mod shards). Each shard is a task with a bounded mailbox that owns
-//! its slice of users: a bounded, expiring cache of their rows in front of
-//! one store query for the misses. A full pool or a full shard mailbox
-//! refuses the batch at once; nothing queues without bound (seed 000's
-//! router handled one request at a time and let a flood of misses queue
-//! behind it).
+//! (at most `users_batch_ids_max` ids) takes one of
+//! `users_loads_in_flight_max` slots, then is split by shard (id mod
+//! shards). Each shard is a task with a bounded mailbox that owns its slice
+//! of users: a bounded, expiring cache of their rows in front of one store
+//! query for the misses, one query at a time. No free slot or a full shard
+//! mailbox refuses the batch at once; nothing queues without bound (seed
+//! 000's router handled one request at a time and let a flood of misses
+//! queue behind it). Loads do not pass the adaptive limit of token lookups:
+//! most are cache hits, and a latency signal mixing hits with store reads
+//! took a healthy burst for overload and refused nearly all of it.
 //!
 //! Seed 000's users service fell over when a flood of cache misses met a
 //! router that handled one request at a time. Here every lookup goes
@@ -202,6 +203,8 @@ struct Shard {
     order: VecDeque<i64>,
     entries_max: usize,
     ttl_ms: u64,
+    /// Most ids in one store read (`users_batch_ids_max`).
+    read_ids_max: usize,
 }
 
 impl Shard {
@@ -223,45 +226,122 @@ impl Shard {
         }
     }
 
+    /// Serves the mailbox. Loads waiting together are answered by one
+    /// store read of all their misses (at most `read_ids_max` ids): the
+    /// shard reads one query at a time, so under a burst each query
+    /// carries the burst's misses instead of the burst queueing one query
+    /// per load.
     async fn run(mut self, mut mailbox: tokio::sync::mpsc::Receiver<ShardMessage>) {
-        while let Some(message) = mailbox.recv().await {
-            match message {
+        let mut next = None;
+        loop {
+            let first = match next.take() {
+                Some(message) => message,
+                None => match mailbox.recv().await {
+                    Some(message) => message,
+                    None => return,
+                },
+            };
+            let (ids, reply) = match first {
                 ShardMessage::Forget { user_id } => {
                     self.rows.remove(&user_id);
+                    continue;
                 }
-                ShardMessage::Load { ids, reply } => {
-                    let now = now_ms();
-                    let mut found = Vec::with_capacity(ids.len());
-                    let mut missing = Vec::new();
-                    for id in ids {
-                        match self.rows.get(&id) {
-                            Some((row, expires)) if *expires > now => found.push(row.clone()),
-                            _ => missing.push(id),
+                ShardMessage::Load { ids, reply } => (ids, reply),
+            };
+            let now = now_ms();
+            let mut loads = vec![self.split_cached(ids, reply, now)];
+            let mut missing: usize = loads[0].missing.len();
+            // Take what else waits, while the read stays within its bound.
+            while missing < self.read_ids_max {
+                match mailbox.try_recv() {
+                    Ok(ShardMessage::Forget { user_id }) => {
+                        self.rows.remove(&user_id);
+                    }
+                    Ok(ShardMessage::Load { ids, reply }) => {
+                        let load = self.split_cached(ids, reply, now);
+                        if missing + load.missing.len() > self.read_ids_max {
+                            // Too big to ride along: it leads the next read.
+                            next = Some(ShardMessage::Load {
+                                ids: load.ids,
+                                reply: load.reply,
+                            });
+                            break;
+                        }
+                        missing += load.missing.len();
+                        loads.push(load);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let wanted: Vec<i64> = {
+                let mut all: Vec<i64> = loads
+                    .iter()
+                    .flat_map(|l| l.missing.iter().copied())
+                    .collect();
+                all.sort_unstable();
+                all.dedup();
+                all
+            };
+            let mut read: HashMap<i64, UserRow> = HashMap::new();
+            if !wanted.is_empty() {
+                match self.store.users_by_ids(&wanted).await {
+                    Ok(loaded) => {
+                        for row in loaded {
+                            self.remember(row.clone(), now);
+                            read.insert(row.id, row);
                         }
                     }
-                    let hits = found.len();
-                    if !missing.is_empty() {
-                        match self.store.users_by_ids(&missing).await {
-                            Ok(loaded) => {
-                                for row in loaded {
-                                    self.remember(row.clone(), now);
-                                    found.push(row);
-                                }
-                            }
-                            Err(error) => {
-                                let _ = reply.send(Err(match error {
-                                    guildhall_store::StoreError::Busy => UsersError::Overloaded,
-                                    _ => UsersError::Store,
-                                }));
-                                continue;
-                            }
+                    Err(error) => {
+                        let error = match error {
+                            guildhall_store::StoreError::Busy => UsersError::Overloaded,
+                            _ => UsersError::Store,
+                        };
+                        for load in loads {
+                            let _ = load.reply.send(Err(error));
                         }
+                        continue;
                     }
-                    let _ = reply.send(Ok((found, hits)));
                 }
+            }
+            for load in loads {
+                let hits = load.found.len();
+                let mut found = load.found;
+                found.extend(load.missing.iter().filter_map(|id| read.get(id).cloned()));
+                let _ = load.reply.send(Ok((found, hits)));
             }
         }
     }
+
+    /// Splits a load into what the cache holds and what must be read.
+    fn split_cached(
+        &self,
+        ids: Vec<i64>,
+        reply: oneshot::Sender<Result<(Vec<UserRow>, usize), UsersError>>,
+        now: u64,
+    ) -> PendingLoad {
+        let mut found = Vec::with_capacity(ids.len());
+        let mut missing = Vec::new();
+        for id in &ids {
+            match self.rows.get(id) {
+                Some((row, expires)) if *expires > now => found.push(row.clone()),
+                _ => missing.push(*id),
+            }
+        }
+        PendingLoad {
+            ids,
+            found,
+            missing,
+            reply,
+        }
+    }
+}
+
+/// A load waiting for its shard's next store read.
+struct PendingLoad {
+    ids: Vec<i64>,
+    found: Vec<UserRow>,
+    missing: Vec<i64>,
+    reply: oneshot::Sender<Result<(Vec<UserRow>, usize), UsersError>>,
 }
 
 /// The users role, and the token-lookup front (L1 cache, single-flight)
@@ -274,11 +354,21 @@ pub struct Users {
     negative: Mutex<Negative>,
     flights: Mutex<Flights>,
     permits: Mutex<(PermitPool, AdaptiveLimit)>,
+    // Batch loads being answered (`users_loads_in_flight_max`).
+    loads: Arc<tokio::sync::Semaphore>,
     lookup_timeout_ms: u64,
     /// At most one line per kind per interval (seed 000).
     throttle: Mutex<LogThrottle<&'static str>>,
     /// Counters.
     pub counters: UsersCounters,
+}
+
+/// What a request was admitted with, returned when it is answered.
+enum Admitted {
+    /// A permit of the adaptive pool (a token lookup's store read).
+    Read,
+    /// A batch load's slot.
+    Load(tokio::sync::OwnedSemaphorePermit),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -306,6 +396,7 @@ impl Users {
                     order: VecDeque::new(),
                     entries_max: limits.users_shard_cache_entries_max,
                     ttl_ms: limits.users_cache_ttl_ms,
+                    read_ids_max: limits.users_batch_ids_max.max(1),
                 };
                 tokio::spawn(shard.run(mailbox));
                 sender
@@ -338,6 +429,9 @@ impl Users {
             permits: Mutex::new((
                 PermitPool::new(bounds.start),
                 AdaptiveLimit::Vegas(Vegas::new(bounds)),
+            )),
+            loads: Arc::new(tokio::sync::Semaphore::new(
+                limits.users_loads_in_flight_max,
             )),
             lookup_timeout_ms: limits.users_lookup_timeout_ms,
             throttle: Mutex::new(LogThrottle::new(
@@ -453,21 +547,30 @@ impl Users {
                     }
                 };
                 // Admitted here, before any task exists: a refused request
-                // costs no task and no wait. Token lookups (IDENTIFY, every
-                // REST call) outrank member loads.
-                let criticality = match &call {
-                    UsersCall::Token { digest } if digest.len() == 32 => Criticality::Critical,
-                    UsersCall::Load { ids } if ids.len() <= batch_max => Criticality::Send,
+                // costs no task and no wait. A token lookup is a store read
+                // and takes a permit of the adaptive pool; a batch load
+                // takes a load slot (its misses are read by the shards, one
+                // query at a time each).
+                let admitted = match &call {
+                    UsersCall::Token { digest } if digest.len() == 32 => {
+                        users.admit(Criticality::Critical).then_some(Admitted::Read)
+                    }
+                    UsersCall::Load { ids } if ids.len() <= batch_max => users
+                        .loads
+                        .clone()
+                        .try_acquire_owned()
+                        .ok()
+                        .map(Admitted::Load),
                     _ => {
                         users.refuse(bus.as_ref(), &reply);
                         continue;
                     }
                 };
-                if !users.admit(criticality) {
+                let Some(admitted) = admitted else {
                     users.counters.shed_total.fetch_add(1, Ordering::Relaxed);
                     answer(bus.as_ref(), &reply, Err(UsersError::Overloaded));
                     continue;
-                }
+                };
                 let (users, bus) = (users.clone(), bus.clone());
                 tokio::spawn(async move {
                     let started = Instant::now();
@@ -495,7 +598,10 @@ impl Users {
                             users.load_sharded(ids).await
                         }
                     };
-                    users.finish(started, result.is_ok());
+                    match admitted {
+                        Admitted::Read => users.finish(started, result.is_ok()),
+                        Admitted::Load(slot) => drop(slot),
+                    }
                     answer(bus.as_ref(), &reply, result);
                 });
             }
@@ -664,6 +770,55 @@ mod tests {
         users.invalidate_user(3);
         users.load_sharded(ids).await.unwrap();
         assert_eq!(hits(), 19, "a changed user is read again");
+    }
+
+    /// Loads that wait together share one store read: each still gets
+    /// exactly its own users (none of another load's, unknown ids absent),
+    /// and the next load of the same ids is served from the cache.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn loads_waiting_together_each_get_their_own_rows() {
+        let store = Store::open_in_memory().await.unwrap();
+        for id in 1..=400 {
+            let user = UserRow {
+                id,
+                username: format!("u{id}"),
+                password_hash: None,
+                bot: false,
+                global_name: None,
+                created_ms: 0,
+            };
+            store.create_user(&user).await.unwrap();
+        }
+        let limits = guildhall_limits::Limits {
+            users_shards: 1,
+            ..guildhall_limits::Limits::default()
+        };
+        let bus = Arc::new(guildhall_cluster::LocalBus::new(
+            limits.bus_payload_bytes_max,
+        ));
+        let users = Users::new(store, &limits, bus);
+        // Loads of 5 ids each (one of them unknown), 100 at once.
+        let want =
+            |i: i64| -> Vec<i64> { (0..4).map(|k| i * 4 + k + 1).chain([10_000 + i]).collect() };
+        let loads: Vec<_> = (0..100)
+            .map(|i| {
+                let users = users.clone();
+                tokio::spawn(async move { (i, users.load_sharded(want(i)).await) })
+            })
+            .collect();
+        for load in loads {
+            let (i, rows) = load.await.unwrap();
+            let mut got: Vec<i64> = rows.unwrap().iter().map(|u| u.id).collect();
+            got.sort_unstable();
+            assert_eq!(got, want(i)[..4].to_vec(), "load {i}");
+        }
+        let before = users.counters.cache_hits_total.load(Ordering::Relaxed);
+        assert_eq!(users.load_sharded(want(7)).await.unwrap().len(), 4);
+        assert_eq!(
+            users.counters.cache_hits_total.load(Ordering::Relaxed),
+            before + 4,
+            "rows read for a coalesced load are cached"
+        );
     }
 
     #[tokio::test]
