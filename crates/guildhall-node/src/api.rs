@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::intents;
 use guildhall_proto::model::Message;
+use guildhall_proto::replies;
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{
     ApplicationRow, ChannelRow, GuildRow, InviteRow, MessageRow, RoleRow, StoreError, UserRow,
@@ -1181,6 +1182,9 @@ struct NewMessage {
     /// on one becomes a component interaction matched against them.
     #[serde(default)]
     components: Vec<Value>,
+    /// Makes the message a reply (`guildhall_proto::replies`); kept raw so
+    /// each malformed field gets its own 50035 nested at the field.
+    message_reference: Option<Value>,
 }
 
 /// A message body's `embeds`: at most `message_embeds_max`, each checked
@@ -1326,7 +1330,95 @@ pub(crate) fn wire_row(
             .interaction_metadata
             .as_deref()
             .and_then(|m| serde_json::from_str(m).ok()),
+        message_reference: match (
+            row.reference_kind,
+            row.reference_message_id,
+            row.reference_channel_id,
+        ) {
+            (Some(kind), Some(message_id), Some(channel_id)) => {
+                Some(guildhall_proto::model::MessageReference {
+                    kind: u8::try_from(kind).unwrap_or(replies::KIND_DEFAULT),
+                    message_id: sf(message_id),
+                    channel_id: sf(channel_id),
+                    guild_id: row.reference_guild_id.map(sf),
+                })
+            }
+            _ => None,
+        },
+        // Filled in by `with_referenced` where the referenced message is
+        // read; absent means "not fetched", as Discord's docs define it.
+        referenced_message: None,
     }
+}
+
+/// The users seen so far while building a response, so a page of
+/// messages by a few authors reads each author once.
+type Authors = HashMap<i64, UserRow>;
+
+/// The user `id` from `authors`, read from the store the first time.
+async fn author_of<'a>(
+    node: &crate::Node,
+    authors: &'a mut Authors,
+    id: i64,
+) -> Result<Option<&'a UserRow>, ApiError> {
+    if !authors.contains_key(&id)
+        && let Some(user) = node.shared.store.user(id).await?
+    {
+        authors.insert(user.id, user);
+    }
+    Ok(authors.get(&id))
+}
+
+/// `message` (the wire form of `row`) with its `referenced_message` as the
+/// referenced message is now: the message object, or `null` once it was
+/// deleted. Only a reply (reference type DEFAULT) has one. The referenced
+/// message is built without its own `referenced_message`, so the object is
+/// one level deep as Discord sends it. `page` holds rows already read (a
+/// history page), looked at before the store.
+pub(crate) async fn with_referenced(
+    node: &crate::Node,
+    row: &MessageRow,
+    mut message: Message,
+    page: &[MessageRow],
+    authors: &mut Authors,
+) -> Result<Message, ApiError> {
+    let (Some(kind), Some(channel_id), Some(message_id)) = (
+        row.reference_kind,
+        row.reference_channel_id,
+        row.reference_message_id,
+    ) else {
+        return Ok(message);
+    };
+    if kind != i64::from(replies::KIND_DEFAULT) {
+        return Ok(message);
+    }
+    let target = match page
+        .iter()
+        .find(|m| m.id == message_id && m.channel_id == channel_id)
+    {
+        Some(target) => Some(target.clone()),
+        None => node.shared.store.message(channel_id, message_id).await?,
+    };
+    let referenced = match target {
+        // Ephemeral messages are never referenced (creation refuses
+        // them); one found here is shown as gone rather than leaked.
+        Some(target) if target.visible_to.is_none() => author_of(node, authors, target.author_id)
+            .await?
+            .map(|author| Box::new(wire_message(&target, author, None))),
+        _ => None,
+    };
+    message.referenced_message = Some(referenced);
+    Ok(message)
+}
+
+/// A refused `message_reference`: Discord's 50035 nested at the field.
+fn reference_refused(node: &crate::Node, error: &replies::ReferenceError) -> ApiError {
+    node.counters
+        .bad_requests_total
+        .fetch_add(1, Ordering::Relaxed);
+    let mut body = ErrorBody::new(ErrorCode::InvalidFormBody);
+    body.errors = Some(error.errors());
+    ApiError::Invalid(body)
 }
 
 /// `<@id>` and `<@!id>` mentions in `content` (they see the content even
@@ -1430,6 +1522,8 @@ async fn create_message(
         !body.embeds.is_empty() || !body.components.is_empty(),
     )?;
     let embeds = checked_embeds(&node, &body.embeds)?;
+    let reference = replies::parse(body.message_reference.as_ref())
+        .map_err(|error| reference_refused(&node, &error))?;
     let components = if body.components.is_empty() {
         None
     } else {
@@ -1480,13 +1574,22 @@ async fn create_message(
         Guild(i64),
         Dm(Vec<i64>),
     }
+    // Discord: replying needs READ_MESSAGE_HISTORY as well.
+    let need = if reference.is_some() {
+        perm::SEND_MESSAGES | perm::READ_MESSAGE_HISTORY
+    } else {
+        perm::SEND_MESSAGES
+    };
     let (audience, member) = match channel.guild_id {
         Some(guild_id) => {
-            let grant =
-                authorize(&node, author.id, &channel, guild_id, perm::SEND_MESSAGES).await?;
+            let grant = authorize(&node, author.id, &channel, guild_id, need).await?;
             (Audience::Guild(guild_id), Some(grant.member))
         }
         None => (Audience::Dm(dm_of(&node, &author, &channel).await?), None),
+    };
+    let target = match reference {
+        Some(request) => replied_to(&node, &channel, &request).await?,
+        None => None,
     };
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
@@ -1499,7 +1602,13 @@ async fn create_message(
         webhook_id: None,
         author_name: None,
         author_avatar: None,
-        kind: 0,
+        // A reference that resolved to nothing (fail_if_not_exists false)
+        // is a plain message, as Discord posts it.
+        kind: if target.is_some() {
+            i64::from(replies::MESSAGE_TYPE_REPLY)
+        } else {
+            0
+        },
         flags: 0,
         components,
         application_id: None,
@@ -1507,9 +1616,19 @@ async fn create_message(
         interaction_metadata: None,
         embeds,
         visible_to: None,
+        reference_kind: target.as_ref().map(|_| i64::from(replies::KIND_DEFAULT)),
+        reference_message_id: target.as_ref().map(|t| t.id),
+        reference_channel_id: target.as_ref().map(|t| t.channel_id),
+        reference_guild_id: target.as_ref().and_then(|t| t.guild_id),
     };
     store_message(&node, &row).await?;
     let mut message = wire_message(&row, &author, member);
+    if let Some(target) = target {
+        // The target as just read, not read again: the reply shows what
+        // was replied to.
+        let mut authors = Authors::new();
+        message = with_referenced(&node, &row, message, &[target], &mut authors).await?;
+    }
     message.nonce = body.nonce;
     match audience {
         Audience::Guild(guild_id) => {
@@ -1523,6 +1642,41 @@ async fn create_message(
         ),
     }
     ok(&message)
+}
+
+/// The message a reply in `channel` refers to, checked against what
+/// `request` names: a given channel or guild must be the reply's own
+/// (replies stay in their channel), and the message must exist there and
+/// be visible to everyone (an ephemeral message is nobody's to reply to).
+/// An unknown message is refused unless `fail_if_not_exists` is false,
+/// then `None`: the message is posted as a plain one. Only reads.
+async fn replied_to(
+    node: &crate::Node,
+    channel: &ChannelRow,
+    request: &replies::ReferenceRequest,
+) -> Result<Option<MessageRow>, ApiError> {
+    let same = |given: Option<guildhall_proto::Snowflake>, own: Option<i64>| {
+        given.is_none_or(|given| i64::try_from(given.get()).ok() == own)
+    };
+    if !same(request.channel_id, Some(channel.id)) || !same(request.guild_id, channel.guild_id) {
+        return Err(reference_refused(
+            node,
+            &replies::ReferenceError::other_channel(),
+        ));
+    }
+    // An id beyond i64 cannot be a stored message.
+    let target = match i64::try_from(request.message_id.get()) {
+        Ok(id) => node.shared.store.message(channel.id, id).await?,
+        Err(_) => None,
+    }
+    .filter(|target| target.visible_to.is_none());
+    if target.is_none() && request.fail_if_not_exists {
+        return Err(reference_refused(
+            node,
+            &replies::ReferenceError::unknown_message(),
+        ));
+    }
+    Ok(target)
 }
 
 /// Stores a message durably (group commit) and counts it: every message,
@@ -1576,17 +1730,17 @@ async fn list_messages(
         .store
         .messages(channel.id, before, limit)
         .await?;
-    let mut authors: HashMap<i64, UserRow> = HashMap::new();
+    let mut authors = Authors::new();
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
-        if !authors.contains_key(&row.author_id)
-            && let Some(user) = node.shared.store.user(row.author_id).await?
-        {
-            authors.insert(user.id, user);
-        }
-        if let Some(author) = authors.get(&row.author_id) {
-            out.push(wire_message(row, author, None));
-        }
+        let Some(message) = author_of(&node, &mut authors, row.author_id)
+            .await?
+            .map(|author| wire_message(row, author, None))
+        else {
+            continue;
+        };
+        // A reply to a message on the same page is resolved from the page.
+        out.push(with_referenced(&node, row, message, &rows, &mut authors).await?);
     }
     ok(&out)
 }
@@ -1630,7 +1784,8 @@ async fn get_message(
         .user(row.author_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    ok(&wire_message(&row, &author, None))
+    let message = wire_message(&row, &author, None);
+    ok(&with_referenced(&node, &row, message, &[], &mut Authors::new()).await?)
 }
 
 #[derive(Deserialize)]
@@ -1669,6 +1824,8 @@ async fn edit_message(
     };
     edit_row(&node, &mut row, body.content, embeds).await?;
     let message = wire_message(&row, &caller, None);
+    // An edited reply still shows what it replies to.
+    let message = with_referenced(&node, &row, message, &[], &mut Authors::new()).await?;
     publish_message(&node, "MESSAGE_UPDATE", guild_id, &message, caller.id).await;
     ok(&message)
 }

@@ -1144,6 +1144,10 @@ async fn post_message(
         interaction_metadata: serde_json::to_string(&metadata).ok(),
         embeds: parts.embeds.flatten(),
         visible_to: (flags & ix::FLAG_EPHEMERAL != 0).then_some(entry.user_id),
+        reference_kind: None,
+        reference_message_id: None,
+        reference_channel_id: None,
+        reference_guild_id: None,
         ..MessageRow::plain(
             node.shared.next_id().get() as i64,
             entry.channel_id,

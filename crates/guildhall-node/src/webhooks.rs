@@ -731,6 +731,10 @@ async fn execute(
         interaction_metadata: None,
         embeds: extras.embeds_json.clone().flatten(),
         visible_to: None,
+        reference_kind: None,
+        reference_message_id: None,
+        reference_channel_id: None,
+        reference_guild_id: None,
     };
     store_message(&node, &row).await?;
     let mut message = webhook_message(&row);

@@ -14,6 +14,8 @@
 //! - [`commands`]: application commands: validation and wire objects.
 //! - [`interactions`]: the Interaction object, what users send to create
 //!   one, callbacks and their bounds, `interaction_metadata`.
+//! - [`replies`]: a create body's `message_reference`, checked, with its
+//!   refusals nested at the field.
 //! - [`error`]: REST error bodies with Discord's JSON error codes.
 //! - [`cluster`]: what a node announces in the registry, and its validation.
 //! - [`bus`]: envelopes and subjects of the bus, and the stream-gap rule.
@@ -36,6 +38,7 @@ pub mod gateway;
 pub mod intents;
 pub mod interactions;
 pub mod model;
+pub mod replies;
 pub mod shard;
 pub mod snowflake;
 pub mod timestamp;

@@ -383,6 +383,47 @@ pub struct Message {
     /// The interaction this message answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interaction_metadata: Option<crate::interactions::InteractionMetadata>,
+    /// What a reply (type 19) points to; absent on other messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_reference: Option<MessageReference>,
+    /// A reply's referenced message as it is now: absent on other messages
+    /// (and inside a `referenced_message`, which Discord does not nest
+    /// further), `null` once the referenced message is deleted (Discord's
+    /// footnote: "If the field exists but is null, the referenced message
+    /// was deleted").
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub referenced_message: Option<Option<Box<Message>>>,
+}
+
+/// A field that may be absent (outer `None`) or `null` (inner `None`):
+/// serde's plain `Option` cannot tell the two apart.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// A message's `message_reference` as messages carry it (Discord's Message
+/// Reference object; `fail_if_not_exists` is a sending option only and is
+/// never echoed).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MessageReference {
+    /// Reference type (0 DEFAULT: a reply).
+    #[serde(rename = "type", default)]
+    pub kind: u8,
+    /// The referenced message.
+    pub message_id: Snowflake,
+    /// Its channel (always present on what is received).
+    pub channel_id: Snowflake,
+    /// Its guild (guild channels only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guild_id: Option<Snowflake>,
 }
 
 impl Message {
@@ -395,6 +436,11 @@ impl Message {
             embeds: Vec::new(),
             attachments: Vec::new(),
             components: Vec::new(),
+            // The referenced message's content is as private as the reply's.
+            referenced_message: self
+                .referenced_message
+                .as_ref()
+                .map(|referenced| referenced.as_ref().map(|m| Box::new(m.blanked()))),
             ..self.clone()
         }
     }

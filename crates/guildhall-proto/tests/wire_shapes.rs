@@ -244,6 +244,8 @@ fn message_matches_the_accepted_shape() {
         webhook_id: None,
         application_id: None,
         interaction_metadata: None,
+        message_reference: None,
+        referenced_message: None,
     };
     let got = serde_json::to_value(&message).unwrap();
     // Authors carry the full user object; the extra user fields are harmless
@@ -339,6 +341,8 @@ fn webhook_message_carries_webhook_id_and_author() {
         webhook_id: Some(id(5_000_000_000_000_000_001)),
         application_id: None,
         interaction_metadata: None,
+        message_reference: None,
+        referenced_message: None,
     };
     let got = serde_json::to_value(&message).unwrap();
     let mut want = fixture("message");
@@ -406,6 +410,8 @@ fn message_of(author: User) -> Message {
         webhook_id: Some(id(6_000_000_000_000_000_001)),
         application_id: Some(id(6_000_000_000_000_000_001)),
         interaction_metadata: None,
+        message_reference: None,
+        referenced_message: None,
     }
 }
 
@@ -580,4 +586,78 @@ fn interaction_response_shapes() {
         event,
         serde_json::json!({"id": "7000000000000000001", "nonce": "n"})
     );
+}
+
+/// A reply (type 19): `message_reference` exactly as Discord's Message
+/// Reference object is received (`type`, `message_id`, `channel_id`,
+/// `guild_id`; `fail_if_not_exists` is a sending option, never echoed) and
+/// `referenced_message` one level deep (the referenced message carries no
+/// `referenced_message` of its own); `null` once it was deleted; both
+/// absent on a plain message. Round-trips through the derive, so a library
+/// payload with `"referenced_message": null` keeps its null.
+#[test]
+fn reply_carries_its_reference_one_level_deep() {
+    let reference = MessageReference {
+        kind: 0,
+        message_id: id(4_000_000_000_000_000_001),
+        channel_id: id(3_000_000_000_000_000_001),
+        guild_id: Some(id(2_000_000_000_000_000_001)),
+    };
+    let mut replied_to = message_of(user(1, "alice", false));
+    replied_to.id = reference.message_id;
+    replied_to.kind = 19;
+    replied_to.message_reference = Some(reference.clone());
+    let mut reply = message_of(user(2, "bob", false));
+    reply.kind = 19;
+    reply.message_reference = Some(reference.clone());
+    reply.referenced_message = Some(Some(Box::new(replied_to)));
+    let got = serde_json::to_value(&reply).unwrap();
+    let mut want = fixture("message");
+    want.as_object_mut().unwrap().remove("member");
+    check_shape(
+        "MESSAGE_CREATE",
+        &want,
+        &got,
+        &[
+            "mfa_enabled",
+            "verified",
+            "flags",
+            "webhook_id",
+            "application_id",
+            "message_reference",
+            "referenced_message",
+        ],
+    );
+    assert_eq!(got["type"], 19);
+    assert_eq!(
+        got["message_reference"],
+        serde_json::json!({"type": 0, "message_id": "4000000000000000001",
+            "channel_id": "3000000000000000001", "guild_id": "2000000000000000001"})
+    );
+    let referenced = &got["referenced_message"];
+    assert_eq!(referenced["id"], "4000000000000000001");
+    assert_eq!(referenced["author"]["id"], "1");
+    assert_eq!(referenced["message_reference"], got["message_reference"]);
+    assert!(
+        referenced.get("referenced_message").is_none(),
+        "{referenced}"
+    );
+
+    // Deleted: null, not absent; a DM's reference has no guild_id.
+    reply.referenced_message = Some(None);
+    reply.message_reference = Some(MessageReference {
+        guild_id: None,
+        ..reference
+    });
+    let got = serde_json::to_value(&reply).unwrap();
+    assert!(got["referenced_message"].is_null());
+    assert!(got.get("referenced_message").is_some());
+    assert!(got["message_reference"].get("guild_id").is_none());
+    let back: Message = serde_json::from_value(got).unwrap();
+    assert_eq!(back.referenced_message, Some(None));
+
+    // A plain message carries neither field.
+    let plain = serde_json::to_value(message_of(user(2, "bob", false))).unwrap();
+    assert!(plain.get("message_reference").is_none());
+    assert!(plain.get("referenced_message").is_none());
 }

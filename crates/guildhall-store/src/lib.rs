@@ -231,6 +231,14 @@ pub struct MessageRow {
     pub interaction_metadata: Option<String>,
     /// An ephemeral message's only reader (left out of history).
     pub visible_to: Option<i64>,
+    /// Its `message_reference.type` (0: a reply); `None`: no reference.
+    pub reference_kind: Option<i64>,
+    /// The referenced message (read afresh with every read of this one).
+    pub reference_message_id: Option<i64>,
+    /// The referenced message's channel.
+    pub reference_channel_id: Option<i64>,
+    /// The referenced message's guild (guild channels only).
+    pub reference_guild_id: Option<i64>,
 }
 
 impl MessageRow {
@@ -261,6 +269,10 @@ impl MessageRow {
             interaction_metadata: None,
             embeds: None,
             visible_to: None,
+            reference_kind: None,
+            reference_message_id: None,
+            reference_channel_id: None,
+            reference_guild_id: None,
         }
     }
 }
@@ -555,7 +567,7 @@ pub type SqliteStore = SqlStore<sqlx::Sqlite>;
 /// The PostgreSQL store (cluster mode).
 pub type PgStore = SqlStore<sqlx::Postgres>;
 
-const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to, embeds) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
+const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to, embeds, reference_kind, reference_message_id, reference_channel_id, reference_guild_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)";
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
@@ -718,6 +730,10 @@ where
             .bind(&m.interaction_metadata)
             .bind(m.visible_to)
             .bind(&m.embeds)
+            .bind(m.reference_kind)
+            .bind(m.reference_message_id)
+            .bind(m.reference_channel_id)
+            .bind(m.reference_guild_id)
             .execute(executor)
             .await?;
         Ok(())
@@ -2572,6 +2588,10 @@ mod tests {
                 interaction_metadata: None,
                 embeds: None,
                 visible_to: None,
+                reference_kind: None,
+                reference_message_id: None,
+                reference_channel_id: None,
+                reference_guild_id: None,
             };
             store.insert_message(&m).await.unwrap();
         }
@@ -2583,6 +2603,17 @@ mod tests {
             .map(|m| m.id)
             .collect();
         assert_eq!(page, [104, 103, 102]);
+        // A reply's reference (migration 0012) reads back as written.
+        let reply = MessageRow {
+            kind: 19,
+            reference_kind: Some(0),
+            reference_message_id: Some(100),
+            reference_channel_id: Some(5),
+            reference_guild_id: Some(7),
+            ..MessageRow::plain(110, 5, None, 1, "re".into())
+        };
+        store.insert_message(&reply).await.unwrap();
+        assert_eq!(store.message(5, 110).await.unwrap(), Some(reply));
         assert!(store.edit_message(5, 104, "edited", 9).await.unwrap());
         assert_eq!(
             store.message(5, 104).await.unwrap().unwrap().content,
@@ -2631,6 +2662,10 @@ mod tests {
                     interaction_metadata: None,
                     embeds: None,
                     visible_to: None,
+                    reference_kind: None,
+                    reference_message_id: None,
+                    reference_channel_id: None,
+                    reference_guild_id: None,
                 };
                 store.insert_message(&m).await
             }));
@@ -2658,6 +2693,10 @@ mod tests {
             interaction_metadata: None,
             embeds: None,
             visible_to: None,
+            reference_kind: None,
+            reference_message_id: None,
+            reference_channel_id: None,
+            reference_guild_id: None,
         };
         let fresh = MessageRow {
             id: 501,
@@ -2729,6 +2768,10 @@ mod tests {
                 interaction_metadata: None,
                 embeds: None,
                 visible_to: None,
+                reference_kind: None,
+                reference_message_id: None,
+                reference_channel_id: None,
+                reference_guild_id: None,
             };
             store.insert_message(&message).await.unwrap();
             assert!(
@@ -3268,6 +3311,10 @@ mod tests {
             interaction_metadata: None,
             embeds: None,
             visible_to: None,
+            reference_kind: None,
+            reference_message_id: None,
+            reference_channel_id: None,
+            reference_guild_id: None,
         };
         store.insert_message(&message).await.unwrap();
         assert!(store.delete_webhook(200).await.unwrap());
