@@ -32,9 +32,18 @@ client.once('clientReady', async () => {
   });
 });
 client.on('messageCreate', async (message) => {
-  if (message.content === '!ping') { seen.got_ping = true; await message.reply('pong'); }
-  else if (message.content === 'pong') {
+  if (message.content === '!ping') {
+    seen.got_ping = true;
+    seen.ping_id = message.id;
+    seen.ping_author = message.author.id;
+    await message.reply('pong');
+  } else if (message.content === 'pong') {
     seen.got_pong = true;
+    // message.reply() sends message_reference; the server answers a
+    // type-19 reply with referenced_message and the author mentioned.
+    seen.reply_type = message.type;
+    seen.reply_to = message.reference ? message.reference.messageId : null;
+    seen.replied_user = message.mentions.repliedUser ? message.mentions.repliedUser.id : null;
     console.log(JSON.stringify(seen));
     clearTimeout(timer);
     await client.destroy();

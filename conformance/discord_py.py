@@ -73,9 +73,19 @@ async def on_ready():
 async def on_message(message):
     if message.content == "!ping":
         seen["got_ping"] = True
-        await message.channel.send("pong")
+        seen["ping_id"] = str(message.id)
+        # A reply, as bots answer: message_reference, and the author
+        # mentioned (discord.py's default allowed_mentions.replied_user).
+        await message.reply("pong")
     elif message.content == "pong":
         seen["got_pong"] = True
+        reference = message.reference
+        resolved = reference.resolved if reference else None
+        seen.update(reply_type=str(message.type),
+                    reply_to=str(reference.message_id) if reference else None,
+                    reply_resolved=resolved.content if isinstance(resolved, discord.Message) else None,
+                    reply_mentions_author=isinstance(resolved, discord.Message)
+                    and resolved.author.id in [user.id for user in message.mentions])
         print(json.dumps(seen), flush=True)
         await client.close()
 

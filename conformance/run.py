@@ -51,9 +51,13 @@ for library, command in [
     if library == "discord.py":
         ok = ok and seen.get("synced") == ["Quote", "echo"] and seen.get("fetched_guild") == ["Quote", "echo"] \
             and seen.get("synced_guild") == ["Quote", "echo"] and seen.get("echo_options") == ["text", "times"] \
-            and seen.get("compression") == "zstd-stream" and seen.get("compressors") == 1
+            and seen.get("compression") == "zstd-stream" and seen.get("compressors") == 1 \
+            and seen.get("reply_type") == "MessageType.reply" and seen.get("reply_to") == seen.get("ping_id") \
+            and seen.get("reply_resolved") == "!ping" and seen.get("reply_mentions_author") is True
     elif library == "discord.js":
-        ok = ok and seen.get("synced") == ["Profile", "echo"] and seen.get("fetched") == ["Profile", "echo"]
+        ok = ok and seen.get("synced") == ["Profile", "echo"] and seen.get("fetched") == ["Profile", "echo"] \
+            and seen.get("reply_type") == 19 and seen.get("reply_to") == seen.get("ping_id") \
+            and seen.get("replied_user") == seen.get("ping_author")
     else:
         # Its socket is the one compressing (zlib-stream) while it runs.
         ok = ok and seen.get("unavailable_guilds") == 1 and "general" in seen.get("channels", []) \

@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::intents;
+use guildhall_proto::mentions;
 use guildhall_proto::model::Message;
 use guildhall_proto::replies;
 use guildhall_proto::timestamp::format_unix_ms;
@@ -1185,6 +1186,140 @@ struct NewMessage {
     /// Makes the message a reply (`guildhall_proto::replies`); kept raw so
     /// each malformed field gets its own 50035 nested at the field.
     message_reference: Option<Value>,
+    /// Who may be mentioned (`guildhall_proto::mentions`); raw for the
+    /// same reason.
+    allowed_mentions: Option<Value>,
+}
+
+/// What the author may mention beyond users: `@everyone`/`@here` and
+/// roles that are not mentionable need MENTION_EVERYONE.
+pub(crate) enum MentionRights {
+    /// A direct message: `@everyone` and roles mean nothing there.
+    Dm,
+    /// The author's permissions in the guild, known already.
+    Known(u64),
+    /// A webhook: what its body allows.
+    Webhook,
+    /// Asked of the guild's owner, and only when the content needs it.
+    Ask {
+        /// The author.
+        user_id: i64,
+        /// The message's channel.
+        channel_id: i64,
+    },
+}
+
+/// How an edit rebuilds a message's mentions.
+pub(crate) struct Mentioning {
+    /// The edit's `allowed_mentions` (or the defaults).
+    pub(crate) allowed: mentions::Allowed,
+    /// What the author may mention.
+    pub(crate) rights: MentionRights,
+    /// Who asks for the guild's roles (the author, or a webhook's
+    /// creator).
+    pub(crate) actor_id: i64,
+}
+
+/// The `allowed_mentions` of a body: the defaults of `context` when
+/// absent; a refusal is Discord's 50035 nested at the field.
+pub(crate) fn allowed_mentions(
+    node: &crate::Node,
+    value: Option<&Value>,
+    context: mentions::Context,
+) -> Result<mentions::Allowed, ApiError> {
+    mentions::parse_allowed(value, context).map_err(|error| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        let mut body = ErrorBody::new(ErrorCode::InvalidFormBody);
+        body.errors = Some(error.errors());
+        ApiError::Invalid(body)
+    })
+}
+
+/// Who `content` mentions under `allowed`, as stored with the message
+/// (`None`: nobody): users that exist (one store read for all of them),
+/// roles of the guild that are mentionable or that the author may mention
+/// anyway, and `@everyone` only with MENTION_EVERYONE. `replied_author`:
+/// the author of the message replied to.
+pub(crate) async fn mentions_of(
+    node: &crate::Node,
+    guild_id: Option<i64>,
+    content: &str,
+    mentioning: &Mentioning,
+    replied_author: Option<i64>,
+) -> Result<Option<String>, ApiError> {
+    let found = mentions::in_content(content);
+    let asked = mentions::resolve(
+        &found,
+        &mentioning.allowed,
+        true,
+        replied_author.and_then(|id| u64::try_from(id).ok()),
+    );
+    let needs_rights = asked.everyone || !asked.roles.is_empty();
+    let bypass = match (guild_id, &mentioning.rights) {
+        (None, _) | (_, MentionRights::Dm) => Some(false),
+        (Some(_), MentionRights::Webhook) => Some(true),
+        (Some(_), MentionRights::Known(bits)) => Some(bits & perm::MENTION_EVERYONE != 0),
+        (
+            Some(guild_id),
+            MentionRights::Ask {
+                user_id,
+                channel_id,
+            },
+        ) if needs_rights => {
+            let grant = node
+                .guilds
+                .authorize(guild_id, *user_id, *channel_id, 0)
+                .await?;
+            Some(grant.permissions & perm::MENTION_EVERYONE != 0)
+        }
+        (Some(_), MentionRights::Ask { .. }) => None,
+    };
+    let may_everyone = bypass.unwrap_or(false);
+    let ids: Vec<i64> = asked
+        .users
+        .iter()
+        .filter_map(|id| i64::try_from(*id).ok())
+        .collect();
+    let mut stored = mentions::Stored::default();
+    if !ids.is_empty() {
+        let rows = node.shared.store.users_by_ids(&ids).await?;
+        // In the order they were mentioned, as Discord lists them.
+        for id in &ids {
+            if let Some(row) = rows.iter().find(|r| r.id == *id) {
+                stored.users.push(wire_user(row));
+            }
+        }
+        stored.replied_user = replied_author
+            .filter(|id| rows.iter().any(|r| r.id == *id) && mentioning.allowed.replied_user)
+            .map(sf);
+    }
+    if let Some(guild_id) = guild_id
+        && !asked.roles.is_empty()
+        && !matches!(mentioning.rights, MentionRights::Dm)
+    {
+        let roles = match node.guilds.roles(guild_id, mentioning.actor_id).await {
+            Ok(roles) => roles,
+            // A webhook whose creator left the guild mentions no roles.
+            Err(_) if matches!(mentioning.rights, MentionRights::Webhook) => vec![],
+            Err(error) => return Err(error.into()),
+        };
+        for id in &asked.roles {
+            if roles
+                .iter()
+                .any(|r| r.id.get() == *id && (r.mentionable || may_everyone))
+                && let Some(id) = guildhall_proto::Snowflake::new(*id)
+            {
+                stored.roles.push(id);
+            }
+        }
+    }
+    stored.everyone = asked.everyone && guild_id.is_some() && may_everyone;
+    if stored.is_empty() {
+        return Ok(None);
+    }
+    Ok(serde_json::to_string(&stored).ok())
 }
 
 /// A message body's `embeds`: at most `message_embeds_max`, each checked
@@ -1226,12 +1361,25 @@ pub(crate) async fn edit_row(
     row: &mut MessageRow,
     content: Option<String>,
     embeds: Option<Option<String>>,
+    mentioning: Option<&Mentioning>,
 ) -> Result<(), ApiError> {
     if content.is_none() && embeds.is_none() {
         return Ok(());
     }
     if let Some(content) = content {
         row.content = content;
+        // Discord rebuilds the mentions from the new content, under the
+        // edit's allowances; a reply's author stays mentioned if they were.
+        if let Some(mentioning) = mentioning {
+            let replied = row
+                .mentions
+                .as_deref()
+                .and_then(|m| serde_json::from_str::<mentions::Stored>(m).ok())
+                .and_then(|m| m.replied_user)
+                .and_then(|id| i64::try_from(id.get()).ok());
+            row.mentions =
+                mentions_of(node, row.guild_id, &row.content, mentioning, replied).await?;
+        }
     }
     if let Some(embeds) = embeds {
         row.embeds = embeds;
@@ -1296,6 +1444,11 @@ pub(crate) fn wire_row(
     author: guildhall_proto::model::User,
     member: Option<guildhall_proto::model::Member>,
 ) -> Message {
+    let mentioned: mentions::Stored = row
+        .mentions
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m).ok())
+        .unwrap_or_default();
     Message {
         id: sf(row.id),
         channel_id: sf(row.channel_id),
@@ -1306,9 +1459,9 @@ pub(crate) fn wire_row(
         timestamp: format_unix_ms(sf(row.id).unix_ms()),
         edited_timestamp: row.edited_ms.map(|ms| format_unix_ms(ms as u64)),
         tts: row.tts,
-        mention_everyone: false,
-        mentions: vec![],
-        mention_roles: vec![],
+        mention_everyone: mentioned.everyone,
+        mentions: mentioned.users,
+        mention_roles: mentioned.roles,
         attachments: vec![],
         embeds: row
             .embeds
@@ -1524,6 +1677,11 @@ async fn create_message(
     let embeds = checked_embeds(&node, &body.embeds)?;
     let reference = replies::parse(body.message_reference.as_ref())
         .map_err(|error| reference_refused(&node, &error))?;
+    let allowed = allowed_mentions(
+        &node,
+        body.allowed_mentions.as_ref(),
+        mentions::Context::Message,
+    )?;
     let components = if body.components.is_empty() {
         None
     } else {
@@ -1580,17 +1738,44 @@ async fn create_message(
     } else {
         perm::SEND_MESSAGES
     };
-    let (audience, member) = match channel.guild_id {
+    let (audience, member, rights) = match channel.guild_id {
         Some(guild_id) => {
             let grant = authorize(&node, author.id, &channel, guild_id, need).await?;
-            (Audience::Guild(guild_id), Some(grant.member))
+            (
+                Audience::Guild(guild_id),
+                Some(grant.member),
+                MentionRights::Known(grant.permissions),
+            )
         }
-        None => (Audience::Dm(dm_of(&node, &author, &channel).await?), None),
+        None => (
+            Audience::Dm(dm_of(&node, &author, &channel).await?),
+            None,
+            MentionRights::Dm,
+        ),
     };
     let target = match reference {
         Some(request) => replied_to(&node, &channel, &request).await?,
         None => None,
     };
+    // A webhook's message has no user to ping (its author_id is the
+    // webhook's creator).
+    let replied_author = target
+        .as_ref()
+        .filter(|t| t.webhook_id.is_none())
+        .map(|t| t.author_id);
+    let mentioning = Mentioning {
+        allowed,
+        rights,
+        actor_id: author.id,
+    };
+    let mentioned = mentions_of(
+        &node,
+        channel.guild_id,
+        &body.content,
+        &mentioning,
+        replied_author,
+    )
+    .await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
         channel_id: channel.id,
@@ -1620,6 +1805,7 @@ async fn create_message(
         reference_message_id: target.as_ref().map(|t| t.id),
         reference_channel_id: target.as_ref().map(|t| t.channel_id),
         reference_guild_id: target.as_ref().and_then(|t| t.guild_id),
+        mentions: mentioned,
     };
     store_message(&node, &row).await?;
     let mut message = wire_message(&row, &author, member);
@@ -1791,6 +1977,8 @@ async fn get_message(
 #[derive(Deserialize)]
 struct EditMessage {
     content: Option<String>,
+    /// How the new content's mentions are read (`guildhall_proto::mentions`).
+    allowed_mentions: Option<Value>,
     /// Replaces the embeds when present (`null` or `[]` clears them).
     #[serde(default, deserialize_with = "present")]
     embeds: Option<Option<Vec<Value>>>,
@@ -1822,7 +2010,23 @@ async fn edit_message(
         Some(embeds) => Some(checked_embeds(&node, &embeds.unwrap_or_default())?),
         None => None,
     };
-    edit_row(&node, &mut row, body.content, embeds).await?;
+    let mentioning = Mentioning {
+        allowed: allowed_mentions(
+            &node,
+            body.allowed_mentions.as_ref(),
+            mentions::Context::Message,
+        )?,
+        rights: if row.guild_id.is_some() {
+            MentionRights::Ask {
+                user_id: caller.id,
+                channel_id: row.channel_id,
+            }
+        } else {
+            MentionRights::Dm
+        },
+        actor_id: caller.id,
+    };
+    edit_row(&node, &mut row, body.content, embeds, Some(&mentioning)).await?;
     let message = wire_message(&row, &caller, None);
     // An edited reply still shows what it replies to.
     let message = with_referenced(&node, &row, message, &[], &mut Authors::new()).await?;

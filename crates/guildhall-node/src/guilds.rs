@@ -60,6 +60,8 @@ pub mod perm {
     pub const MANAGE_MESSAGES: u64 = 1 << 13;
     /// Read history.
     pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
+    /// Mention `@everyone`, `@here` and roles that are not mentionable.
+    pub const MENTION_EVERYONE: u64 = 1 << 17;
     /// Create invites.
     pub const CREATE_INSTANT_INVITE: u64 = 1 << 0;
     /// Manage channels.

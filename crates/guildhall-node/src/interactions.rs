@@ -1148,6 +1148,7 @@ async fn post_message(
         reference_message_id: None,
         reference_channel_id: None,
         reference_guild_id: None,
+        mentions: None,
         ..MessageRow::plain(
             node.shared.next_id().get() as i64,
             entry.channel_id,

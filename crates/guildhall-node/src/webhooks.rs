@@ -585,6 +585,8 @@ pub(crate) struct Extras {
     /// The checked embeds as stored: `None` when the body has no
     /// `embeds`, `Some(None)` when it clears them (`null` or `[]`).
     pub(crate) embeds_json: Option<Option<String>>,
+    /// `allowed_mentions`, or a webhook's defaults (user mentions only).
+    pub(crate) allowed: guildhall_proto::mentions::Allowed,
 }
 
 /// Checks the fields an executed or edited message shares: embeds,
@@ -639,10 +641,16 @@ pub(crate) fn check_extras(
             ),
         ));
     }
+    let allowed = crate::api::allowed_mentions(
+        node,
+        body.get("allowed_mentions"),
+        guildhall_proto::mentions::Context::WebhookOrInteraction,
+    )?;
     Ok(Extras {
         embeds,
         components,
         embeds_json,
+        allowed,
     })
 }
 
@@ -712,6 +720,13 @@ async fn execute(
             }
         },
     };
+    let mentioning = crate::api::Mentioning {
+        allowed: extras.allowed.clone(),
+        rights: crate::api::MentionRights::Webhook,
+        actor_id: webhook.creator_id,
+    };
+    let mentioned =
+        crate::api::mentions_of(&node, Some(webhook.guild_id), &content, &mentioning, None).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
         channel_id: webhook.channel_id,
@@ -735,6 +750,7 @@ async fn execute(
         reference_message_id: None,
         reference_channel_id: None,
         reference_guild_id: None,
+        mentions: mentioned,
     };
     store_message(&node, &row).await?;
     let mut message = webhook_message(&row);
@@ -819,7 +835,19 @@ async fn edit_message(
         Some(Value::Null) => Some(String::new()),
         Some(_) => string_field(&node, &body, "content")?,
     };
-    crate::api::edit_row(&node, &mut row, content, extras.embeds_json).await?;
+    let mentioning = crate::api::Mentioning {
+        allowed: extras.allowed,
+        rights: crate::api::MentionRights::Webhook,
+        actor_id: webhook.creator_id,
+    };
+    crate::api::edit_row(
+        &node,
+        &mut row,
+        content,
+        extras.embeds_json,
+        Some(&mentioning),
+    )
+    .await?;
     let message = webhook_message(&row);
     publish_message(
         &node,

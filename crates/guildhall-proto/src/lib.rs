@@ -37,6 +37,7 @@ pub mod error;
 pub mod gateway;
 pub mod intents;
 pub mod interactions;
+pub mod mentions;
 pub mod model;
 pub mod replies;
 pub mod shard;

@@ -239,6 +239,9 @@ pub struct MessageRow {
     pub reference_channel_id: Option<i64>,
     /// The referenced message's guild (guild channels only).
     pub reference_guild_id: Option<i64>,
+    /// Who it mentions (`guildhall_proto::mentions::Stored` as JSON);
+    /// `None`: nobody.
+    pub mentions: Option<String>,
 }
 
 impl MessageRow {
@@ -273,6 +276,7 @@ impl MessageRow {
             reference_message_id: None,
             reference_channel_id: None,
             reference_guild_id: None,
+            mentions: None,
         }
     }
 }
@@ -567,7 +571,7 @@ pub type SqliteStore = SqlStore<sqlx::Sqlite>;
 /// The PostgreSQL store (cluster mode).
 pub type PgStore = SqlStore<sqlx::Postgres>;
 
-const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to, embeds, reference_kind, reference_message_id, reference_channel_id, reference_guild_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)";
+const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to, embeds, reference_kind, reference_message_id, reference_channel_id, reference_guild_id, mentions) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
@@ -734,6 +738,7 @@ where
             .bind(m.reference_message_id)
             .bind(m.reference_channel_id)
             .bind(m.reference_guild_id)
+            .bind(&m.mentions)
             .execute(executor)
             .await?;
         Ok(())
@@ -1430,7 +1435,7 @@ where
     /// application); false if it does not exist.
     pub async fn update_message(&self, row: &MessageRow) -> Result<bool> {
         let done = sqlx::query(
-            "UPDATE messages SET content = $3, edited_ms = $4, flags = $5, components = $6, embeds = $7 WHERE channel_id = $1 AND id = $2",
+            "UPDATE messages SET content = $3, edited_ms = $4, flags = $5, components = $6, embeds = $7, mentions = $8 WHERE channel_id = $1 AND id = $2",
         )
         .bind(row.channel_id)
         .bind(row.id)
@@ -1439,6 +1444,7 @@ where
         .bind(row.flags)
         .bind(&row.components)
         .bind(&row.embeds)
+        .bind(&row.mentions)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -2592,6 +2598,7 @@ mod tests {
                 reference_message_id: None,
                 reference_channel_id: None,
                 reference_guild_id: None,
+                mentions: None,
             };
             store.insert_message(&m).await.unwrap();
         }
@@ -2666,6 +2673,7 @@ mod tests {
                     reference_message_id: None,
                     reference_channel_id: None,
                     reference_guild_id: None,
+                    mentions: None,
                 };
                 store.insert_message(&m).await
             }));
@@ -2697,6 +2705,7 @@ mod tests {
             reference_message_id: None,
             reference_channel_id: None,
             reference_guild_id: None,
+            mentions: None,
         };
         let fresh = MessageRow {
             id: 501,
@@ -2772,6 +2781,7 @@ mod tests {
                 reference_message_id: None,
                 reference_channel_id: None,
                 reference_guild_id: None,
+                mentions: None,
             };
             store.insert_message(&message).await.unwrap();
             assert!(
@@ -3315,6 +3325,7 @@ mod tests {
             reference_message_id: None,
             reference_channel_id: None,
             reference_guild_id: None,
+            mentions: None,
         };
         store.insert_message(&message).await.unwrap();
         assert!(store.delete_webhook(200).await.unwrap());
