@@ -48,6 +48,9 @@ pub enum Transport {
 pub struct WireQuery {
     /// Transport compression.
     pub transport: Transport,
+    /// `encoding=etf`: frames both ways are Erlang terms in binary frames
+    /// (`guildhall_proto::etf`); otherwise JSON.
+    pub etf: bool,
     /// `v` is a version this gateway speaks (9 or 10, Discord's
     /// "available" versions; absent counts as 10). Otherwise the socket
     /// is closed with 4012 after the upgrade.
@@ -59,8 +62,6 @@ pub struct WireQuery {
 /// the server would send has nothing to gain from a socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueryRefusal {
-    /// `encoding=etf`: Discord's binary encoding, not offered here.
-    EtfEncoding,
     /// `encoding` other than `json` or `etf`.
     UnknownEncoding,
     /// `compress` other than `zlib-stream` or `zstd-stream`.
@@ -71,10 +72,7 @@ impl QueryRefusal {
     /// The error body's message.
     pub fn message(self) -> &'static str {
         match self {
-            QueryRefusal::EtfEncoding => {
-                "encoding=etf is not supported by this server; connect with encoding=json"
-            }
-            QueryRefusal::UnknownEncoding => "encoding must be json",
+            QueryRefusal::UnknownEncoding => "encoding must be json or etf",
             QueryRefusal::UnknownCompress => {
                 "compress must be zlib-stream or zstd-stream, or absent"
             }
@@ -90,14 +88,15 @@ pub fn parse_query(query: Option<&str>) -> Result<WireQuery, QueryRefusal> {
     let mut wire = WireQuery {
         transport: Transport::None,
         version_ok: true,
+        etf: false,
     };
     for pair in query.unwrap_or("").split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "v" => wire.version_ok = matches!(value, "9" | "10"),
             "encoding" => match value {
-                "json" => {}
-                "etf" => return Err(QueryRefusal::EtfEncoding),
+                "json" => wire.etf = false,
+                "etf" => wire.etf = true,
                 _ => return Err(QueryRefusal::UnknownEncoding),
             },
             "compress" => match value {
@@ -405,7 +404,8 @@ mod tests {
             ok("v=10&encoding=json&compress=zlib-stream"),
             Ok(WireQuery {
                 transport: Transport::ZlibStream,
-                version_ok: true
+                version_ok: true,
+                etf: false,
             })
         );
         assert_eq!(parse_query(None).map(|w| w.transport), Ok(Transport::None));
@@ -413,7 +413,11 @@ mod tests {
         for v in ["8", "6", "11", "x", ""] {
             assert_eq!(ok(&format!("v={v}")).map(|w| w.version_ok), Ok(false));
         }
-        assert_eq!(ok("encoding=etf"), Err(QueryRefusal::EtfEncoding));
+        assert_eq!(ok("encoding=etf").map(|w| w.etf), Ok(true));
+        assert_eq!(
+            ok("encoding=etf&compress=zlib-stream").map(|w| (w.etf, w.transport)),
+            Ok((true, Transport::ZlibStream))
+        );
         assert_eq!(ok("encoding=xml"), Err(QueryRefusal::UnknownEncoding));
         assert_eq!(
             ok("compress=zstd-stream").map(|w| w.transport),

@@ -109,6 +109,8 @@ pub struct GatewayCounters {
     pub compressed_upgrades_refused_total: AtomicU64,
     /// IDENTIFYs with `compress: true` served plain: no compressor free.
     pub payload_compression_declined_total: AtomicU64,
+    /// `encoding=etf` frames that were no payload (closed with 4002).
+    pub etf_undecodable_total: AtomicU64,
     /// Upgrades refused with 400 for their `encoding` or `compress`.
     pub query_refused_total: AtomicU64,
     /// IDENTIFY received → READY queued.
@@ -314,16 +316,34 @@ struct Encoder {
     /// Where the socket task hands over the payload compressor. It does so
     /// before it queues READY, so the writer has it by the first dispatch.
     payload_handover: Option<oneshot::Receiver<Deflater>>,
+    /// `encoding=etf`: each frame's JSON is carried over into an Erlang
+    /// term, in a binary frame. The frames are encoded as JSON once for
+    /// every session; the few ETF sessions pay for their own conversion.
+    etf: bool,
 }
 
 impl Encoder {
     fn message(&mut self, text: String, dispatch: bool) -> Result<Message, axum::Error> {
+        let term = if self.etf {
+            // The server's own frames are always JSON.
+            Some(
+                guildhall_proto::etf::from_json(text.as_bytes()).ok_or_else(|| {
+                    axum::Error::new(std::io::Error::other("a frame that is not JSON"))
+                })?,
+            )
+        } else {
+            None
+        };
+        let raw: &[u8] = term.as_deref().unwrap_or(text.as_bytes());
         if let Some(stream) = &mut self.transport {
-            let bytes = stream.message(text.as_bytes()).map_err(axum::Error::new)?;
+            let bytes = stream.message(raw).map_err(axum::Error::new)?;
             return Ok(Message::Binary(bytes.into()));
         }
         if !dispatch {
-            return Ok(Message::Text(Utf8Bytes::from(text)));
+            return Ok(match term {
+                Some(term) => Message::Binary(term.into()),
+                None => Message::Text(Utf8Bytes::from(text)),
+            });
         }
         if self.payload.is_none()
             && let Some(handover) = &mut self.payload_handover
@@ -337,12 +357,15 @@ impl Encoder {
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }
         }
-        match &mut self.payload {
-            Some(deflater) => {
-                let bytes = deflater.whole(text.as_bytes()).map_err(axum::Error::new)?;
+        match (&mut self.payload, term) {
+            (Some(deflater), term) => {
+                let bytes = deflater
+                    .whole(term.as_deref().unwrap_or(text.as_bytes()))
+                    .map_err(axum::Error::new)?;
                 Ok(Message::Binary(bytes.into()))
             }
-            None => Ok(Message::Text(Utf8Bytes::from(text))),
+            (None, Some(term)) => Ok(Message::Binary(term.into())),
+            (None, None) => Ok(Message::Text(Utf8Bytes::from(text))),
         }
     }
 }
@@ -954,6 +977,7 @@ impl Gateway {
             transport,
             payload: None,
             payload_handover: Some(payload_rx),
+            etf: wire.etf,
         };
         let mut writer = tokio::spawn(write(sink, inlet, finish_rx, stall, encoder));
         let mut writer_done = false;
@@ -1143,6 +1167,22 @@ impl Gateway {
                 frame = stream.next() => match frame {
                     Some(Ok(Message::Text(text))) => {
                         session.on_text(now_ms(), text.as_bytes(), &mut scratch);
+                        pending.extend(scratch.drain(..));
+                    }
+                    Some(Ok(Message::Binary(bytes))) if wire.etf => {
+                        // An oversized frame is refused by its size before
+                        // any decoding; a term that is no payload is 4002.
+                        if bytes.len() > self.shared.limits.gateway_payload_bytes_max {
+                            session.on_binary(now_ms(), &bytes, &mut scratch);
+                        } else {
+                            match guildhall_proto::etf::to_json(&bytes) {
+                                Ok(json) => session.on_text(now_ms(), &json, &mut scratch),
+                                Err(_) => {
+                                    self.counters.etf_undecodable_total.fetch_add(1, Ordering::Relaxed);
+                                    session.on_undecodable(&mut scratch);
+                                }
+                            }
+                        }
                         pending.extend(scratch.drain(..));
                     }
                     Some(Ok(Message::Binary(bytes))) => {

@@ -354,8 +354,14 @@ async fn metrics(
     line(
         "guildhall_gateway_query_refused_total",
         "counter",
-        "Upgrades refused with 400 for an encoding or compress value not offered (etf, unknown).",
+        "Upgrades refused with 400 for an encoding or compress value not offered.",
         gw.query_refused_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_gateway_etf_undecodable_total",
+        "counter",
+        "encoding=etf frames that were no payload (closed with 4002).",
+        gw.etf_undecodable_total.load(Ordering::Relaxed),
     );
     line(
         "guildhall_member_requests_refused_total",

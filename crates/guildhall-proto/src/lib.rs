@@ -34,6 +34,7 @@ pub mod cluster;
 pub mod commands;
 pub mod embeds;
 pub mod error;
+pub mod etf;
 pub mod gateway;
 pub mod intents;
 pub mod interactions;

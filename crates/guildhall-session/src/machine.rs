@@ -250,6 +250,15 @@ impl Session {
         self.on_text(now_ms, payload, out);
     }
 
+    /// A frame that could not be decoded into a payload at all (an
+    /// `encoding=etf` frame that is no term): 4002, as Discord closes.
+    pub fn on_undecodable(&mut self, out: &mut Vec<Command>) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.close(CloseCode::DecodeError, out);
+    }
+
     /// Time passes: closes a session whose heartbeats stopped, or that
     /// has not identified in time (heartbeats alone do not keep an
     /// unidentified socket open).
