@@ -1128,6 +1128,30 @@ async fn guild_member(
         .map_or(Err(ApiError::Code(ErrorCode::UnknownMember)), |m| ok(&m))
 }
 
+/// GET /users/@me/guilds/{guild.id}/member: the caller's own member
+/// object (joined_at, roles, nick), asked of the guild's owner like any
+/// member read; a guild the caller is not in is Discord's 10004.
+async fn my_member(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let guild_id = parse_id(&id).map_err(|_| ApiError::Code(ErrorCode::UnknownGuild))?;
+    let members = match node
+        .guilds
+        .members(guild_id, caller.id, String::new(), vec![caller.id], 0, 1)
+        .await
+    {
+        Err(GuildError::MissingAccess) => return Err(ApiError::Code(ErrorCode::UnknownGuild)),
+        other => other?,
+    };
+    members
+        .members
+        .into_iter()
+        .next()
+        .map_or(Err(ApiError::Code(ErrorCode::UnknownGuild)), |m| ok(&m))
+}
+
 pub(crate) async fn guild_channel(
     node: &crate::Node,
     channel_id: &str,
@@ -2999,6 +3023,7 @@ pub fn routes() -> Router<AppState> {
         .route("/users/{id}", get(get_user))
         .route("/users/@me/channels", post(create_dm))
         .route("/users/@me/guilds/{id}", axum::routing::delete(leave_guild))
+        .route("/users/@me/guilds/{id}/member", get(my_member))
         .route("/oauth2/applications/@me", get(my_application))
         .route(
             "/applications/@me",

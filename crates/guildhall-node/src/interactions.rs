@@ -992,6 +992,8 @@ pub(crate) struct Parts {
     components: Option<String>,
     /// `None`: unchanged; `Some(None)`: cleared.
     embeds: Option<Option<String>>,
+    /// Who the content may mention (an interaction's default: users).
+    allowed: guildhall_proto::mentions::Allowed,
 }
 
 /// Checks a message body as webhooks check theirs (content, embeds,
@@ -1045,7 +1047,25 @@ pub(crate) fn message_parts(
         flags,
         components,
         embeds: extras.embeds_json,
+        allowed: extras.allowed,
     })
+}
+
+/// How a response's content mentions: under its `allowed_mentions`, with
+/// the bot's own permissions in the channel (asked only when the content
+/// needs them).
+fn mentioning(
+    entry: &Entry,
+    allowed: guildhall_proto::mentions::Allowed,
+) -> crate::api::Mentioning {
+    crate::api::Mentioning {
+        allowed,
+        rights: crate::api::MentionRights::Ask {
+            user_id: entry.bot_user_id,
+            channel_id: entry.channel_id,
+        },
+        actor_id: entry.bot_user_id,
+    }
 }
 
 /// Every `custom_id` in the components (an array of objects) is 1 to
@@ -1129,6 +1149,15 @@ async fn post_message(
     followup: bool,
 ) -> Result<(MessageRow, Message), ApiError> {
     let flags = parts.flags.unwrap_or(0) | extra_flags;
+    let content = parts.content.unwrap_or_default();
+    let mentioned = crate::api::mentions_of(
+        node,
+        Some(entry.guild_id),
+        &content,
+        &mentioning(entry, parts.allowed),
+        None,
+    )
+    .await?;
     let mut metadata = entry.metadata.clone();
     if followup {
         metadata.original_response_message_id = entry.original_id.map(sf);
@@ -1148,13 +1177,13 @@ async fn post_message(
         reference_message_id: None,
         reference_channel_id: None,
         reference_guild_id: None,
-        mentions: None,
+        mentions: mentioned,
         ..MessageRow::plain(
             node.shared.next_id().get() as i64,
             entry.channel_id,
             Some(entry.guild_id),
             entry.bot_user_id,
-            parts.content.unwrap_or_default(),
+            content,
         )
     };
     store_message(node, &row).await?;
@@ -1180,6 +1209,15 @@ async fn update_message(
         .ok_or(ApiError::Code(ErrorCode::UnknownMessage))?;
     if let Some(content) = parts.content {
         row.content = content;
+        // Rebuilt from the new content, as Discord rebuilds them.
+        row.mentions = crate::api::mentions_of(
+            node,
+            Some(entry.guild_id),
+            &row.content,
+            &mentioning(entry, parts.allowed),
+            None,
+        )
+        .await?;
     }
     if let Some(components) = parts.components {
         row.components = Some(components);
@@ -1266,6 +1304,9 @@ async fn callback(
                 flags: Some(flags & ix::FLAG_EPHEMERAL),
                 components: None,
                 embeds: None,
+                allowed: guildhall_proto::mentions::Allowed::default_for(
+                    guildhall_proto::mentions::Context::WebhookOrInteraction,
+                ),
             })
         }
         _ => None,

@@ -222,7 +222,9 @@ async fn slash_command_reaches_the_bot_and_its_response_the_user() {
         .callback_query(
             &interaction,
             "?with_response=true",
-            json!({"type": 4, "data": {"content": "rolled 4"}}),
+            // Mentions in a response: users parse by default; @everyone
+            // does not without allowed_mentions.
+            json!({"type": 4, "data": {"content": format!("rolled 4 <@{}> @everyone", s.user_id)}}),
         )
         .await;
     assert_eq!(status, 200, "{answer}");
@@ -255,7 +257,14 @@ async fn slash_command_reaches_the_bot_and_its_response_the_user() {
     );
     let created = seen["MESSAGE_CREATE"].clone();
     assert_eq!(created["id"], message_id.as_str());
-    assert_eq!(created["content"], "rolled 4");
+    let rolled = format!("rolled 4 <@{}> @everyone", s.user_id);
+    assert_eq!(created["content"], rolled.as_str());
+    assert_eq!(
+        created["mentions"][0]["id"],
+        s.user_id.as_str(),
+        "{created}"
+    );
+    assert_eq!(created["mention_everyone"], false);
     assert_eq!(created["type"], 20);
     assert_eq!(created["author"]["id"], s.bot_id.as_str());
     assert_eq!(created["author"]["bot"], true);
@@ -290,7 +299,8 @@ async fn slash_command_reaches_the_bot_and_its_response_the_user() {
         .hook("GET", &interaction, "/messages/@original", None)
         .await;
     assert_eq!(status, 200, "{original}");
-    assert_eq!(original["content"], "rolled 4");
+    assert_eq!(original["content"], rolled.as_str());
+    assert_eq!(original["mentions"][0]["id"], s.user_id.as_str());
     let (status, history) = s
         .node
         .call(

@@ -100,6 +100,37 @@ async fn my_guilds_are_paged_with_permissions_and_counts() {
     assert!(by_id(&own).get("approximate_member_count").is_none());
     assert_eq!(by_id(&guilds[0])["name"], "first");
 
+    // The member's own member object in a guild: its role, no user
+    // needed beyond its own; a guild it is not in (or no guild) is 10004.
+    let (status, me) = node
+        .call(
+            "GET",
+            &format!("/users/@me/guilds/{}/member", guilds[1]),
+            Some(&member),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{me}");
+    assert_eq!(me["user"]["id"], member_id.as_str());
+    assert_eq!(me["roles"], json!([role["id"]]));
+    assert!(me["joined_at"].is_string(), "{me}");
+    let (stranger_guild, _) = node.guild(&owner, "not theirs").await;
+    for guild in [stranger_guild.as_str(), "123", "x"] {
+        let (status, body) = node
+            .call(
+                "GET",
+                &format!("/users/@me/guilds/{guild}/member"),
+                Some(&member),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (status, body["code"].clone()),
+            (404, json!(10004)),
+            "{guild}: {body}"
+        );
+    }
+
     // Pages: after, before (the page just below it), limit.
     let (_, page) = node
         .call("GET", "/users/@me/guilds?limit=2", Some(&member), None)
