@@ -208,6 +208,7 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("PATCH", "/guilds/{id}/roles/{role}", vec![bg, br], Some(json!({"name": "x"})), 403, 50001),
         ("DELETE", "/guilds/{id}/roles/{role}", vec![bg, br], None, 403, 50001),
         ("DELETE", "/users/@me/guilds/{id}", vec![bg], None, 404, 10007),
+        ("GET", "/users/@me/guilds/{id}/member", vec![bg], None, 404, 10004),
         ("GET", "/channels/{id}", vec![bc], None, 403, 50001),
         ("PATCH", "/channels/{id}", vec![bc], Some(json!({"name": "x"})), 403, 50001),
         ("DELETE", "/channels/{id}", vec![bc], None, 403, 50001),
