@@ -2684,8 +2684,8 @@ impl GuildDirectory {
     /// Starts the outbox driver: it offers each guild's held events to the
     /// guild's current owner in order, at most
     /// `fanout_outbox_calls_in_flight_max` guilds at once, backing a guild
-    /// off with full jitter (`backoff_base_ms` .. `backoff_cap_ms`) after
-    /// each failed attempt.
+    /// off with full jitter (`backoff_base_ms` up to the smaller of
+    /// `backoff_cap_ms` and `lease_ttl_ms`) after each failed attempt.
     pub fn start_outbox(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let directory = self.clone();
         tokio::spawn(async move {
@@ -2759,10 +2759,14 @@ impl GuildDirectory {
                         .fetch_add(1, Ordering::Relaxed);
                     let limits = &self.shared.limits;
                     let mut outbox = self.lock_outbox();
+                    // Capped at the lease TTL: a lost owner is replaced
+                    // about a TTL after it stops renewing, and waiting
+                    // longer than that between tries only delays the
+                    // delivery once its guild is served again.
                     let backoff_ms = backoff_full_jitter_ms(
                         outbox.attempts(guild_id),
                         limits.backoff_base_ms,
-                        limits.backoff_cap_ms,
+                        limits.backoff_cap_ms.min(limits.lease_ttl_ms),
                         crate::auth::random_unit(),
                     );
                     outbox.failed(guild_id, crate::state::now_ms(), backoff_ms);
