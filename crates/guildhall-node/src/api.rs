@@ -1251,14 +1251,7 @@ pub(crate) fn allowed_mentions(
     value: Option<&Value>,
     context: mentions::Context,
 ) -> Result<mentions::Allowed, ApiError> {
-    mentions::parse_allowed(value, context).map_err(|error| {
-        node.counters
-            .bad_requests_total
-            .fetch_add(1, Ordering::Relaxed);
-        let mut body = ErrorBody::new(ErrorCode::InvalidFormBody);
-        body.errors = Some(error.errors());
-        ApiError::Invalid(body)
-    })
+    mentions::parse_allowed(value, context).map_err(|error| invalid_form(node, &error))
 }
 
 /// Who `content` mentions under `allowed`, as stored with the message
@@ -1280,11 +1273,14 @@ pub(crate) async fn mentions_of(
         true,
         replied_author.and_then(|id| u64::try_from(id).ok()),
     );
+    // The author's MENTION_EVERYONE, asked of the owner only when the
+    // content mentions @everyone or a role (`resolve` was given `true` so
+    // that this is known first; it is applied below).
     let needs_rights = asked.everyone || !asked.roles.is_empty();
-    let bypass = match (guild_id, &mentioning.rights) {
-        (None, _) | (_, MentionRights::Dm) => Some(false),
-        (Some(_), MentionRights::Webhook) => Some(true),
-        (Some(_), MentionRights::Known(bits)) => Some(bits & perm::MENTION_EVERYONE != 0),
+    let may_everyone = match (guild_id, &mentioning.rights) {
+        (None, _) | (_, MentionRights::Dm) => false,
+        (Some(_), MentionRights::Webhook) => true,
+        (Some(_), MentionRights::Known(bits)) => bits & perm::MENTION_EVERYONE != 0,
         (
             Some(guild_id),
             MentionRights::Ask {
@@ -1296,11 +1292,10 @@ pub(crate) async fn mentions_of(
                 .guilds
                 .authorize(guild_id, *user_id, *channel_id, 0)
                 .await?;
-            Some(grant.permissions & perm::MENTION_EVERYONE != 0)
+            grant.permissions & perm::MENTION_EVERYONE != 0
         }
-        (Some(_), MentionRights::Ask { .. }) => None,
+        (Some(_), MentionRights::Ask { .. }) => false,
     };
-    let may_everyone = bypass.unwrap_or(false);
     let ids: Vec<i64> = asked
         .users
         .iter()
@@ -1363,17 +1358,9 @@ pub(crate) fn checked_embeds(
     if embeds.is_empty() {
         return Ok(None);
     }
-    match guildhall_proto::embeds::normalize(embeds) {
-        Ok(kept) => Ok(Some(Value::Array(kept).to_string())),
-        Err(error) => {
-            node.counters
-                .bad_requests_total
-                .fetch_add(1, Ordering::Relaxed);
-            let mut body = guildhall_proto::error::ErrorBody::new(ErrorCode::InvalidFormBody);
-            body.errors = Some(error.errors());
-            Err(ApiError::Invalid(body))
-        }
-    }
+    guildhall_proto::embeds::normalize(embeds)
+        .map(|kept| Some(Value::Array(kept).to_string()))
+        .map_err(|error| invalid_form(node, &error))
 }
 
 /// Applies an edit's `content` and checked `embeds` (`Some(None)` clears
@@ -1588,31 +1575,16 @@ pub(crate) async fn with_referenced(
     Ok(message)
 }
 
-/// A refused `message_reference`: Discord's 50035 nested at the field.
-fn reference_refused(node: &crate::Node, error: &replies::ReferenceError) -> ApiError {
+/// A refused form field (embeds, a reference, allowed mentions): Discord's
+/// 50035 nested at the field, counted as a bad request.
+pub(crate) fn invalid_form(
+    node: &crate::Node,
+    error: &guildhall_proto::error::FieldError,
+) -> ApiError {
     node.counters
         .bad_requests_total
         .fetch_add(1, Ordering::Relaxed);
-    let mut body = ErrorBody::new(ErrorCode::InvalidFormBody);
-    body.errors = Some(error.errors());
-    ApiError::Invalid(body)
-}
-
-/// `<@id>` and `<@!id>` mentions in `content` (they see the content even
-/// without MESSAGE_CONTENT).
-fn mentioned(content: &str) -> Vec<i64> {
-    content
-        .split("<@")
-        .skip(1)
-        .filter_map(|rest| {
-            rest.trim_start_matches('!')
-                .split('>')
-                .next()?
-                .parse::<i64>()
-                .ok()
-        })
-        .take(100)
-        .collect()
+    ApiError::Invalid(error.body())
 }
 
 pub(crate) async fn publish_message(
@@ -1625,7 +1597,12 @@ pub(crate) async fn publish_message(
     let (Ok(data), Ok(blanked)) = (to_raw_value(message), to_raw_value(&message.blanked())) else {
         return;
     };
-    let mut content_exempt = mentioned(&message.content);
+    // Users mentioned in the content see it even without MESSAGE_CONTENT.
+    let mut content_exempt: Vec<i64> = mentions::in_content(&message.content)
+        .users
+        .into_iter()
+        .filter_map(|id| i64::try_from(id).ok())
+        .collect();
     content_exempt.push(author_id);
     publish(
         node,
@@ -1700,7 +1677,7 @@ async fn create_message(
     )?;
     let embeds = checked_embeds(&node, &body.embeds)?;
     let reference = replies::parse(body.message_reference.as_ref())
-        .map_err(|error| reference_refused(&node, &error))?;
+        .map_err(|error| invalid_form(&node, &error))?;
     let allowed = allowed_mentions(
         &node,
         body.allowed_mentions.as_ref(),
@@ -1869,10 +1846,7 @@ async fn replied_to(
         given.is_none_or(|given| i64::try_from(given.get()).ok() == own)
     };
     if !same(request.channel_id, Some(channel.id)) || !same(request.guild_id, channel.guild_id) {
-        return Err(reference_refused(
-            node,
-            &replies::ReferenceError::other_channel(),
-        ));
+        return Err(invalid_form(node, &replies::other_channel()));
     }
     // An id beyond i64 cannot be a stored message.
     let target = match i64::try_from(request.message_id.get()) {
@@ -1881,10 +1855,7 @@ async fn replied_to(
     }
     .filter(|target| target.visible_to.is_none());
     if target.is_none() && request.fail_if_not_exists {
-        return Err(reference_refused(
-            node,
-            &replies::ReferenceError::unknown_message(),
-        ));
+        return Err(invalid_form(node, &replies::unknown_message()));
     }
     Ok(target)
 }

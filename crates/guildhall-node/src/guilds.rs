@@ -186,7 +186,7 @@ pub struct SendGrant {
 }
 
 /// An event for a guild's subscribers, its data encoded once.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Outgoing {
     /// Set by [`GuildDirectory::publish`]: the owner confirms a retry of an
     /// id it fanned out already without fanning it out again (0: none).
@@ -2043,7 +2043,7 @@ pub struct GuildDirectory {
     pub outbox_counters: OutboxCounters,
     // Events whose owner did not confirm their fanout, held until one does
     // (see `crate::outbox`). Held only for non-waiting steps.
-    outbox: std::sync::Mutex<Outbox<Outgoing>>,
+    outbox: std::sync::Mutex<Outbox<bytes::Bytes>>,
     // Wakes the outbox driver when a guild gets its first held event.
     outbox_wake: tokio::sync::Notify,
     // Loaded owners, read without awaiting: requests to a loaded guild never
@@ -2632,31 +2632,32 @@ impl GuildDirectory {
     pub async fn publish(&self, guild_id: i64, mut event: Outgoing) -> Result<(), GuildError> {
         // 0 means "no id"; a draw of 0 (one in 2^64) just loses the dedupe.
         event.publish_id = crate::auth::random_u64();
+        let id = event.publish_id;
+        // Encoded once: what is sent is what is held and sent again (the
+        // bytes are shared, not copied).
+        let request = self.request_bytes(guild_id, GuildCall::Publish(event))?;
         if self.lock_outbox().holds(guild_id) {
-            return self.hold(guild_id, event);
+            return self.hold(guild_id, id, request);
         }
-        match self.call(guild_id, GuildCall::Publish(event.clone())).await {
+        match self.call_bytes(guild_id, request.clone()).await {
             Ok(GuildAnswer::Published) => Ok(()),
             Err(error) if !retryable(error) => Err(error),
-            _ => self.hold(guild_id, event),
+            _ => self.hold(guild_id, id, request),
         }
     }
 
-    fn lock_outbox(&self) -> std::sync::MutexGuard<'_, Outbox<Outgoing>> {
+    fn lock_outbox(&self) -> std::sync::MutexGuard<'_, Outbox<bytes::Bytes>> {
         self.outbox
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn hold(&self, guild_id: i64, event: Outgoing) -> Result<(), GuildError> {
-        let bytes = event.data.get().len()
-            + event.blanked.as_ref().map_or(0, |b| b.get().len())
-            + event.content_exempt.len() * 8
-            + event.name.len();
-        let id = event.publish_id;
+    /// Holds `request` (a Publish, encoded) for redelivery.
+    fn hold(&self, guild_id: i64, id: u64, request: bytes::Bytes) -> Result<(), GuildError> {
+        let bytes = request.len();
         let held = self
             .lock_outbox()
-            .hold(guild_id, id, event, bytes, crate::state::now_ms());
+            .hold(guild_id, id, request, bytes, crate::state::now_ms());
         if held.is_err() {
             self.outbox_counters
                 .dropped_total
@@ -2737,10 +2738,10 @@ impl GuildDirectory {
                 }
                 head.map(|h| h.event.clone())
             };
-            let Some(event) = head else {
+            let Some(request) = head else {
                 return;
             };
-            match self.call(guild_id, GuildCall::Publish(event)).await {
+            match self.call_bytes(guild_id, request).await {
                 Ok(GuildAnswer::Published) => {
                     self.outbox_counters
                         .delivered_total
@@ -2779,8 +2780,17 @@ impl GuildDirectory {
     /// Sends `call` to the owner of `guild_id` and waits at most
     /// `guild_reply_timeout_ms` for its answer.
     pub async fn call(&self, guild_id: i64, call: GuildCall) -> Result<GuildAnswer, GuildError> {
-        let subject = guild_requests_subject(&self.live_owner_node(guild_id)?);
         let bytes = self.request_bytes(guild_id, call)?;
+        self.call_bytes(guild_id, bytes).await
+    }
+
+    /// [`GuildDirectory::call`] with the request encoded already.
+    async fn call_bytes(
+        &self,
+        guild_id: i64,
+        bytes: bytes::Bytes,
+    ) -> Result<GuildAnswer, GuildError> {
+        let subject = guild_requests_subject(&self.live_owner_node(guild_id)?);
         let timeout = Duration::from_millis(self.shared.limits.guild_reply_timeout_ms);
         let message = self
             .bus

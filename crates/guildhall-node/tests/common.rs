@@ -266,6 +266,32 @@ impl TestNode {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// POST /channels/{channel}/messages with `body`: (status, body).
+    pub async fn post_message(&self, token: &str, channel: &str, body: Value) -> (u16, Value) {
+        self.call(
+            "POST",
+            &format!("/channels/{channel}/messages"),
+            Some(token),
+            Some(body),
+        )
+        .await
+    }
+
+    /// The channel's newest messages (GET /channels/{channel}/messages,
+    /// which must answer 200), newest first.
+    pub async fn history(&self, token: &str, channel: &str) -> Vec<Value> {
+        let (status, messages) = self
+            .call(
+                "GET",
+                &format!("/channels/{channel}/messages"),
+                Some(token),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{messages}");
+        messages.as_array().unwrap().clone()
+    }
+
     pub async fn register(&self, name: &str) -> (String, String) {
         let (status, body) = self
             .call(

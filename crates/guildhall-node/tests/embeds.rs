@@ -32,19 +32,6 @@ fn stored(embed: &Value) -> Value {
     expected
 }
 
-async fn history(node: &TestNode, token: &str, channel: &str) -> Vec<Value> {
-    let (status, messages) = node
-        .call(
-            "GET",
-            &format!("/channels/{channel}/messages"),
-            Some(token),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{messages}");
-    messages.as_array().unwrap().clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embeds_are_stored_echoed_edited_and_refused_past_the_documented_limits() {
     let node = TestNode::with_limits(Limits {
@@ -82,12 +69,12 @@ async fn embeds_are_stored_echoed_edited_and_refused_past_the_documented_limits(
     assert_eq!(created["d"]["embeds"], json!([stored(&embed())]));
     let id = message["id"].as_str().unwrap().to_owned();
     assert_eq!(
-        history(&node, &owner, &channel).await[0]["embeds"],
+        node.history(&owner, &channel).await[0]["embeds"],
         json!([stored(&embed())])
     );
 
     // Refusals: Discord's body nested at the field, nothing stored.
-    let before = history(&node, &owner, &channel).await.len();
+    let before = node.history(&owner, &channel).await.len();
     let cases = [
         (
             json!([{"title": "x".repeat(257)}]),
@@ -148,7 +135,7 @@ async fn embeds_are_stored_echoed_edited_and_refused_past_the_documented_limits(
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    assert_eq!(history(&node, &owner, &channel).await.len(), before);
+    assert_eq!(node.history(&owner, &channel).await.len(), before);
 
     // An edit replaces the embeds; clearing them with no content left is
     // an empty message (50006), and the stored embeds stay.

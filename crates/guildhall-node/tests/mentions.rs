@@ -18,16 +18,6 @@ use guildhall_limits::Limits;
 use guildhall_proto::intents;
 use serde_json::{Value, json};
 
-async fn post(node: &TestNode, token: &str, channel: &str, body: Value) -> (u16, Value) {
-    node.call(
-        "POST",
-        &format!("/channels/{channel}/messages"),
-        Some(token),
-        Some(body),
-    )
-    .await
-}
-
 /// (user ids, role ids, everyone) of a message.
 fn mentioned(message: &Value) -> (Vec<String>, Vec<String>, bool) {
     let ids = |key: &str| -> Vec<String> {
@@ -89,7 +79,9 @@ async fn mentions_follow_content_allowances_and_permissions() {
     let content = format!(
         "@everyone hi <@{member_id}> <@!{member_id}> <@&{open}> <@&{closed}> <@999999999999>"
     );
-    let (status, sent) = post(&node, &owner, &channel, json!({"content": content})).await;
+    let (status, sent) = node
+        .post_message(&owner, &channel, json!({"content": content}))
+        .await;
     assert_eq!(status, 200, "{sent}");
     let expected = (
         vec![member_id.clone()],
@@ -110,19 +102,14 @@ async fn mentions_follow_content_allowances_and_permissions() {
         )
         .await;
     assert_eq!(mentioned(&read), expected);
-    let (_, page) = node
-        .call(
-            "GET",
-            &format!("/channels/{channel}/messages"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let page = node.history(&owner, &channel).await;
     assert_eq!(mentioned(&page[0]), expected);
 
     // A member without MENTION_EVERYONE: no @everyone, only the
     // mentionable role.
-    let (status, sent) = post(&node, &member, &channel, json!({"content": content})).await;
+    let (status, sent) = node
+        .post_message(&member, &channel, json!({"content": content}))
+        .await;
     assert_eq!(status, 200, "{sent}");
     assert_eq!(
         mentioned(&sent),
@@ -131,22 +118,20 @@ async fn mentions_follow_content_allowances_and_permissions() {
     session.dispatch("MESSAGE_CREATE").await;
 
     // allowed_mentions: nothing, then only the listed user.
-    let (_, sent) = post(
-        &node,
-        &owner,
-        &channel,
-        json!({"content": content, "allowed_mentions": {"parse": []}}),
-    )
-    .await;
+    let (_, sent) = node
+        .post_message(
+            &owner,
+            &channel,
+            json!({"content": content, "allowed_mentions": {"parse": []}}),
+        )
+        .await;
     assert_eq!(mentioned(&sent), (vec![], vec![], false));
     assert!(
         sent.get("mentions").is_some(),
         "empty lists are sent: {sent}"
     );
     session.dispatch("MESSAGE_CREATE").await;
-    let (_, sent) = post(
-        &node,
-        &owner,
+    let (_, sent) = node.post_message(&owner,
         &channel,
         json!({"content": content, "allowed_mentions": {"users": [member_id, owner_id], "parse": ["everyone"]}}),
     )
@@ -155,14 +140,7 @@ async fn mentions_follow_content_allowances_and_permissions() {
     session.dispatch("MESSAGE_CREATE").await;
 
     // Refusals: 50035 at allowed_mentions, nothing stored.
-    let (_, before) = node
-        .call(
-            "GET",
-            &format!("/channels/{channel}/messages"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let before = node.history(&owner, &channel).await;
     for (allowed, path, code) in [
         (
             json!({"parse": ["users"], "users": [member_id]}),
@@ -185,13 +163,13 @@ async fn mentions_follow_content_allowances_and_permissions() {
             "BOOLEAN_TYPE_CONVERT",
         ),
     ] {
-        let (status, body) = post(
-            &node,
-            &owner,
-            &channel,
-            json!({"content": "x", "allowed_mentions": allowed}),
-        )
-        .await;
+        let (status, body) = node
+            .post_message(
+                &owner,
+                &channel,
+                json!({"content": "x", "allowed_mentions": allowed}),
+            )
+            .await;
         assert_eq!(status, 400, "{body}");
         assert_eq!(body["code"], 50035, "{body}");
         let mut at = &body["errors"]["allowed_mentions"];
@@ -200,36 +178,29 @@ async fn mentions_follow_content_allowances_and_permissions() {
         }
         assert_eq!(at["_errors"][0]["code"], code, "{body}");
     }
-    let (_, after) = node
-        .call(
-            "GET",
-            &format!("/channels/{channel}/messages"),
-            Some(&owner),
-            None,
-        )
-        .await;
+    let after = node.history(&owner, &channel).await;
     assert_eq!(before, after, "a refused message is not stored");
 
     // A reply mentions the author replied to, unless replied_user is false.
     let reference = json!({"message_id": id});
-    let (status, reply) = post(
-        &node,
-        &member,
-        &channel,
-        json!({"content": "re", "message_reference": reference}),
-    )
-    .await;
+    let (status, reply) = node
+        .post_message(
+            &member,
+            &channel,
+            json!({"content": "re", "message_reference": reference}),
+        )
+        .await;
     assert_eq!(status, 200, "{reply}");
     assert_eq!(mentioned(&reply).0, vec![owner_id.clone()]);
     let reply_id = reply["id"].as_str().unwrap().to_owned();
-    let (_, quiet) = post(
-        &node,
-        &member,
-        &channel,
-        json!({"content": "re", "message_reference": reference,
+    let (_, quiet) = node
+        .post_message(
+            &member,
+            &channel,
+            json!({"content": "re", "message_reference": reference,
                "allowed_mentions": {"parse": ["users"], "replied_user": false}}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(mentioned(&quiet).0, Vec::<String>::new());
 
     // An edit rebuilds the lists from the new content; the replied-to

@@ -28,29 +28,6 @@ fn reply_fields(message: &Value) -> Value {
     })
 }
 
-async fn post(node: &TestNode, token: &str, channel: &str, body: Value) -> (u16, Value) {
-    node.call(
-        "POST",
-        &format!("/channels/{channel}/messages"),
-        Some(token),
-        Some(body),
-    )
-    .await
-}
-
-async fn history(node: &TestNode, token: &str, channel: &str) -> Vec<Value> {
-    let (status, messages) = node
-        .call(
-            "GET",
-            &format!("/channels/{channel}/messages"),
-            Some(token),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{messages}");
-    messages.as_array().unwrap().clone()
-}
-
 async fn get(node: &TestNode, token: &str, channel: &str, id: &str) -> Value {
     let (status, message) = node
         .call(
@@ -95,7 +72,9 @@ async fn a_reply_carries_its_reference_everywhere_and_null_once_deleted() {
         guild.as_str()
     );
 
-    let (status, original) = post(&node, &owner, &channel, json!({"content": "hello"})).await;
+    let (status, original) = node
+        .post_message(&owner, &channel, json!({"content": "hello"}))
+        .await;
     assert_eq!(status, 200, "{original}");
     assert_eq!(original["type"], 0);
     assert!(original.get("message_reference").is_none(), "{original}");
@@ -105,14 +84,14 @@ async fn a_reply_carries_its_reference_everywhere_and_null_once_deleted() {
 
     // The reply: only message_id given, as discord.py's and discord.js's
     // `message.reply()` send it (plus fail_if_not_exists).
-    let (status, reply) = post(
-        &node,
-        &member,
-        &channel,
-        json!({"content": "hi back", "message_reference":
+    let (status, reply) = node
+        .post_message(
+            &member,
+            &channel,
+            json!({"content": "hi back", "message_reference":
             {"message_id": original_id, "fail_if_not_exists": true}}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(status, 200, "{reply}");
     assert_eq!(reply["type"], 19);
     assert_eq!(reply["author"]["id"], member_id.as_str());
@@ -136,14 +115,14 @@ async fn a_reply_carries_its_reference_everywhere_and_null_once_deleted() {
 
     // A reply to the reply: its referenced message shows its own
     // reference but is not nested further.
-    let (status, second) = post(
-        &node,
-        &owner,
-        &channel,
-        json!({"content": "and again", "message_reference":
+    let (status, second) = node
+        .post_message(
+            &owner,
+            &channel,
+            json!({"content": "and again", "message_reference":
             {"type": 0, "message_id": reply_id, "channel_id": channel, "guild_id": guild}}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(status, 200, "{second}");
     let nested = &second["referenced_message"];
     assert_eq!(nested["id"], reply_id.as_str());
@@ -157,7 +136,7 @@ async fn a_reply_carries_its_reference_everywhere_and_null_once_deleted() {
     let second_id = id_of(&second);
 
     // History: newest first, each reply as it was answered.
-    let page = history(&node, &owner, &channel).await;
+    let page = node.history(&owner, &channel).await;
     let ids: Vec<&str> = page.iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(
         ids,
@@ -180,7 +159,7 @@ async fn a_reply_carries_its_reference_everywhere_and_null_once_deleted() {
     assert_eq!(status, 204);
     for copy in [
         get(&node, &member, &channel, &reply_id).await,
-        history(&node, &member, &channel).await[1].clone(),
+        node.history(&member, &channel).await[1].clone(),
     ] {
         assert_eq!(copy["id"], reply_id.as_str());
         assert_eq!(copy["type"], 19);
@@ -209,14 +188,14 @@ async fn a_reply_carries_its_reference_everywhere_and_null_once_deleted() {
     // The deleted message with fail_if_not_exists false: a plain message,
     // type 0, with no reference (Discord: "instead of sending as a normal
     // (non-reply) message").
-    let (status, plain) = post(
-        &node,
-        &member,
-        &channel,
-        json!({"content": "plain", "message_reference":
+    let (status, plain) = node
+        .post_message(
+            &member,
+            &channel,
+            json!({"content": "plain", "message_reference":
             {"message_id": original_id, "fail_if_not_exists": false}}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(status, 200, "{plain}");
     assert_eq!(plain["type"], 0);
     assert!(plain.get("message_reference").is_none(), "{plain}");
@@ -247,13 +226,19 @@ async fn refused_references_are_50035_at_message_reference_and_store_nothing() {
     let other = id_of(&other);
     let (other_guild, other_guild_channel) = node.guild(&owner, "elsewhere").await;
 
-    let (status, here) = post(&node, &owner, &channel, json!({"content": "here"})).await;
+    let (status, here) = node
+        .post_message(&owner, &channel, json!({"content": "here"}))
+        .await;
     assert_eq!(status, 200, "{here}");
     let here = id_of(&here);
-    let (status, there) = post(&node, &owner, &other, json!({"content": "there"})).await;
+    let (status, there) = node
+        .post_message(&owner, &other, json!({"content": "there"}))
+        .await;
     assert_eq!(status, 200, "{there}");
     let there = id_of(&there);
-    let (status, deleted) = post(&node, &owner, &channel, json!({"content": "gone"})).await;
+    let (status, deleted) = node
+        .post_message(&owner, &channel, json!({"content": "gone"}))
+        .await;
     assert_eq!(status, 200, "{deleted}");
     let deleted = id_of(&deleted);
     let (status, _) = node
@@ -265,8 +250,8 @@ async fn refused_references_are_50035_at_message_reference_and_store_nothing() {
         )
         .await;
     assert_eq!(status, 204);
-    let before = history(&node, &owner, &channel).await;
-    let before_other = history(&node, &owner, &other).await;
+    let before = node.history(&owner, &channel).await;
+    let before_other = node.history(&owner, &other).await;
     assert_eq!(before.len(), 1);
 
     // (reference, path below message_reference, Discord's field code).
@@ -330,13 +315,13 @@ async fn refused_references_are_50035_at_message_reference_and_store_nothing() {
         (json!([here]), vec![], "MODEL_TYPE_CONVERT"),
     ];
     for (reference, path, code) in cases {
-        let (status, body) = post(
-            &node,
-            &owner,
-            &channel,
-            json!({"content": "reply", "message_reference": reference}),
-        )
-        .await;
+        let (status, body) = node
+            .post_message(
+                &owner,
+                &channel,
+                json!({"content": "reply", "message_reference": reference}),
+            )
+            .await;
         assert_eq!(
             (status, body["code"].as_u64(), body["message"].as_str()),
             (400, Some(50035), Some("Invalid Form Body")),
@@ -349,13 +334,9 @@ async fn refused_references_are_50035_at_message_reference_and_store_nothing() {
         assert_eq!(at["_errors"][0]["code"], code, "{reference}: {body}");
         assert!(at["_errors"][0]["message"].is_string(), "{body}");
     }
-    assert_eq!(history(&node, &owner, &channel).await, before);
-    assert_eq!(history(&node, &owner, &other).await, before_other);
-    assert!(
-        history(&node, &owner, &other_guild_channel)
-            .await
-            .is_empty()
-    );
+    assert_eq!(node.history(&owner, &channel).await, before);
+    assert_eq!(node.history(&owner, &other).await, before_other);
+    assert!(node.history(&owner, &other_guild_channel).await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,16 +354,18 @@ async fn a_dm_reply_has_no_guild_id() {
         .await;
     assert_eq!(status, 200, "{dm}");
     let dm = id_of(&dm);
-    let (status, first) = post(&node, &alice, &dm, json!({"content": "one"})).await;
+    let (status, first) = node
+        .post_message(&alice, &dm, json!({"content": "one"}))
+        .await;
     assert_eq!(status, 200, "{first}");
     let first = id_of(&first);
-    let (status, reply) = post(
-        &node,
-        &alice,
-        &dm,
-        json!({"content": "two", "message_reference": {"message_id": first}}),
-    )
-    .await;
+    let (status, reply) = node
+        .post_message(
+            &alice,
+            &dm,
+            json!({"content": "two", "message_reference": {"message_id": first}}),
+        )
+        .await;
     assert_eq!(status, 200, "{reply}");
     assert_eq!(reply["type"], 19);
     assert_eq!(
@@ -391,7 +374,7 @@ async fn a_dm_reply_has_no_guild_id() {
     );
     assert_eq!(reply["referenced_message"]["id"], first.as_str());
     assert_eq!(
-        reply_fields(&history(&node, &alice, &dm).await[0]),
+        reply_fields(&node.history(&alice, &dm).await[0]),
         reply_fields(&reply)
     );
 }

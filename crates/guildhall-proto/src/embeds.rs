@@ -8,6 +8,7 @@
 //! sending, and a server that allowed more would store messages Discord's
 //! clients could not show.
 
+use crate::error::FieldError;
 use serde_json::{Map, Value, json};
 
 /// `title` characters.
@@ -32,46 +33,20 @@ pub const URL_CHARS_MAX: usize = 2048;
 /// Largest `color` (24-bit RGB).
 pub const COLOR_MAX: u64 = 0xFF_FFFF;
 
-/// Why an embed was refused: the path under `embeds` (for the 50035
-/// body's nesting), Discord's error code and message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EmbedError {
-    /// Keys from `embeds` down to the failing field, e.g. `["0", "title"]`.
-    pub path: Vec<String>,
-    /// Discord's field error code (`BASE_TYPE_MAX_LENGTH`, ...).
-    pub code: &'static str,
-    /// Its message.
-    pub message: String,
-}
-
-impl EmbedError {
-    fn at(path: &[&str], code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            path: path.iter().map(|p| (*p).to_owned()).collect(),
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// The `errors` object of the 50035 body, nested under `embeds`.
-    pub fn errors(&self) -> Value {
-        let mut value = json!({"_errors": [{"code": self.code, "message": self.message}]});
-        for key in self.path.iter().rev() {
-            value = json!({ key.as_str(): value });
-        }
-        json!({ "embeds": value })
-    }
+/// A refusal under `embeds` (`path` below it, e.g. `["0", "title"]`).
+fn at(path: &[&str], code: &'static str, message: impl Into<String>) -> FieldError {
+    FieldError::at("embeds", path, code, message)
 }
 
 /// The checked embeds, reduced to the documented fields, or the first
 /// error. `embeds` holds at most the caller's count bound already.
-pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
+pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, FieldError> {
     let mut total_chars = 0usize;
     let mut out = Vec::with_capacity(embeds.len());
     for (i, embed) in embeds.iter().enumerate() {
         let index = i.to_string();
         let Some(embed) = embed.as_object() else {
-            return Err(EmbedError::at(
+            return Err(at(
                 &path(&index, &[]),
                 "DICT_TYPE_CONVERT",
                 "Only dictionaries may be used in a DictType.",
@@ -99,7 +74,7 @@ pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
             optional_string(embed, "timestamp", 64, &path(&index, &["timestamp"]))?
         {
             if !looks_like_iso8601(timestamp) {
-                return Err(EmbedError::at(
+                return Err(at(
                     &path(&index, &["timestamp"]),
                     "DATE_TYPE_PARSE",
                     format!("Could not parse {timestamp}. Should be ISO8601."),
@@ -113,14 +88,14 @@ pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
                 kept.insert("color".into(), Value::Number(n.clone()));
             }
             Some(Value::Number(_)) => {
-                return Err(EmbedError::at(
+                return Err(at(
                     &path(&index, &["color"]),
                     "NUMBER_TYPE_MAX",
                     format!("int value should be less than or equal to {COLOR_MAX}."),
                 ));
             }
             Some(_) => {
-                return Err(EmbedError::at(
+                return Err(at(
                     &path(&index, &["color"]),
                     "NUMBER_TYPE_COERCE",
                     "Value is not int.",
@@ -167,7 +142,7 @@ pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
                 let url = match optional_url(media, "url", &path(&index, &[key, "url"]))? {
                     Some(url) => url,
                     None => {
-                        return Err(EmbedError::at(
+                        return Err(at(
                             &path(&index, &[key, "url"]),
                             "BASE_TYPE_REQUIRED",
                             "This field is required",
@@ -196,7 +171,7 @@ pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
             None | Some(Value::Null) => {}
             Some(Value::Array(fields)) => {
                 if fields.len() > FIELDS_MAX {
-                    return Err(EmbedError::at(
+                    return Err(at(
                         &path(&index, &["fields"]),
                         "BASE_TYPE_MAX_LENGTH",
                         format!("Must be {FIELDS_MAX} or fewer in length."),
@@ -206,7 +181,7 @@ pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
                 for (j, field) in fields.iter().enumerate() {
                     let j = j.to_string();
                     let Some(field) = field.as_object() else {
-                        return Err(EmbedError::at(
+                        return Err(at(
                             &path(&index, &["fields", &j]),
                             "DICT_TYPE_CONVERT",
                             "Only dictionaries may be used in a DictType.",
@@ -234,7 +209,7 @@ pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
                             f.insert("inline".into(), Value::Bool(*inline));
                         }
                         Some(_) => {
-                            return Err(EmbedError::at(
+                            return Err(at(
                                 &path(&index, &["fields", &j, "inline"]),
                                 "BASE_TYPE_BAD",
                                 "Must be either true or false.",
@@ -246,7 +221,7 @@ pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
                 kept.insert("fields".into(), Value::Array(kept_fields));
             }
             Some(_) => {
-                return Err(EmbedError::at(
+                return Err(at(
                     &path(&index, &["fields"]),
                     "BASE_TYPE_ARRAY",
                     "Could not interpret the value as a list.",
@@ -256,7 +231,7 @@ pub fn normalize(embeds: &[Value]) -> Result<Vec<Value>, EmbedError> {
         out.push(Value::Object(kept));
     }
     if total_chars > TOTAL_CHARS_MAX {
-        return Err(EmbedError::at(
+        return Err(at(
             &[],
             "MAX_EMBED_SIZE_EXCEEDED",
             format!("Embed size exceeds maximum size of {TOTAL_CHARS_MAX}"),
@@ -277,16 +252,16 @@ fn optional_string<'a>(
     key: &str,
     max_chars: usize,
     path: &[&str],
-) -> Result<Option<&'a str>, EmbedError> {
+) -> Result<Option<&'a str>, FieldError> {
     match object.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) if text.chars().count() <= max_chars => Ok(Some(text)),
-        Some(Value::String(_)) => Err(EmbedError::at(
+        Some(Value::String(_)) => Err(at(
             path,
             "BASE_TYPE_MAX_LENGTH",
             format!("Must be {max_chars} or fewer in length."),
         )),
-        Some(_) => Err(EmbedError::at(
+        Some(_) => Err(at(
             path,
             "BASE_TYPE_STRING",
             "Could not interpret the value as string.",
@@ -299,14 +274,10 @@ fn required_string<'a>(
     key: &str,
     max_chars: usize,
     path: &[&str],
-) -> Result<&'a str, EmbedError> {
+) -> Result<&'a str, FieldError> {
     match optional_string(object, key, max_chars, path)? {
         Some(text) if !text.trim().is_empty() => Ok(text),
-        _ => Err(EmbedError::at(
-            path,
-            "BASE_TYPE_REQUIRED",
-            "This field is required",
-        )),
+        _ => Err(at(path, "BASE_TYPE_REQUIRED", "This field is required")),
     }
 }
 
@@ -315,7 +286,7 @@ fn optional_url<'a>(
     object: &'a Map<String, Value>,
     key: &str,
     path: &[&str],
-) -> Result<Option<&'a str>, EmbedError> {
+) -> Result<Option<&'a str>, FieldError> {
     let Some(url) = optional_string(object, key, URL_CHARS_MAX, path)? else {
         return Ok(None);
     };
@@ -324,11 +295,7 @@ fn optional_url<'a>(
         .find_map(|scheme| url.strip_prefix(scheme));
     match rest {
         Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => Ok(Some(url)),
-        _ => Err(EmbedError::at(
-            path,
-            "URL_TYPE_INVALID_URL",
-            "Not a well formed URL.",
-        )),
+        _ => Err(at(path, "URL_TYPE_INVALID_URL", "Not a well formed URL.")),
     }
 }
 
@@ -336,11 +303,11 @@ fn optional_object<'a>(
     object: &'a Map<String, Value>,
     key: &str,
     path: &[&str],
-) -> Result<Option<&'a Map<String, Value>>, EmbedError> {
+) -> Result<Option<&'a Map<String, Value>>, FieldError> {
     match object.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(inner)) => Ok(Some(inner)),
-        Some(_) => Err(EmbedError::at(
+        Some(_) => Err(at(
             path,
             "DICT_TYPE_CONVERT",
             "Only dictionaries may be used in a DictType.",

@@ -258,3 +258,54 @@ impl RateLimitedBody {
         }
     }
 }
+
+/// A form field Discord refuses (50035): the keys from the body's
+/// top-level field down to the failing one (array indices as strings),
+/// Discord's field code and message. Embeds, replies and allowed mentions
+/// all refuse this way, nested exactly as deep as the failing field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Keys from the top-level field down, e.g. `["embeds", "0", "title"]`.
+    pub path: Vec<String>,
+    /// Discord's field error code (`BASE_TYPE_MAX_LENGTH`, ...).
+    pub code: &'static str,
+    /// Its message.
+    pub message: String,
+}
+
+impl FieldError {
+    /// The field `root`, then `path` below it.
+    pub fn at(root: &str, path: &[&str], code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            path: std::iter::once(root)
+                .chain(path.iter().copied())
+                .map(str::to_owned)
+                .collect(),
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The `errors` object of the 50035 body.
+    ///
+    /// ```
+    /// use guildhall_proto::error::FieldError;
+    /// let e = FieldError::at("embeds", &["0", "title"], "BASE_TYPE_MAX_LENGTH", "Too long.");
+    /// assert_eq!(e.errors()["embeds"]["0"]["title"]["_errors"][0]["code"], "BASE_TYPE_MAX_LENGTH");
+    /// ```
+    pub fn errors(&self) -> serde_json::Value {
+        let mut value =
+            serde_json::json!({"_errors": [{"code": self.code, "message": self.message}]});
+        for key in self.path.iter().rev() {
+            value = serde_json::json!({ key.as_str(): value });
+        }
+        value
+    }
+
+    /// The whole 50035 body.
+    pub fn body(&self) -> ErrorBody {
+        let mut body = ErrorBody::new(ErrorCode::InvalidFormBody);
+        body.errors = Some(self.errors());
+        body
+    }
+}

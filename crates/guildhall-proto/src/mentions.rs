@@ -14,9 +14,10 @@
 //! are Discord's generic form-body codes.
 
 use crate::Snowflake;
+use crate::error::FieldError;
 use crate::model::User;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Ids in `allowed_mentions.users` or `.roles` (Discord: "max 100").
 pub const ALLOWED_IDS_MAX: usize = 100;
@@ -87,55 +88,21 @@ impl Allowed {
     }
 }
 
-/// Why `allowed_mentions` was refused: the path under `allowed_mentions`,
-/// Discord's field code and message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AllowedError {
-    /// Keys below `allowed_mentions` (indices as strings).
-    pub path: Vec<String>,
-    /// Discord's field error code.
-    pub code: &'static str,
-    /// Its message.
-    pub message: String,
+/// A refusal under `allowed_mentions` (`path` below it).
+fn at(path: &[&str], code: &'static str, message: impl Into<String>) -> FieldError {
+    FieldError::at("allowed_mentions", path, code, message)
 }
 
-impl AllowedError {
-    fn at(path: &[&str], code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            path: path.iter().map(|p| (*p).to_owned()).collect(),
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// The `errors` object of the 50035 body, nested under
-    /// `allowed_mentions`.
-    pub fn errors(&self) -> Value {
-        let mut value = json!({"_errors": [{"code": self.code, "message": self.message}]});
-        for key in self.path.iter().rev() {
-            value = json!({ key.as_str(): value });
-        }
-        json!({ "allowed_mentions": value })
-    }
-}
-
-fn ids(
-    object: &serde_json::Map<String, Value>,
-    key: &str,
-) -> Result<Option<Vec<u64>>, AllowedError> {
+fn ids(object: &serde_json::Map<String, Value>, key: &str) -> Result<Option<Vec<u64>>, FieldError> {
     let list = match object.get(key) {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Array(list)) => list,
         Some(_) => {
-            return Err(AllowedError::at(
-                &[key],
-                "LIST_TYPE_CONVERT",
-                "Must be an array.",
-            ));
+            return Err(at(&[key], "LIST_TYPE_CONVERT", "Must be an array."));
         }
     };
     if list.len() > ALLOWED_IDS_MAX {
-        return Err(AllowedError::at(
+        return Err(at(
             &[key],
             "BASE_TYPE_MAX_LENGTH",
             format!("Must be {ALLOWED_IDS_MAX} or fewer in length."),
@@ -152,7 +119,7 @@ fn ids(
             Some(id) => out.push(id),
             None => {
                 let index = i.to_string();
-                return Err(AllowedError::at(
+                return Err(at(
                     &[key, index.as_str()],
                     "NUMBER_TYPE_COERCE",
                     format!(
@@ -169,12 +136,12 @@ fn ids(
 
 /// The body's `allowed_mentions` (absent or `null`: the defaults of
 /// `context`), checked as Discord checks it.
-pub fn parse_allowed(value: Option<&Value>, context: Context) -> Result<Allowed, AllowedError> {
+pub fn parse_allowed(value: Option<&Value>, context: Context) -> Result<Allowed, FieldError> {
     let object = match value {
         None | Some(Value::Null) => return Ok(Allowed::default_for(context)),
         Some(Value::Object(object)) => object,
         Some(_) => {
-            return Err(AllowedError::at(
+            return Err(at(
                 &[],
                 "MODEL_TYPE_CONVERT",
                 "Only dictionaries may be used in a ModelType",
@@ -194,7 +161,7 @@ pub fn parse_allowed(value: Option<&Value>, context: Context) -> Result<Allowed,
                     Some("everyone") => everyone = true,
                     _ => {
                         let index = i.to_string();
-                        return Err(AllowedError::at(
+                        return Err(at(
                             &["parse", index.as_str()],
                             "BASE_TYPE_CHOICES",
                             "Value must be one of {'everyone', 'roles', 'users'}.",
@@ -204,11 +171,7 @@ pub fn parse_allowed(value: Option<&Value>, context: Context) -> Result<Allowed,
             }
         }
         Some(_) => {
-            return Err(AllowedError::at(
-                &["parse"],
-                "LIST_TYPE_CONVERT",
-                "Must be an array.",
-            ));
+            return Err(at(&["parse"], "LIST_TYPE_CONVERT", "Must be an array."));
         }
     }
     let users = ids(object, "users")?;
@@ -220,7 +183,7 @@ pub fn parse_allowed(value: Option<&Value>, context: Context) -> Result<Allowed,
         (parse_roles, &roles, "roles"),
     ] {
         if parsed && list.as_ref().is_some_and(|l| !l.is_empty()) {
-            return Err(AllowedError::at(
+            return Err(at(
                 &[],
                 "MESSAGE_ALLOWED_MENTIONS_PARSE_EXCLUSIVE",
                 format!("parse:[\"{kind}\"] and {kind}: [ids...] are mutually exclusive."),
@@ -231,7 +194,7 @@ pub fn parse_allowed(value: Option<&Value>, context: Context) -> Result<Allowed,
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
         Some(_) => {
-            return Err(AllowedError::at(
+            return Err(at(
                 &["replied_user"],
                 "BOOLEAN_TYPE_CONVERT",
                 "Must be either true or false.",
@@ -371,6 +334,7 @@ impl Stored {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn content_mentions_are_read_once_each() {

@@ -15,7 +15,8 @@
 //! form-body codes.
 
 use crate::Snowflake;
-use serde_json::{Value, json};
+use crate::error::FieldError;
+use serde_json::Value;
 
 /// `type` DEFAULT: a reply (`referenced_message`).
 pub const KIND_DEFAULT: u8 = 0;
@@ -40,51 +41,24 @@ pub struct ReferenceRequest {
     pub fail_if_not_exists: bool,
 }
 
-/// Why a `message_reference` was refused: the path under
-/// `message_reference` (empty: the object itself), Discord's field code
-/// and message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReferenceError {
-    /// Keys below `message_reference`, e.g. `["message_id"]`.
-    pub path: Vec<&'static str>,
-    /// Discord's field error code.
-    pub code: &'static str,
-    /// Its message.
-    pub message: String,
+/// A refusal under `message_reference` (`path` below it; empty: the
+/// object itself).
+fn at(path: &[&str], code: &'static str, message: impl Into<String>) -> FieldError {
+    FieldError::at("message_reference", path, code, message)
 }
 
-impl ReferenceError {
-    fn at(path: &[&'static str], code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            path: path.to_vec(),
-            code,
-            message: message.into(),
-        }
-    }
+/// The referenced message does not exist (or is not visible here).
+pub fn unknown_message() -> FieldError {
+    at(&[], "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message")
+}
 
-    /// The referenced message does not exist (or is not visible here).
-    pub fn unknown_message() -> Self {
-        Self::at(&[], "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message")
-    }
-
-    /// The reference names another channel or guild than the reply's.
-    pub fn other_channel() -> Self {
-        Self::at(
-            &[],
-            "REPLIES_CANNOT_REFERENCE_OTHER_CHANNEL",
-            "Cannot reply to a message in a different channel",
-        )
-    }
-
-    /// The `errors` object of the 50035 body, nested under
-    /// `message_reference`.
-    pub fn errors(&self) -> Value {
-        let mut value = json!({"_errors": [{"code": self.code, "message": self.message}]});
-        for key in self.path.iter().rev() {
-            value = json!({ *key: value });
-        }
-        json!({ "message_reference": value })
-    }
+/// The reference names another channel or guild than the reply's.
+pub fn other_channel() -> FieldError {
+    at(
+        &[],
+        "REPLIES_CANNOT_REFERENCE_OTHER_CHANNEL",
+        "Cannot reply to a message in a different channel",
+    )
 }
 
 /// A snowflake field: absent or `null` is `None`; a string or integer
@@ -92,9 +66,9 @@ impl ReferenceError {
 fn snowflake(
     object: &serde_json::Map<String, Value>,
     key: &'static str,
-) -> Result<Option<Snowflake>, ReferenceError> {
+) -> Result<Option<Snowflake>, FieldError> {
     let refused = |shown: String| {
-        ReferenceError::at(
+        at(
             &[key],
             "NUMBER_TYPE_COERCE",
             format!("Value \"{shown}\" is not snowflake."),
@@ -116,12 +90,12 @@ fn snowflake(
 /// checked request. Forwards (`type` 1) are refused: this server does not
 /// build `message_snapshots` yet, and posting one as a plain message would
 /// drop what the sender meant to share.
-pub fn parse(value: Option<&Value>) -> Result<Option<ReferenceRequest>, ReferenceError> {
+pub fn parse(value: Option<&Value>) -> Result<Option<ReferenceRequest>, FieldError> {
     let object = match value {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(object)) => object,
         Some(_) => {
-            return Err(ReferenceError::at(
+            return Err(at(
                 &[],
                 "MODEL_TYPE_CONVERT",
                 "Only dictionaries may be used in a ModelType.",
@@ -135,14 +109,14 @@ pub fn parse(value: Option<&Value>) -> Result<Option<ReferenceRequest>, Referenc
         Some(value) => match value.as_u64() {
             Some(0) => KIND_DEFAULT,
             Some(1) => {
-                return Err(ReferenceError::at(
+                return Err(at(
                     &["type"],
                     "BASE_TYPE_CHOICES",
                     "Value must be one of (0,): forwards are not supported by this server.",
                 ));
             }
             _ => {
-                return Err(ReferenceError::at(
+                return Err(at(
                     &["type"],
                     "BASE_TYPE_CHOICES",
                     format!("Value must be one of ({KIND_DEFAULT}, {KIND_FORWARD})."),
@@ -151,7 +125,7 @@ pub fn parse(value: Option<&Value>) -> Result<Option<ReferenceRequest>, Referenc
         },
     };
     let message_id = snowflake(object, "message_id")?.ok_or_else(|| {
-        ReferenceError::at(
+        at(
             &["message_id"],
             "BASE_TYPE_REQUIRED",
             "This field is required",
@@ -163,7 +137,7 @@ pub fn parse(value: Option<&Value>) -> Result<Option<ReferenceRequest>, Referenc
         None | Some(Value::Null) => true,
         Some(Value::Bool(fail)) => *fail,
         Some(_) => {
-            return Err(ReferenceError::at(
+            return Err(at(
                 &["fail_if_not_exists"],
                 "BOOLEAN_TYPE_CONVERT",
                 "Must be either true or false.",
@@ -182,6 +156,7 @@ pub fn parse(value: Option<&Value>) -> Result<Option<ReferenceRequest>, Referenc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn id(raw: u64) -> Snowflake {
         Snowflake::new(raw).unwrap()
@@ -246,7 +221,7 @@ mod tests {
             "MODEL_TYPE_CONVERT"
         );
         assert_eq!(
-            ReferenceError::unknown_message().errors(),
+            unknown_message().errors(),
             json!({"message_reference": {"_errors": [{"code": "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "message": "Unknown message"}]}})
         );
     }
