@@ -180,7 +180,10 @@ def sfu_metrics():
     with urllib.request.urlopen(f"http://{base}/metrics", timeout=10) as response:
         values = {}
         for line in response.read().decode().splitlines():
-            if line.startswith("guildhall_sfu_"):
+            # The SFU's counters, and the gateway's and voice role's part of
+            # a join (refused, unanswered, retried, given up): what a
+            # failed run's line shows of where the join stopped.
+            if line.startswith(("guildhall_sfu_", "guildhall_voice_")):
                 name, value = line.split()[:2]
                 values[name] = float(value)
         return values

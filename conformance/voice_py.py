@@ -12,11 +12,16 @@ import sys
 import time
 
 import discord
+import logging
 
 base, token, channel_id, frames = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 discord.http.Route.BASE = f"http://{base}/api/v10"
 discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = discord.utils.yarl.URL(f"ws://{base}/")
 
+# discord.py's own log (stderr, which the runner prints on a failure):
+# its voice handshake logs each step, so a failed connect shows where it
+# stopped.
+discord.utils.setup_logging(level=logging.INFO)
 client = discord.Client(intents=discord.Intents.default())
 seen = {}
 

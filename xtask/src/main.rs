@@ -183,8 +183,10 @@ fn conformance(build: bool) -> bool {
             .and_then(|rest| rest.split_whitespace().next())
             .map(str::to_owned)
     });
-    // Keep draining the server's log so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    // The server's log goes on to a file (so it never blocks on a full
+    // pipe), whose tail a failed run prints.
+    let log_path = dir.join("server.log");
+    keep_log(lines, &log_path);
     let ok = match addr {
         Some(addr) => run(
             &dir.join("venv/bin/python").to_string_lossy(),
@@ -204,8 +206,43 @@ fn conformance(build: bool) -> bool {
     };
     let _ = server.kill();
     let _ = server.wait();
+    if !ok {
+        print_tail(&log_path, SERVER_LOG_TAIL_LINES);
+    }
     let _ = std::fs::remove_dir_all(&data);
     ok
+}
+
+/// Lines of the server's log a failed conformance run prints.
+const SERVER_LOG_TAIL_LINES: usize = 200;
+
+/// Writes what is left of `lines` to `path`, from a thread of its own.
+fn keep_log(lines: std::io::Lines<BufReader<std::process::ChildStderr>>, path: &Path) {
+    let file = std::fs::File::create(path);
+    std::thread::spawn(move || {
+        let mut file = file.ok();
+        for line in lines.map_while(Result::ok) {
+            if let Some(f) = file.as_mut() {
+                use std::io::Write as _;
+                let _ = writeln!(f, "{line}");
+            }
+        }
+    });
+}
+
+/// The last `count` lines of the file at `path`, to stderr.
+fn print_tail(path: &Path, count: usize) {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return;
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    eprintln!(
+        "xtask: the server's log ({}), last {count} lines:",
+        path.display()
+    );
+    for line in &lines[lines.len().saturating_sub(count)..] {
+        eprintln!("{line}");
+    }
 }
 
 /// The layout of the cluster stage: two gateway+api nodes (one bot on

@@ -291,6 +291,32 @@ pub const MESSAGES_PER_PAGE_MAX: usize = 100;
 /// Most members one GET or one GUILD_MEMBERS_CHUNK carries.
 pub const MEMBERS_PER_PAGE_MAX: usize = 1_000;
 
+/// Most users one `GET .../reactions/{emoji}` returns (Discord's `limit`
+/// cap, 1-100). When hit: a larger `limit` is read as this one, as history
+/// reads its own cap; the caller pages on with `after`.
+pub const REACTION_USERS_PER_PAGE_MAX: usize = 100;
+
+/// Distinct emoji one message may carry as reactions: Discord's 20 (error
+/// 30010 names it). Every rendered message carries its reactions, so the
+/// bound keeps what one page of history reads from the reactions table to
+/// `messages_per_page_max` times this. When hit: a reaction with a new
+/// emoji answers 400 with code 30010 ("Maximum number of reactions reached
+/// (20)") and nothing changes; another user adding an emoji already there
+/// is not refused.
+pub const REACTIONS_PER_MESSAGE_MAX: usize = 20;
+
+/// Messages a channel may have pinned at once: Discord's 250 (error 30003
+/// names it). Pins are read in pages, but every pin shows in its message's
+/// `pinned`, so the bound keeps what a channel can ask of each read small.
+/// When hit: a pin answers 400 with code 30003 and nothing changes.
+pub const PINS_PER_CHANNEL_MAX: usize = 250;
+
+/// Most pins one `GET /channels/{id}/messages/pins` returns (Discord's
+/// `limit` cap, 1-50), and all the deprecated `GET /channels/{id}/pins`
+/// returns (Discord's "first 50"). When hit: a larger `limit` is read as
+/// this one and `has_more` tells the caller to page on with `before`.
+pub const PINS_PER_PAGE_MAX: usize = 50;
+
 /// Slash commands an application may have in one scope (global, or one
 /// guild): Discord's 100. When hit: a create answers 400 with code 30032
 /// (maximum number of application commands), a bulk overwrite 50035.
@@ -577,6 +603,21 @@ pub const SESSION_VOICE_REQUESTS_MAX: usize = 4;
 /// counted (`guildhall_voice_unanswered_total`), logged through the
 /// throttle.
 pub const VOICE_REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// Attempts the gateway makes at one op 4 (the first included) when the
+/// guild owner or the voice role cannot answer it now: the owner busy,
+/// gone or not answering within `guild_reply_timeout_ms`, the voice role
+/// not answering within `voice_request_timeout_ms` or refusing with a
+/// `retry_after_ms`. discord.py and discord.js send op 4 once and wait
+/// (30 s, 15 s) for VOICE_STATE_UPDATE and VOICE_SERVER_UPDATE, so a
+/// transient failure the server does not retry is a failed join. Each
+/// retry waits a full-jitter backoff (`backoff_base_ms` .. `backoff_cap_ms`)
+/// or the refusal's `retry_after_ms`, whichever is longer, is allowed by
+/// the node's voice retry budget (`retry_budget_*`), and is abandoned when
+/// the session has sent a newer op 4 (which states what it wants now).
+/// A refusal that retrying cannot change (no access, no such channel, no
+/// CONNECT) is not retried. When hit: no answer for that op 4; counted
+/// (`guildhall_voice_gave_up_total`), logged through the throttle.
+pub const VOICE_ATTEMPTS_MAX: u32 = 3;
 /// Gateway sockets that compress at once (`compress=zlib-stream` or
 /// `zstd-stream` in the URL, or IDENTIFY's `compress: true`). Each holds a
 /// compressor for its lifetime. Deflate's window is fixed by the rust
@@ -1234,6 +1275,14 @@ pub struct Limits {
     pub messages_per_page_max: usize,
     /// See [`MEMBERS_PER_PAGE_MAX`].
     pub members_per_page_max: usize,
+    /// See [`REACTION_USERS_PER_PAGE_MAX`].
+    pub reaction_users_per_page_max: usize,
+    /// See [`REACTIONS_PER_MESSAGE_MAX`].
+    pub reactions_per_message_max: usize,
+    /// See [`PINS_PER_CHANNEL_MAX`].
+    pub pins_per_channel_max: usize,
+    /// See [`PINS_PER_PAGE_MAX`].
+    pub pins_per_page_max: usize,
     /// See [`APPLICATION_COMMANDS_CHAT_INPUT_MAX`].
     pub application_commands_chat_input_max: usize,
     /// See [`APPLICATION_COMMANDS_CONTEXT_MENU_MAX`].
@@ -1406,6 +1455,8 @@ pub struct Limits {
     pub session_voice_requests_max: usize,
     /// See [`VOICE_REQUEST_TIMEOUT_MS`].
     pub voice_request_timeout_ms: u64,
+    /// See [`VOICE_ATTEMPTS_MAX`].
+    pub voice_attempts_max: u32,
     /// See [`GATEWAY_COMPRESSORS_MAX`].
     pub gateway_compressors_max: usize,
     /// See [`HTTP_HEADER_READ_TIMEOUT_MS`].
@@ -1577,6 +1628,10 @@ impl Default for Limits {
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
+            reaction_users_per_page_max: REACTION_USERS_PER_PAGE_MAX,
+            reactions_per_message_max: REACTIONS_PER_MESSAGE_MAX,
+            pins_per_channel_max: PINS_PER_CHANNEL_MAX,
+            pins_per_page_max: PINS_PER_PAGE_MAX,
             application_commands_chat_input_max: APPLICATION_COMMANDS_CHAT_INPUT_MAX,
             application_commands_context_menu_max: APPLICATION_COMMANDS_CONTEXT_MENU_MAX,
             application_commands_body_bytes_max: APPLICATION_COMMANDS_BODY_BYTES_MAX,
@@ -1663,6 +1718,7 @@ impl Default for Limits {
             session_member_requests_max: SESSION_MEMBER_REQUESTS_MAX,
             session_voice_requests_max: SESSION_VOICE_REQUESTS_MAX,
             voice_request_timeout_ms: VOICE_REQUEST_TIMEOUT_MS,
+            voice_attempts_max: VOICE_ATTEMPTS_MAX,
             gateway_compressors_max: GATEWAY_COMPRESSORS_MAX,
             http_header_read_timeout_ms: HTTP_HEADER_READ_TIMEOUT_MS,
             http_header_bytes_max: HTTP_HEADER_BYTES_MAX,
@@ -1996,6 +2052,26 @@ impl Limits {
         check(
             self.members_per_page_max >= 1,
             "members_per_page_max",
+            "must be at least 1",
+        );
+        check(
+            self.reaction_users_per_page_max >= 1,
+            "reaction_users_per_page_max",
+            "must be at least 1",
+        );
+        check(
+            self.reactions_per_message_max >= 1,
+            "reactions_per_message_max",
+            "must be at least 1",
+        );
+        check(
+            self.pins_per_channel_max >= 1,
+            "pins_per_channel_max",
+            "must be at least 1",
+        );
+        check(
+            self.pins_per_page_max >= 1,
+            "pins_per_page_max",
             "must be at least 1",
         );
         check(
@@ -2342,6 +2418,11 @@ impl Limits {
         check(
             self.voice_request_timeout_ms >= 1,
             "voice_request_timeout_ms",
+            "must be at least 1",
+        );
+        check(
+            self.voice_attempts_max >= 1,
+            "voice_attempts_max",
             "must be at least 1",
         );
         check(
@@ -2808,6 +2889,10 @@ mod tests {
             "message_content_chars_max",
             "messages_per_page_max",
             "members_per_page_max",
+            "reaction_users_per_page_max",
+            "reactions_per_message_max",
+            "pins_per_channel_max",
+            "pins_per_page_max",
             "application_commands_chat_input_max",
             "application_commands_context_menu_max",
             "application_commands_body_bytes_max",
@@ -2862,6 +2947,7 @@ mod tests {
             "session_member_requests_max",
             "session_voice_requests_max",
             "voice_request_timeout_ms",
+            "voice_attempts_max",
             "gateway_compressors_max",
             "http_header_read_timeout_ms",
             "http_header_bytes_max",
@@ -3001,6 +3087,10 @@ mod tests {
             "message_content_chars_max" => l.message_content_chars_max = 0,
             "messages_per_page_max" => l.messages_per_page_max = 0,
             "members_per_page_max" => l.members_per_page_max = 0,
+            "reaction_users_per_page_max" => l.reaction_users_per_page_max = 0,
+            "reactions_per_message_max" => l.reactions_per_message_max = 0,
+            "pins_per_channel_max" => l.pins_per_channel_max = 0,
+            "pins_per_page_max" => l.pins_per_page_max = 0,
             "application_commands_chat_input_max" => l.application_commands_chat_input_max = 0,
             "application_commands_context_menu_max" => l.application_commands_context_menu_max = 0,
             "application_commands_body_bytes_max" => l.application_commands_body_bytes_max = 0,
@@ -3055,6 +3145,7 @@ mod tests {
             "session_member_requests_max" => l.session_member_requests_max = 0,
             "session_voice_requests_max" => l.session_voice_requests_max = 0,
             "voice_request_timeout_ms" => l.voice_request_timeout_ms = 0,
+            "voice_attempts_max" => l.voice_attempts_max = 0,
             "gateway_compressors_max" => l.gateway_compressors_max = 0,
             "http_header_read_timeout_ms" => l.http_header_read_timeout_ms = 0,
             "http_header_bytes_max" => l.http_header_bytes_max = 0,

@@ -18,20 +18,22 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use guildhall_proto::Snowflake;
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::intents;
 use guildhall_proto::mentions;
-use guildhall_proto::model::Message;
+use guildhall_proto::model::{Message, PartialEmoji, Reaction, ReactionCountDetails};
 use guildhall_proto::replies;
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{
-    ApplicationRow, ChannelRow, GuildRow, InviteRow, MessageRow, RoleRow, StoreError, UserRow,
+    ApplicationRow, ChannelRow, GuildRow, InviteRow, MessageRow, PinRow, PinWrite, ReactionWrite,
+    RoleRow, StoreError, UnpinWrite, UserRow,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::to_raw_value;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -1479,6 +1481,8 @@ pub(crate) fn wire_row(
             .as_deref()
             .and_then(|e| serde_json::from_str(e).ok())
             .unwrap_or_default(),
+        // A pin is a fact about the channel, not the row: readers that
+        // render a stored message set it from the store (`pinned_in`).
         pinned: false,
         kind: u8::try_from(row.kind).unwrap_or(0),
         flags: row.flags as u64,
@@ -1512,6 +1516,9 @@ pub(crate) fn wire_row(
         // Filled in by `with_referenced` where the referenced message is
         // read; absent means "not fetched", as Discord's docs define it.
         referenced_message: None,
+        // Reactions are rows of their own and `me` depends on the reader:
+        // readers that render for one caller set them (`reactions_in`).
+        reactions: None,
     }
 }
 
@@ -1538,12 +1545,15 @@ async fn author_of<'a>(
 /// deleted. Only a reply (reference type DEFAULT) has one. The referenced
 /// message is built without its own `referenced_message`, so the object is
 /// one level deep as Discord sends it. `page` holds rows already read (a
-/// history page), looked at before the store.
+/// history page), looked at before the store; `page_pins`, when given, are
+/// the pinned ids among them ([`pinned_in`] over the page), else the
+/// referenced message's `pinned` is read from the store.
 pub(crate) async fn with_referenced(
     node: &crate::Node,
     row: &MessageRow,
     mut message: Message,
     page: &[MessageRow],
+    page_pins: Option<&HashSet<i64>>,
     authors: &mut Authors,
 ) -> Result<Message, ApiError> {
     let (Some(kind), Some(channel_id), Some(message_id)) = (
@@ -1556,23 +1566,116 @@ pub(crate) async fn with_referenced(
     if kind != i64::from(replies::KIND_DEFAULT) {
         return Ok(message);
     }
-    let target = match page
+    let (target, known_pins) = match page
         .iter()
         .find(|m| m.id == message_id && m.channel_id == channel_id)
     {
-        Some(target) => Some(target.clone()),
-        None => node.shared.store.message(channel_id, message_id).await?,
+        Some(target) => (Some(target.clone()), page_pins),
+        None => (
+            node.shared.store.message(channel_id, message_id).await?,
+            None,
+        ),
     };
     let referenced = match target {
         // Ephemeral messages are never referenced (creation refuses
         // them); one found here is shown as gone rather than leaked.
-        Some(target) if target.visible_to.is_none() => author_of(node, authors, target.author_id)
-            .await?
-            .map(|author| Box::new(wire_message(&target, author, None))),
+        Some(target) if target.visible_to.is_none() => {
+            let pinned = match known_pins {
+                Some(pins) => pins.contains(&target.id),
+                None => is_pinned(node, &target).await?,
+            };
+            author_of(node, authors, target.author_id)
+                .await?
+                .map(|author| {
+                    let mut referenced = wire_message(&target, author, None);
+                    referenced.pinned = pinned;
+                    Box::new(referenced)
+                })
+        }
         _ => None,
     };
     message.referenced_message = Some(referenced);
     Ok(message)
+}
+
+/// The pinned ids among the messages of `channel_id` with ids in
+/// `first_id..=last_id` (a page's range): one read of the channel's pins,
+/// which are bounded by `pins_per_channel_max`.
+async fn pinned_in(
+    node: &crate::Node,
+    channel_id: i64,
+    first_id: i64,
+    last_id: i64,
+) -> Result<HashSet<i64>, ApiError> {
+    Ok(node
+        .shared
+        .store
+        .pinned_between(channel_id, first_id, last_id)
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// Whether `row` is pinned now (the `pinned` of a message read alone).
+pub(crate) async fn is_pinned(node: &crate::Node, row: &MessageRow) -> Result<bool, ApiError> {
+    Ok(pinned_in(node, row.channel_id, row.id, row.id)
+        .await?
+        .contains(&row.id))
+}
+
+/// The reactions of the messages `ids` of `channel_id` (a page, bounded by
+/// its own limit) as `viewer` sees them, by message id: one read of the
+/// store, at most `reactions_per_message_max` emoji a message. A message
+/// without reactions has no entry, so its `reactions` stays absent, as
+/// Discord omits it. Nothing is a super reaction here: burst counts are 0.
+async fn reactions_in(
+    node: &crate::Node,
+    channel_id: i64,
+    ids: &[i64],
+    viewer: i64,
+) -> Result<HashMap<i64, Vec<Reaction>>, ApiError> {
+    let per_message_max = node.shared.limits.reactions_per_message_max as i64;
+    let mut out: HashMap<i64, Vec<Reaction>> = HashMap::new();
+    for counted in node
+        .shared
+        .store
+        .message_reactions(channel_id, ids, viewer, per_message_max)
+        .await?
+    {
+        let count = u64::try_from(counted.count).unwrap_or(0);
+        out.entry(counted.message_id).or_default().push(Reaction {
+            count,
+            count_details: ReactionCountDetails {
+                burst: 0,
+                normal: count,
+            },
+            me: counted.me,
+            me_burst: false,
+            emoji: partial_emoji(&counted.emoji),
+            burst_colors: vec![],
+        });
+    }
+    Ok(out)
+}
+
+/// The partial emoji of a stored reaction key: `name:id` is a custom emoji
+/// (`emoji_of` stores no other key with a colon), anything else a unicode
+/// emoji named by itself.
+fn partial_emoji(key: &str) -> PartialEmoji {
+    match key
+        .split_once(':')
+        .and_then(|(name, id)| Some((name, Snowflake::new(id.parse().ok()?)?)))
+    {
+        Some((name, id)) => PartialEmoji {
+            id: Some(id),
+            name: Some(name.to_owned()),
+        },
+        None => PartialEmoji {
+            id: None,
+            name: Some(key.to_owned()),
+        },
+    }
 }
 
 /// A refused form field (embeds, a reference, allowed mentions): Discord's
@@ -1814,7 +1917,7 @@ async fn create_message(
         // The target as just read, not read again: the reply shows what
         // was replied to.
         let mut authors = Authors::new();
-        message = with_referenced(&node, &row, message, &[target], &mut authors).await?;
+        message = with_referenced(&node, &row, message, &[target], None, &mut authors).await?;
     }
     message.nonce = body.nonce;
     match audience {
@@ -1874,22 +1977,24 @@ struct HistoryQuery {
     before: Option<String>,
 }
 
-async fn list_messages(
-    State(node): State<AppState>,
-    Caller(caller): Caller,
-    Path(id): Path<String>,
-    Query(query): Query<HistoryQuery>,
-) -> ApiResult {
+/// A channel whose messages `caller` may read: a guild channel with
+/// VIEW_CHANNEL and READ_MESSAGE_HISTORY, or a DM the caller is in (50001
+/// for anyone else).
+async fn readable_channel(
+    node: &crate::Node,
+    caller: &UserRow,
+    channel_id: &str,
+) -> Result<ChannelRow, ApiError> {
     let channel = node
         .shared
         .store
-        .channel(parse_id(&id)?)
+        .channel(parse_id(channel_id)?)
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
     match channel.guild_id {
         Some(guild_id) => {
             authorize(
-                &node,
+                node,
                 caller.id,
                 &channel,
                 guild_id,
@@ -1898,9 +2003,19 @@ async fn list_messages(
             .await?;
         }
         None => {
-            dm_of(&node, &caller, &channel).await?;
+            dm_of(node, caller, &channel).await?;
         }
     }
+    Ok(channel)
+}
+
+async fn list_messages(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> ApiResult {
+    let channel = readable_channel(&node, &caller, &id).await?;
     let limit = query
         .limit
         .unwrap_or(50)
@@ -1911,17 +2026,26 @@ async fn list_messages(
         .store
         .messages(channel.id, before, limit)
         .await?;
+    // The page is newest first: its ids span last..=first.
+    let pins = match (rows.last(), rows.first()) {
+        (Some(oldest), Some(newest)) => pinned_in(&node, channel.id, oldest.id, newest.id).await?,
+        _ => HashSet::new(),
+    };
+    let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+    let mut reactions = reactions_in(&node, channel.id, &ids, caller.id).await?;
     let mut authors = Authors::new();
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
-        let Some(message) = author_of(&node, &mut authors, row.author_id)
+        let Some(mut message) = author_of(&node, &mut authors, row.author_id)
             .await?
             .map(|author| wire_message(row, author, None))
         else {
             continue;
         };
+        message.pinned = pins.contains(&row.id);
+        message.reactions = reactions.remove(&row.id);
         // A reply to a message on the same page is resolved from the page.
-        out.push(with_referenced(&node, row, message, &rows, &mut authors).await?);
+        out.push(with_referenced(&node, row, message, &rows, Some(&pins), &mut authors).await?);
     }
     ok(&out)
 }
@@ -1932,41 +2056,50 @@ async fn message_of(
     channel_id: &str,
     message_id: &str,
     need: u64,
-) -> Result<(ChannelRow, i64, MessageRow), ApiError> {
-    let (channel, guild_id) = guild_channel(node, channel_id).await?;
-    authorize(node, caller.id, &channel, guild_id, need).await?;
-    let row = node
-        .shared
+) -> Result<(ChannelRow, ChannelAudience, MessageRow), ApiError> {
+    let (channel, audience) = channel_audience(node, caller, channel_id, need).await?;
+    let row = visible_message(node, caller, &channel, message_id).await?;
+    Ok((channel, audience, row))
+}
+
+/// The message `message_id` of `channel` as `caller` may see it (the
+/// caller's access to the channel already checked).
+async fn visible_message(
+    node: &crate::Node,
+    caller: &UserRow,
+    channel: &ChannelRow,
+    message_id: &str,
+) -> Result<MessageRow, ApiError> {
+    node.shared
         .store
         .message(channel.id, parse_id(message_id)?)
         .await?
         // An ephemeral message exists for its one reader only.
         .filter(|row| row.visible_to.is_none_or(|reader| reader == caller.id))
-        .ok_or(ApiError::Code(ErrorCode::UnknownMessage))?;
-    Ok((channel, guild_id, row))
+        .ok_or(ApiError::Code(ErrorCode::UnknownMessage))
 }
 
+/// `GET /channels/{id}/messages/{message}`, in a guild channel or a DM
+/// (whose members read it without permissions, as its history).
 async fn get_message(
     State(node): State<AppState>,
     Caller(caller): Caller,
     Path((channel, message)): Path<(String, String)>,
 ) -> ApiResult {
-    let (_, _, row) = message_of(
-        &node,
-        &caller,
-        &channel,
-        &message,
-        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
-    )
-    .await?;
+    let channel = readable_channel(&node, &caller, &channel).await?;
+    let row = visible_message(&node, &caller, &channel, &message).await?;
     let author = node
         .shared
         .store
         .user(row.author_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    let message = wire_message(&row, &author, None);
-    ok(&with_referenced(&node, &row, message, &[], &mut Authors::new()).await?)
+    let mut message = wire_message(&row, &author, None);
+    message.pinned = is_pinned(&node, &row).await?;
+    message.reactions = reactions_in(&node, row.channel_id, &[row.id], caller.id)
+        .await?
+        .remove(&row.id);
+    ok(&with_referenced(&node, &row, message, &[], None, &mut Authors::new()).await?)
 }
 
 #[derive(Deserialize)]
@@ -1994,7 +2127,7 @@ async fn edit_message(
     Path((channel, message)): Path<(String, String)>,
     JsonBody(body): JsonBody<EditMessage>,
 ) -> ApiResult {
-    let (_, guild_id, mut row) =
+    let (_, audience, mut row) =
         message_of(&node, &caller, &channel, &message, perm::VIEW_CHANNEL).await?;
     // A webhook's message is stored with its creator as `author_id`, but
     // only the webhook edits it (through its token).
@@ -2022,10 +2155,14 @@ async fn edit_message(
         actor_id: caller.id,
     };
     edit_row(&node, &mut row, body.content, embeds, Some(&mentioning)).await?;
-    let message = wire_message(&row, &caller, None);
+    let mut message = wire_message(&row, &caller, None);
+    // An edit leaves a pin as it was, and the update says so.
+    message.pinned = is_pinned(&node, &row).await?;
     // An edited reply still shows what it replies to.
-    let message = with_referenced(&node, &row, message, &[], &mut Authors::new()).await?;
-    publish_message(&node, "MESSAGE_UPDATE", guild_id, &message, caller.id).await;
+    let message = with_referenced(&node, &row, message, &[], None, &mut Authors::new()).await?;
+    audience
+        .announce_message(&node, "MESSAGE_UPDATE", &message, caller.id)
+        .await;
     ok(&message)
 }
 
@@ -2034,11 +2171,13 @@ async fn delete_message(
     Caller(caller): Caller,
     Path((channel, message)): Path<(String, String)>,
 ) -> ApiResult {
-    let (_, guild_id, row) =
+    let (channel_row, audience, row) =
         message_of(&node, &caller, &channel, &message, perm::VIEW_CHANNEL).await?;
     // A webhook's message is nobody's own (its `author_id` is the creator).
     if row.author_id != caller.id || row.webhook_id.is_some() {
-        let (channel_row, _) = guild_channel(&node, &channel).await?;
+        // Another's message takes MANAGE_MESSAGES, which nobody holds in
+        // a DM (50003 there, as Discord answers).
+        let guild_id = audience.guild_only()?;
         authorize(
             &node,
             caller.id,
@@ -2052,7 +2191,20 @@ async fn delete_message(
         .store
         .delete_message(row.channel_id, row.id)
         .await?;
-    publish_message_delete(&node, guild_id, row.channel_id, row.id).await;
+    match &audience {
+        ChannelAudience::Guild { guild_id, .. } => {
+            publish_message_delete(&node, *guild_id, row.channel_id, row.id).await;
+        }
+        ChannelAudience::Dm(members) => {
+            let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string()});
+            node.to_users(
+                members.clone(),
+                intents::DIRECT_MESSAGES,
+                "MESSAGE_DELETE",
+                &data,
+            );
+        }
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -2476,14 +2628,41 @@ async fn remove_member_role(
 
 // ----- reactions and bulk delete ------------------------------------------------
 
+/// Discord's JSON codes the routes below answer with that
+/// `guildhall_proto::error::ErrorCode` does not name yet; all are 400s,
+/// as Discord sends them.
+const UNKNOWN_EMOJI_CODE: u32 = 10014;
+const MAX_PINS_CODE: u32 = 30003;
+const MAX_REACTIONS_CODE: u32 = 30010;
+
+/// Pinning and unpinning (Discord's PIN_MESSAGES, 1 << 51, which the
+/// reference requires of both instead of MANAGE_MESSAGES). Owners and
+/// administrators hold it as they hold every bit.
+const PIN_MESSAGES: u64 = 1 << 51;
+
+/// 10014 Unknown Emoji: an emoji path segment that is not one.
+fn unknown_emoji() -> ApiError {
+    ApiError::Invalid(ErrorBody {
+        code: UNKNOWN_EMOJI_CODE,
+        message: "Unknown Emoji".into(),
+        errors: None,
+    })
+}
+
+/// The stored key and the partial emoji object of a path's `{emoji}`;
+/// 10014 for one that cannot be an emoji (empty, over 64 characters, or a
+/// custom `name:id` without a name or a snowflake id).
 fn emoji_of(raw: &str) -> Result<(String, Value), ApiError> {
     // Unicode emoji arrive percent-encoded; custom ones as name:id.
     let decoded = percent_decode(raw);
     if decoded.is_empty() || decoded.chars().count() > 64 {
-        return Err(ApiError::Code(ErrorCode::General));
+        return Err(unknown_emoji());
     }
     let value = match decoded.split_once(':') {
-        Some((name, id)) => json!({"id": id, "name": name}),
+        Some((name, id)) if !name.is_empty() && parse_id(id).is_ok() => {
+            json!({"id": id, "name": name})
+        }
+        Some(_) => return Err(unknown_emoji()),
         None => json!({"id": null, "name": decoded}),
     };
     Ok((decoded, value))
@@ -2525,7 +2704,11 @@ fn percent_decode(raw: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{admin_token_matches, percent_decode, recommended_shards, session_start_remaining};
+    use super::{
+        admin_token_matches, emoji_of, parse_timestamp_us, percent_decode, recommended_shards,
+        session_start_remaining,
+    };
+    use guildhall_proto::timestamp::format_unix_ms;
     use guildhall_store::SessionStarts;
 
     /// (starts, now): remaining and reset_after over a 1,000 ms window of
@@ -2583,6 +2766,62 @@ mod tests {
         assert!(!admin_token_matches(None, token));
     }
 
+    /// Every timestamp shape clients send for `before`: ours, discord.py's
+    /// `isoformat()`, discord.js's `toISOString()`, other offsets; and
+    /// what is refused.
+    #[test]
+    fn timestamps_parse_to_unix_microseconds() {
+        let cases = [
+            (
+                "2024-01-01T00:00:00.000000+00:00",
+                Some(1_704_067_200_000_000),
+            ),
+            ("2024-01-01T00:00:00.123Z", Some(1_704_067_200_123_000)),
+            ("2024-01-01T00:00:00Z", Some(1_704_067_200_000_000)),
+            (
+                "2024-01-01T00:00:00.1234567+00:00",
+                Some(1_704_067_200_123_456),
+            ),
+            ("2024-01-01T01:30:00.000+01:30", Some(1_704_067_200_000_000)),
+            ("2023-12-31T23:00:00-01:00", Some(1_704_067_200_000_000)),
+            ("2000-02-29T00:00:00+00:00", Some(951_782_400_000_000)),
+            ("2024-01-01 00:00:00+00:00", Some(1_704_067_200_000_000)),
+            ("1970-01-01T00:00:00+00:00", Some(0)),
+            ("2023-02-29T00:00:00+00:00", None),
+            ("2024-13-01T00:00:00+00:00", None),
+            ("2024-01-01T24:00:00+00:00", None),
+            ("2024-01-01T00:00:00", None),
+            ("2024-01-01T00:00:00.+00:00", None),
+            ("2024-01-01", None),
+            ("yesterday", None),
+            ("", None),
+            ("２024-01-01T00:00:00Z", None),
+        ];
+        for (raw, expected) in cases {
+            assert_eq!(parse_timestamp_us(raw), expected, "{raw:?}");
+        }
+        // What the server formats parses back to the same instant.
+        for ms in [0_u64, 1_420_070_400_123, 4_102_444_799_999] {
+            assert_eq!(
+                parse_timestamp_us(&format_unix_ms(ms)),
+                Some(ms as i64 * 1_000)
+            );
+        }
+    }
+
+    #[test]
+    fn emoji_segments() {
+        assert_eq!(emoji_of("%F0%9F%91%8D").unwrap().1["name"], "👍");
+        let (key, custom) = emoji_of("blob:123").unwrap();
+        assert_eq!(
+            (key.as_str(), custom["id"].as_str()),
+            ("blob:123", Some("123"))
+        );
+        for bad in ["", "blob:", ":123", "blob:x1", "blob:0", &"x".repeat(65)] {
+            assert!(emoji_of(bad).is_err(), "{bad:?}");
+        }
+    }
+
     #[test]
     fn percent_decoding() {
         assert_eq!(percent_decode("%F0%9F%91%8D"), "👍");
@@ -2597,7 +2836,7 @@ async fn reaction(
     (channel, message, emoji): (String, String, String),
     add: bool,
 ) -> ApiResult {
-    let (channel_row, guild_id, row) = message_of(
+    let (channel_row, audience, row) = message_of(
         node,
         &caller,
         &channel,
@@ -2607,10 +2846,44 @@ async fn reaction(
     .await?;
     let (key, emoji) = emoji_of(&emoji)?;
     let changed = if add {
-        node.shared
+        let emoji_max = node.shared.limits.reactions_per_message_max;
+        // A DM's members react freely; in a guild the first to react
+        // with an emoji needs ADD_REACTIONS.
+        let may_add_emoji = match &audience {
+            ChannelAudience::Guild { permissions, .. } => permissions & perm::ADD_REACTIONS != 0,
+            ChannelAudience::Dm(_) => true,
+        };
+        match node
+            .shared
             .store
-            .add_reaction(row.channel_id, row.id, &key, caller.id)
+            .add_reaction(
+                row.channel_id,
+                row.id,
+                &key,
+                caller.id,
+                emoji_max as i64,
+                may_add_emoji,
+            )
             .await?
+        {
+            ReactionWrite::NewEmojiForbidden => {
+                return Err(ApiError::Code(ErrorCode::MissingPermissions));
+            }
+            ReactionWrite::Added => true,
+            // Deleted since `message_of` read it: nothing to announce, as
+            // for a reaction that was there already.
+            ReactionWrite::AlreadyThere | ReactionWrite::Missing => false,
+            ReactionWrite::Full => {
+                node.counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(ApiError::Invalid(ErrorBody {
+                    code: MAX_REACTIONS_CODE,
+                    message: format!("Maximum number of reactions reached ({emoji_max})"),
+                    errors: None,
+                }));
+            }
+        }
     } else {
         node.shared
             .store
@@ -2625,25 +2898,20 @@ async fn reaction(
         };
         let mut data = json!({
             "user_id": caller.id.to_string(), "channel_id": channel_row.id.to_string(),
-            "message_id": row.id.to_string(), "guild_id": guild_id.to_string(), "emoji": emoji,
-            "burst": false, "type": 0,
+            "message_id": row.id.to_string(), "emoji": emoji, "burst": false, "type": 0,
         });
         if add {
-            let grant =
-                authorize(node, caller.id, &channel_row, guild_id, perm::VIEW_CHANNEL).await?;
-            let mut member = serde_json::to_value(grant.member).unwrap_or_default();
-            member["user"] = serde_json::to_value(wire_user(&caller)).unwrap_or_default();
-            data["member"] = member;
             data["message_author_id"] = json!(row.webhook_id.unwrap_or(row.author_id).to_string());
+            // A guild's reaction carries the reactor's member; a DM has none.
+            if let Some(guild_id) = audience.guild_id() {
+                let grant =
+                    authorize(node, caller.id, &channel_row, guild_id, perm::VIEW_CHANNEL).await?;
+                let mut member = serde_json::to_value(grant.member).unwrap_or_default();
+                member["user"] = serde_json::to_value(wire_user(&caller)).unwrap_or_default();
+                data["member"] = member;
+            }
         }
-        publish_plain(
-            node,
-            guild_id,
-            name,
-            intents::GUILD_MESSAGE_REACTIONS,
-            &data,
-        )
-        .await;
+        audience.announce_reaction(node, name, data).await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -2662,6 +2930,605 @@ async fn remove_reaction(
     Path(p): Path<(String, String, String)>,
 ) -> ApiResult {
     reaction(&node, caller, p, false).await
+}
+
+/// MESSAGE_REACTION_REMOVE of `user_id`'s `emoji` by a moderator.
+async fn publish_reaction_removed(
+    node: &crate::Node,
+    audience: &ChannelAudience,
+    row: &MessageRow,
+    user_id: i64,
+    emoji: &Value,
+) {
+    let data = json!({
+        "user_id": user_id.to_string(), "channel_id": row.channel_id.to_string(),
+        "message_id": row.id.to_string(), "emoji": emoji, "burst": false, "type": 0,
+    });
+    audience
+        .announce_reaction(node, "MESSAGE_REACTION_REMOVE", data)
+        .await;
+}
+
+#[derive(Deserialize)]
+struct ReactionsQuery {
+    after: Option<String>,
+    limit: Option<i64>,
+    #[serde(rename = "type")]
+    kind: Option<i64>,
+}
+
+/// Discord's reaction types: normal and burst (super) reactions.
+const REACTION_TYPE_NORMAL: i64 = 0;
+const REACTION_TYPE_BURST: i64 = 1;
+
+/// `GET .../reactions/{emoji}`: the users who reacted, by id ascending,
+/// after `after`, at most `limit` (default 25, Discord's).
+async fn reaction_users(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message, emoji)): Path<(String, String, String)>,
+    Query(query): Query<ReactionsQuery>,
+) -> ApiResult {
+    let (channel_row, _, row) = message_of(
+        &node,
+        &caller,
+        &channel,
+        &message,
+        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
+    )
+    .await?;
+    let (key, _) = emoji_of(&emoji)?;
+    let kind = query.kind.unwrap_or(REACTION_TYPE_NORMAL);
+    if kind == REACTION_TYPE_BURST {
+        // Nobody can super-react here, so nobody has.
+        return ok(&Vec::<Value>::new());
+    }
+    if kind != REACTION_TYPE_NORMAL {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            "type",
+            "ENUM_TYPE_COERCE",
+            format!("Value \"{kind}\" is not a valid enum value."),
+        ));
+    }
+    // "0" is "from the start" (no user id is 0); libraries that always
+    // send `after` start from it.
+    let after = match query.after.as_deref() {
+        None | Some("0") => 0,
+        Some(raw) => parse_id(raw)?,
+    };
+    let limit = query
+        .limit
+        .unwrap_or(25)
+        .clamp(1, node.shared.limits.reaction_users_per_page_max as i64);
+    let users = node
+        .shared
+        .store
+        .reaction_users(channel_row.id, row.id, &key, after, limit)
+        .await?;
+    ok(&users.iter().map(wire_user).collect::<Vec<_>>())
+}
+
+/// `DELETE .../reactions/{emoji}/{user_id}`: another user's reaction,
+/// removed by one who may manage messages.
+async fn remove_user_reaction(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message, emoji, user)): Path<(String, String, String, String)>,
+) -> ApiResult {
+    let (channel_row, audience, row) = message_of(
+        &node,
+        &caller,
+        &channel,
+        &message,
+        perm::VIEW_CHANNEL | perm::MANAGE_MESSAGES,
+    )
+    .await?;
+    let (key, emoji) = emoji_of(&emoji)?;
+    let user_id = parse_id(&user)?;
+    let removed = node
+        .shared
+        .store
+        .remove_reaction(channel_row.id, row.id, &key, user_id)
+        .await?;
+    if removed {
+        publish_reaction_removed(&node, &audience, &row, user_id, &emoji).await;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE .../reactions/{emoji}`: every reaction with one emoji.
+async fn remove_emoji_reactions(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message, emoji)): Path<(String, String, String)>,
+) -> ApiResult {
+    let (channel_row, audience, row) = message_of(
+        &node,
+        &caller,
+        &channel,
+        &message,
+        perm::VIEW_CHANNEL | perm::MANAGE_MESSAGES,
+    )
+    .await?;
+    let (key, emoji) = emoji_of(&emoji)?;
+    let removed = node
+        .shared
+        .store
+        .remove_emoji_reactions(channel_row.id, row.id, &key)
+        .await?;
+    // Nothing removed is nothing to announce, as for one reaction.
+    if removed {
+        let data = json!({
+            "channel_id": row.channel_id.to_string(), "message_id": row.id.to_string(),
+            "emoji": emoji,
+        });
+        audience
+            .announce_reaction(&node, "MESSAGE_REACTION_REMOVE_EMOJI", data)
+            .await;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE .../reactions`: every reaction of the message.
+async fn remove_all_reactions(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message)): Path<(String, String)>,
+) -> ApiResult {
+    let (channel_row, audience, row) = message_of(
+        &node,
+        &caller,
+        &channel,
+        &message,
+        perm::VIEW_CHANNEL | perm::MANAGE_MESSAGES,
+    )
+    .await?;
+    let removed = node
+        .shared
+        .store
+        .remove_all_reactions(channel_row.id, row.id)
+        .await?;
+    if removed {
+        let data = json!({
+            "channel_id": row.channel_id.to_string(), "message_id": row.id.to_string(),
+        });
+        audience
+            .announce_reaction(&node, "MESSAGE_REACTION_REMOVE_ALL", data)
+            .await;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+// ----- pins -----------------------------------------------------------------
+
+/// Where a channel's events go and what the caller may do there: a guild
+/// channel's through the guild's owner, with the caller's permissions; a
+/// DM's to its members' sessions. A DM has no permissions: its members
+/// read, react, pin and edit or delete their own messages, and moderate
+/// nothing.
+enum ChannelAudience {
+    /// The guild, and the caller's permissions there.
+    Guild { guild_id: i64, permissions: u64 },
+    /// The DM's members.
+    Dm(Vec<i64>),
+}
+
+impl ChannelAudience {
+    fn guild_id(&self) -> Option<i64> {
+        match self {
+            ChannelAudience::Guild { guild_id, .. } => Some(*guild_id),
+            ChannelAudience::Dm(_) => None,
+        }
+    }
+
+    /// The guild, for an action only a guild has (a moderator's); 50003
+    /// in a DM, as Discord answers.
+    fn guild_only(&self) -> Result<i64, ApiError> {
+        self.guild_id()
+            .ok_or(ApiError::Code(ErrorCode::CannotExecuteOnDm))
+    }
+
+    /// A reaction event (`data` without `guild_id`): to the guild's
+    /// sessions with GUILD_MESSAGE_REACTIONS and the guild's id added, or
+    /// to the DM's members with DIRECT_MESSAGE_REACTIONS.
+    async fn announce_reaction(&self, node: &crate::Node, name: &str, mut data: Value) {
+        match self {
+            ChannelAudience::Guild { guild_id, .. } => {
+                data["guild_id"] = json!(guild_id.to_string());
+                publish_plain(
+                    node,
+                    *guild_id,
+                    name,
+                    intents::GUILD_MESSAGE_REACTIONS,
+                    &data,
+                )
+                .await;
+            }
+            ChannelAudience::Dm(members) => node.to_users(
+                members.clone(),
+                intents::DIRECT_MESSAGE_REACTIONS,
+                name,
+                &data,
+            ),
+        }
+    }
+
+    /// A message event (MESSAGE_UPDATE): through the guild's owner (which
+    /// hides content from sessions without MESSAGE_CONTENT), or to the
+    /// DM's members with DIRECT_MESSAGES.
+    async fn announce_message(
+        &self,
+        node: &crate::Node,
+        name: &str,
+        message: &Message,
+        author_id: i64,
+    ) {
+        match self {
+            ChannelAudience::Guild { guild_id, .. } => {
+                publish_message(node, name, *guild_id, message, author_id).await;
+            }
+            ChannelAudience::Dm(members) => {
+                node.to_users(members.clone(), intents::DIRECT_MESSAGES, name, message);
+            }
+        }
+    }
+}
+
+/// The channel `channel_id` names, if the caller may see it and has
+/// `need` there: a guild channel's permissions; a DM needs membership,
+/// and refuses MANAGE_MESSAGES with 50003 (nobody moderates a DM).
+async fn channel_audience(
+    node: &crate::Node,
+    caller: &UserRow,
+    channel_id: &str,
+    need: u64,
+) -> Result<(ChannelRow, ChannelAudience), ApiError> {
+    let channel = node
+        .shared
+        .store
+        .channel(parse_id(channel_id)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
+    let audience = match channel.guild_id {
+        Some(guild_id) => {
+            let grant = authorize(node, caller.id, &channel, guild_id, need).await?;
+            ChannelAudience::Guild {
+                guild_id,
+                permissions: grant.permissions,
+            }
+        }
+        None => {
+            let members = dm_of(node, caller, &channel).await?;
+            if need & perm::MANAGE_MESSAGES != 0 {
+                return Err(ApiError::Code(ErrorCode::CannotExecuteOnDm));
+            }
+            ChannelAudience::Dm(members)
+        }
+    };
+    Ok((channel, audience))
+}
+
+/// A pin or unpin of `message_id`, announced as Discord does: the
+/// message's MESSAGE_UPDATE with its new `pinned` (discord.py's
+/// `on_message_edit` and every message cache read it from there), then
+/// CHANNEL_PINS_UPDATE with the channel's newest pin time (null: none
+/// left). GUILD_MESSAGES / GUILDS carry them in a guild, DIRECT_MESSAGES
+/// in a DM. A message that cannot be rendered now (deleted since, its
+/// author gone) has no update to show; the pins update still goes out.
+async fn publish_pins_update(
+    node: &crate::Node,
+    channel: &ChannelRow,
+    audience: ChannelAudience,
+    message_id: i64,
+    pinned: bool,
+    newest_ms: Option<i64>,
+) {
+    if let Ok(Some(row)) = node.shared.store.message(channel.id, message_id).await
+        && let Ok(Some(author)) = node.shared.store.user(row.author_id).await
+    {
+        let mut message = wire_message(&row, &author, None);
+        message.pinned = pinned;
+        if let Ok(message) =
+            with_referenced(node, &row, message, &[], None, &mut Authors::new()).await
+        {
+            audience
+                .announce_message(node, "MESSAGE_UPDATE", &message, row.author_id)
+                .await;
+        }
+    }
+    let last_pin_timestamp = newest_ms.map(|ms| format_unix_ms(ms as u64));
+    match audience {
+        ChannelAudience::Guild { guild_id, .. } => {
+            let data = json!({
+                "guild_id": guild_id.to_string(), "channel_id": channel.id.to_string(),
+                "last_pin_timestamp": last_pin_timestamp,
+            });
+            publish_plain(
+                node,
+                guild_id,
+                "CHANNEL_PINS_UPDATE",
+                intents::GUILDS,
+                &data,
+            )
+            .await;
+        }
+        ChannelAudience::Dm(members) => {
+            let data = json!({
+                "channel_id": channel.id.to_string(), "last_pin_timestamp": last_pin_timestamp,
+            });
+            node.to_users(
+                members,
+                intents::DIRECT_MESSAGES,
+                "CHANNEL_PINS_UPDATE",
+                &data,
+            );
+        }
+    }
+}
+
+/// `PUT /channels/{id}/messages/pins/{message}` (and the deprecated
+/// `/channels/{id}/pins/{message}`). Pinning a pinned message changes
+/// nothing and announces nothing.
+async fn pin(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message)): Path<(String, String)>,
+) -> ApiResult {
+    let (channel, audience) =
+        channel_audience(&node, &caller, &channel, perm::VIEW_CHANNEL | PIN_MESSAGES).await?;
+    let message_id = parse_id(&message)?;
+    let pins_max = node.shared.limits.pins_per_channel_max as i64;
+    match node
+        .shared
+        .store
+        .pin_message(channel.id, message_id, now_ms() as i64, pins_max)
+        .await?
+    {
+        PinWrite::Pinned(pinned_ms) => {
+            publish_pins_update(&node, &channel, audience, message_id, true, Some(pinned_ms)).await;
+        }
+        PinWrite::AlreadyPinned => {}
+        PinWrite::Missing => return Err(ApiError::Code(ErrorCode::UnknownMessage)),
+        PinWrite::Full => {
+            node.counters
+                .bad_requests_total
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::Invalid(ErrorBody {
+                code: MAX_PINS_CODE,
+                message: format!("Maximum number of pins reached for the channel ({pins_max})"),
+                errors: None,
+            }));
+        }
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE /channels/{id}/messages/pins/{message}` (and the deprecated
+/// `/channels/{id}/pins/{message}`). Unpinning a message that is not
+/// pinned changes nothing and announces nothing.
+async fn unpin(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((channel, message)): Path<(String, String)>,
+) -> ApiResult {
+    let (channel, audience) =
+        channel_audience(&node, &caller, &channel, perm::VIEW_CHANNEL | PIN_MESSAGES).await?;
+    let message_id = parse_id(&message)?;
+    // An ephemeral message is another reader's: unknown, as on every route.
+    let visible = node
+        .shared
+        .store
+        .message(channel.id, message_id)
+        .await?
+        .is_some_and(|row| row.visible_to.is_none_or(|reader| reader == caller.id));
+    if !visible {
+        return Err(ApiError::Code(ErrorCode::UnknownMessage));
+    }
+    match node
+        .shared
+        .store
+        .unpin_message(channel.id, message_id)
+        .await?
+    {
+        UnpinWrite::Unpinned(newest_ms) => {
+            publish_pins_update(&node, &channel, audience, message_id, false, newest_ms).await;
+        }
+        UnpinWrite::NotPinned => {}
+        UnpinWrite::Missing => return Err(ApiError::Code(ErrorCode::UnknownMessage)),
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A channel's pins, newest first, pinned before `before_ms`, at most
+/// `limit` (already within `pins_per_page_max`), rendered with
+/// `pinned: true`; empty for a guild member without READ_MESSAGE_HISTORY,
+/// as Discord documents.
+async fn pins_page(
+    node: &crate::Node,
+    caller: &UserRow,
+    channel_id: &str,
+    before_ms: Option<i64>,
+    limit: i64,
+) -> Result<Vec<(PinRow, Message)>, ApiError> {
+    let (channel, audience) =
+        channel_audience(node, caller, channel_id, perm::VIEW_CHANNEL).await?;
+    if let ChannelAudience::Guild { permissions, .. } = audience
+        && permissions & perm::READ_MESSAGE_HISTORY == 0
+    {
+        return Ok(vec![]);
+    }
+    let pins = node.shared.store.pins(channel.id, before_ms, limit).await?;
+    let page: Vec<MessageRow> = pins.iter().map(|pin| pin.message.clone()).collect();
+    let pinned: HashSet<i64> = page.iter().map(|row| row.id).collect();
+    let ids: Vec<i64> = page.iter().map(|row| row.id).collect();
+    let mut reactions = reactions_in(node, channel.id, &ids, caller.id).await?;
+    let mut authors = Authors::new();
+    let mut out = Vec::with_capacity(pins.len());
+    for pin in pins {
+        let Some(mut message) = author_of(node, &mut authors, pin.message.author_id)
+            .await?
+            .map(|author| wire_message(&pin.message, author, None))
+        else {
+            continue;
+        };
+        message.pinned = true;
+        message.reactions = reactions.remove(&pin.message.id);
+        // A reply to another pin is resolved from the page (whose pins
+        // are all the page's pinned ids); anything else from the store.
+        let message = with_referenced(
+            node,
+            &pin.message,
+            message,
+            &page,
+            Some(&pinned),
+            &mut authors,
+        )
+        .await?;
+        out.push((pin, message));
+    }
+    Ok(out)
+}
+
+/// `GET /channels/{id}/pins` (deprecated): the newest
+/// `pins_per_page_max` pins (Discord's first 50) as messages.
+async fn legacy_pins(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(channel): Path<String>,
+) -> ApiResult {
+    let limit = node.shared.limits.pins_per_page_max as i64;
+    let page = pins_page(&node, &caller, &channel, None, limit).await?;
+    ok(&page
+        .into_iter()
+        .map(|(_, message)| message)
+        .collect::<Vec<_>>())
+}
+
+#[derive(Deserialize)]
+struct PinsQuery {
+    before: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /channels/{id}/messages/pins`: `{items: [{pinned_at, message}],
+/// has_more}`, newest pin first, pinned before `before` (an ISO 8601
+/// timestamp), at most `limit` (1-50, default 50).
+async fn list_pins(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(channel): Path<String>,
+    Query(query): Query<PinsQuery>,
+) -> ApiResult {
+    let page_max = node.shared.limits.pins_per_page_max as i64;
+    let limit = query.limit.unwrap_or(page_max).clamp(1, page_max);
+    let before_ms = match query.before.as_deref() {
+        None => None,
+        // Pins are kept to the millisecond: "before 12.3456 s" includes a
+        // pin at 12.345 s, so the bound is the next millisecond up.
+        Some(raw) => match parse_timestamp_us(raw) {
+            Some(us) => Some(us.div_euclid(1_000) + i64::from(us.rem_euclid(1_000) != 0)),
+            None => {
+                node.counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(ApiError::Field(
+                    "before",
+                    "DATE_TYPE_PARSE",
+                    format!("Could not interpret \"{raw}\" as a date. Should be ISO8601."),
+                ));
+            }
+        },
+    };
+    // One more than asked says whether there is more.
+    let mut page = pins_page(&node, &caller, &channel, before_ms, limit + 1).await?;
+    let has_more = page.len() as i64 > limit;
+    page.truncate(limit as usize);
+    let items: Vec<Value> = page
+        .into_iter()
+        .map(|(pin, message)| {
+            json!({"pinned_at": format_unix_ms(pin.pinned_ms as u64), "message": message})
+        })
+        .collect();
+    ok(&json!({"items": items, "has_more": has_more}))
+}
+
+/// Unix microseconds of an ISO 8601 date-time with an offset:
+/// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` (`T` or a space; digits
+/// of the fraction beyond microseconds are dropped). `None` for anything
+/// else, a time without an offset included (its zone is unknown). By hand,
+/// as `guildhall_proto::timestamp` formats: one shape does not justify a
+/// date-time crate.
+fn parse_timestamp_us(raw: &str) -> Option<i64> {
+    fn number(digits: &[u8]) -> Option<i64> {
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        Some(
+            digits
+                .iter()
+                .fold(0_i64, |n, d| n * 10 + i64::from(d - b'0')),
+        )
+    }
+    let b = raw.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (year, month, day) = (number(&b[0..4])?, number(&b[5..7])?, number(&b[8..10])?);
+    let (hour, minute, second) = (
+        number(&b[11..13])?,
+        number(&b[14..16])?,
+        number(&b[17..19])?,
+    );
+    let mut rest = &b[19..];
+    let mut micros = 0;
+    if let Some(fraction) = rest.strip_prefix(b".") {
+        let digits = fraction.iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return None;
+        }
+        let kept = &fraction[..digits.min(6)];
+        micros = number(kept)? * 10_i64.pow(6 - kept.len() as u32);
+        rest = &fraction[digits..];
+    }
+    let offset_s = match rest {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let (h, m) = (number(&[*h1, *h2])?, number(&[*m1, *m2])?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let offset = h * 3_600 + m * 60;
+            if *sign == b'-' { -offset } else { offset }
+        }
+        _ => return None,
+    };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if !(1..=month_days).contains(&day) || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    // Howard Hinnant's days_from_civil (the inverse of the formatter's).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_s;
+    Some(seconds * 1_000_000 + micros)
 }
 
 /// Oldest message bulk delete takes: Discord's two weeks (a protocol rule,
@@ -3036,6 +3903,28 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/channels/{id}/messages/{message}/reactions/{emoji}/@me",
             axum::routing::put(add_reaction).delete(remove_reaction),
+        )
+        .route(
+            "/channels/{id}/messages/{message}/reactions/{emoji}/{user}",
+            axum::routing::delete(remove_user_reaction),
+        )
+        .route(
+            "/channels/{id}/messages/{message}/reactions/{emoji}",
+            get(reaction_users).delete(remove_emoji_reactions),
+        )
+        .route(
+            "/channels/{id}/messages/{message}/reactions",
+            axum::routing::delete(remove_all_reactions),
+        )
+        .route("/channels/{id}/messages/pins", get(list_pins))
+        .route(
+            "/channels/{id}/messages/pins/{message}",
+            axum::routing::put(pin).delete(unpin),
+        )
+        .route("/channels/{id}/pins", get(legacy_pins))
+        .route(
+            "/channels/{id}/pins/{message}",
+            axum::routing::put(pin).delete(unpin),
         )
         .route(
             "/channels/{id}/messages",

@@ -40,6 +40,7 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use guildhall_control::admission::{Decision, HandshakeAdmission, HandshakeBounds};
+use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
 use guildhall_proto::bus::TakeoverRefusal;
 use guildhall_proto::gateway::{self, CloseCode, EncodedDispatch, OneOrMany, RequestGuildMembers};
 use guildhall_proto::intents;
@@ -127,6 +128,13 @@ pub struct GatewayCounters {
     /// Op 4s dropped: the session's voice worker had
     /// `session_voice_requests_max` waiting.
     pub voice_dropped_total: AtomicU64,
+    /// Op 4s the guild owner did not take (each attempt): busy, gone, too
+    /// slow, or refused (no access, no channel, no CONNECT).
+    pub voice_owner_failures_total: AtomicU64,
+    /// Op 4 steps tried again (`voice_attempts_max`).
+    pub voice_retries_total: AtomicU64,
+    /// Op 4s left without their answer: attempts or retry budget spent.
+    pub voice_gave_up_total: AtomicU64,
     /// Bot IDENTIFYs admitted uncounted: the store tracked
     /// `session_start_bots_max` bots already.
     pub session_starts_untracked_total: AtomicU64,
@@ -201,6 +209,19 @@ pub struct Gateway {
     pub cluster: Arc<crate::cluster::ClusterState>,
     /// Cross-node RESUME.
     pub takeovers: Arc<crate::takeover::Takeovers>,
+    /// Bounds op 4 retries across the node's sessions (`retry_budget_*`),
+    /// so an owner or voice role in trouble is not met with a retry storm.
+    pub voice_budget: std::sync::Mutex<RetryBudget>,
+}
+
+/// A task aborted when its handle is dropped (a socket's voice worker
+/// ends with the socket).
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Who a token is, with the privileged intents they may use and their
@@ -799,31 +820,58 @@ impl Gateway {
     /// null`) tells the coordinator, which evicts the user and releases a
     /// call left empty. With no voice node in the cluster, `endpoint` is
     /// null, as Discord's documentation allows ("no server allocated").
-    /// A refusal (spawn budget, no SFU with room, breaker open) is counted
-    /// and logged; the client's own timeout and retry of op 4 take over,
-    /// as with Discord.
-    async fn voice(&self, slot: &Arc<Slot>, voice: gateway::VoiceStateUpdate) {
+    ///
+    /// Libraries send op 4 once and wait for both answers, so a step that
+    /// fails for a reason that may pass (an owner busy, gone or slow; a
+    /// voice role that does not answer, or refuses with a `retry_after_ms`)
+    /// is tried again here, at most `voice_attempts_max` times in all,
+    /// within the voice retry budget, and not once `newer` holds a later
+    /// op 4 of the session (which says what it wants now). Every failure
+    /// is counted and logged through the throttle; none is silent.
+    async fn voice(
+        &self,
+        slot: &Arc<Slot>,
+        voice: gateway::VoiceStateUpdate,
+        newer: &mpsc::Receiver<gateway::VoiceStateUpdate>,
+    ) {
         use guildhall_proto::voice::{
             VoiceEnvelope, VoiceReply, VoiceRequest, decode_reply, voice_requests_subject,
         };
         let guild_id = voice.guild_id.get() as i64;
         let channel_id = voice.channel_id.map(|c| c.get() as i64);
         let (user_id, session_id) = (slot.user_id, slot.id.clone());
-        let result = self
-            .guilds
-            .voice(
+        self.lock_voice_budget().on_first_attempt(now_ms());
+        let started = std::time::Instant::now();
+        let mut attempt = 1;
+        loop {
+            let result = self
+                .guilds
+                .voice(
+                    guild_id,
+                    GuildCall::Voice {
+                        user_id,
+                        session_id: session_id.clone(),
+                        channel_id,
+                        self_mute: voice.self_mute,
+                        self_deaf: voice.self_deaf,
+                    },
+                )
+                .await;
+            let Err(error) = result else { break };
+            self.counters
+                .voice_owner_failures_total
+                .fetch_add(1, Ordering::Relaxed);
+            crate::throttled!(
+                info,
+                "gateway.voice_owner_failed",
                 guild_id,
-                GuildCall::Voice {
-                    user_id,
-                    session_id: session_id.clone(),
-                    channel_id,
-                    self_mute: voice.self_mute,
-                    self_deaf: voice.self_deaf,
-                },
-            )
-            .await;
-        if result.is_err() {
-            return;
+                %error,
+                attempt,
+                "op 4 not taken by the guild owner"
+            );
+            if !error.is_retryable() || !self.voice_retry(&mut attempt, 0, newer).await {
+                return;
+            }
         }
         let Some(voice_node) = self.cluster.voice_node_of(guild_id) else {
             if channel_id.is_some()
@@ -849,63 +897,120 @@ impl Gateway {
                 session_id,
             },
         };
+        // Encoded once: a retry sends the same request.
+        let request: bytes::Bytes = VoiceEnvelope::new(body).encode().into();
         let timeout = Duration::from_millis(self.shared.limits.voice_request_timeout_ms);
-        let started = std::time::Instant::now();
-        let reply = self
-            .bus
-            .request(
-                &voice_requests_subject(&voice_node),
-                VoiceEnvelope::new(body).encode().into(),
-                timeout,
-            )
-            .await;
-        let reply = match reply {
-            Ok(message) => decode_reply::<VoiceReply>(&message.payload).ok(),
-            Err(_) => None,
-        };
-        match reply {
-            Some(VoiceReply::Server { endpoint, token }) => {
-                self.counters
-                    .voice_servers_total
-                    .fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .voice_server_seconds
-                    .record_us(started.elapsed().as_micros() as u64);
-                let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": endpoint});
-                if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
-                    slot.dispatch(&event, &self.hub.counters);
+        loop {
+            let reply = self
+                .bus
+                .request(
+                    &voice_requests_subject(&voice_node),
+                    request.clone(),
+                    timeout,
+                )
+                .await;
+            let reply = match reply {
+                Ok(message) => decode_reply::<VoiceReply>(&message.payload).ok(),
+                Err(_) => None,
+            };
+            let wait_ms = match reply {
+                Some(VoiceReply::Server { endpoint, token }) => {
+                    self.counters
+                        .voice_servers_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .voice_server_seconds
+                        .record_us(started.elapsed().as_micros() as u64);
+                    let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": endpoint});
+                    if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
+                        slot.dispatch(&event, &self.hub.counters);
+                    }
+                    return;
                 }
-            }
-            Some(VoiceReply::Left) => {}
-            Some(VoiceReply::Refused {
-                reason,
-                retry_after_ms,
-            }) => {
-                self.counters
-                    .voice_refused_total
-                    .fetch_add(1, Ordering::Relaxed);
-                crate::throttled!(
-                    info,
-                    "gateway.voice_refused",
-                    guild_id,
-                    reason = reason.label(),
+                Some(VoiceReply::Left) => return,
+                Some(VoiceReply::Refused {
+                    reason,
                     retry_after_ms,
-                    "voice join refused; the client retries op 4"
-                );
-            }
-            None => {
-                self.counters
-                    .voice_unanswered_total
-                    .fetch_add(1, Ordering::Relaxed);
-                crate::throttled!(
-                    warn,
-                    "gateway.voice_unanswered",
-                    guild_id,
-                    voice_node,
-                    "voice node did not answer in time"
-                );
+                }) => {
+                    self.counters
+                        .voice_refused_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    crate::throttled!(
+                        info,
+                        "gateway.voice_refused",
+                        guild_id,
+                        reason = reason.label(),
+                        retry_after_ms,
+                        attempt,
+                        "voice join refused"
+                    );
+                    retry_after_ms
+                }
+                None => {
+                    self.counters
+                        .voice_unanswered_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    crate::throttled!(
+                        warn,
+                        "gateway.voice_unanswered",
+                        guild_id,
+                        voice_node,
+                        attempt,
+                        "voice node did not answer in time"
+                    );
+                    0
+                }
+            };
+            if !self.voice_retry(&mut attempt, wait_ms, newer).await {
+                return;
             }
         }
+    }
+
+    /// Whether to try a failed op 4 step again (see [`Gateway::voice`]);
+    /// if so, waits first: a full-jitter backoff, or `wait_ms` (a
+    /// refusal's `retry_after_ms`) if longer. Counts what it decides.
+    async fn voice_retry(
+        &self,
+        attempt: &mut u32,
+        wait_ms: u64,
+        newer: &mpsc::Receiver<gateway::VoiceStateUpdate>,
+    ) -> bool {
+        let limits = &self.shared.limits;
+        if !newer.is_empty() {
+            // Superseded: the next op 4 is handled next, by this worker.
+            return false;
+        }
+        if *attempt >= limits.voice_attempts_max || !self.lock_voice_budget().try_retry(now_ms()) {
+            self.counters
+                .voice_gave_up_total
+                .fetch_add(1, Ordering::Relaxed);
+            crate::throttled!(
+                warn,
+                "gateway.voice_gave_up",
+                attempt = *attempt,
+                "op 4 left unanswered: attempts or retry budget spent"
+            );
+            return false;
+        }
+        let backoff_ms = backoff_full_jitter_ms(
+            *attempt - 1,
+            limits.backoff_base_ms,
+            limits.backoff_cap_ms,
+            crate::auth::random_unit(),
+        );
+        *attempt += 1;
+        self.counters
+            .voice_retries_total
+            .fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(backoff_ms.max(wait_ms))).await;
+        true
+    }
+
+    fn lock_voice_budget(&self) -> std::sync::MutexGuard<'_, RetryBudget> {
+        self.voice_budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Op 4 goes to the socket's voice worker (started on the first op 4,
@@ -913,23 +1018,23 @@ impl Gateway {
     /// so a join and the leave after it cannot swap and the socket task
     /// never waits on an SFU. At most `session_voice_requests_max` wait;
     /// beyond, the op 4 is dropped and counted (the client's retry, or
-    /// its next op 4, states what it wants again).
+    /// its next op 4, states what it wants again). The worker is a task of
+    /// its own, not one of the socket's op 8 slots.
     fn queue_voice(
         self: &Arc<Self>,
-        worker: &mut Option<mpsc::Sender<gateway::VoiceStateUpdate>>,
-        tasks: &mut JoinSet<()>,
+        worker: &mut Option<(mpsc::Sender<gateway::VoiceStateUpdate>, AbortOnDrop)>,
         slot: &Arc<Slot>,
         voice: gateway::VoiceStateUpdate,
     ) {
-        let sender = worker.get_or_insert_with(|| {
+        let (sender, _) = worker.get_or_insert_with(|| {
             let (tx, mut rx) = mpsc::channel(self.shared.limits.session_voice_requests_max.max(1));
             let (gateway, slot) = (self.clone(), slot.clone());
-            tasks.spawn(async move {
+            let task = tokio::spawn(async move {
                 while let Some(voice) = rx.recv().await {
-                    gateway.voice(&slot, voice).await;
+                    gateway.voice(&slot, voice, &rx).await;
                 }
             });
-            tx
+            (tx, AbortOnDrop(task))
         });
         if sender.try_send(voice).is_err() {
             self.counters
@@ -981,8 +1086,8 @@ impl Gateway {
         };
         let mut writer = tokio::spawn(write(sink, inlet, finish_rx, stall, encoder));
         let mut writer_done = false;
-        // Op 8 tasks of this socket: dropped (aborted) with it.
-        // (and its voice worker, started on the first op 4).
+        // Op 8 tasks of this socket, and its voice worker (started on the
+        // first op 4): both dropped (aborted) with it.
         let mut member_requests = JoinSet::new();
         let mut voice_worker = None;
         let (mut session, hello) = Session::new(config, now_ms());
@@ -1133,7 +1238,7 @@ impl Gateway {
                     }
                     Command::VoiceStateUpdate(voice) => {
                         if let Some(s) = &slot {
-                            self.queue_voice(&mut voice_worker, &mut member_requests, s, voice);
+                            self.queue_voice(&mut voice_worker, s, voice);
                         }
                     }
                 }
@@ -1210,6 +1315,7 @@ impl Gateway {
             s.detach(now_ms(), &outlet);
         }
         drop(member_requests);
+        drop(voice_worker);
         let closing = finish.is_some();
         match finish {
             Some(finish) => {

@@ -82,6 +82,9 @@ pub mod perm {
     pub const SPEAK: u64 = 1 << 21;
     /// Voice activity detection (speaking without push-to-talk).
     pub const USE_VAD: u64 = 1 << 25;
+    /// React with an emoji nobody has reacted with yet (joining one
+    /// there needs only READ_MESSAGE_HISTORY).
+    pub const ADD_REACTIONS: u64 = 1 << 6;
     /// `@everyone`'s default: view, send, embed, attach, history, react,
     /// invite, and join and speak in voice (Discord's default for a new
     /// guild's `@everyone`, trimmed).
@@ -89,7 +92,7 @@ pub mod perm {
         | SEND_MESSAGES
         | READ_MESSAGE_HISTORY
         | CREATE_INSTANT_INVITE
-        | (1 << 6)
+        | ADD_REACTIONS
         | (1 << 14)
         | (1 << 15)
         | CONNECT
@@ -3054,7 +3057,16 @@ const OUTBOX_IDLE_WAIT_MS: u64 = 60_000;
 
 /// Whether a failed publish may succeed later at the same or a new owner.
 fn retryable(error: GuildError) -> bool {
-    matches!(error, GuildError::Overloaded | GuildError::Store)
+    error.is_retryable()
+}
+
+impl GuildError {
+    /// Whether the same request may succeed later, at the same owner or a
+    /// new one (busy, gone, too slow, a store failure); the rest are
+    /// answers that asking again does not change.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, GuildError::Overloaded | GuildError::Store)
+    }
 }
 
 fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {

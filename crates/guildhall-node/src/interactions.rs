@@ -37,8 +37,8 @@
 //! the user), and several sessions of one bot each getting the event.
 
 use crate::api::{
-    ApiError, ApiResult, AppState, Caller, check_content, ok, parse_id, publish_message, read_json,
-    store_message, wire_message,
+    ApiError, ApiResult, AppState, Caller, check_content, is_pinned, ok, parse_id, publish_message,
+    read_json, store_message, wire_message,
 };
 use crate::guilds::wire_user;
 use crate::state::{now_ms, sf};
@@ -750,9 +750,9 @@ async fn check_command(
                 .user(message.author_id)
                 .await?
                 .ok_or(ApiError::Internal)?;
-            resolved
-                .messages
-                .insert(target.to_string(), wire_message(&message, &author, None));
+            let mut wire = wire_message(&message, &author, None);
+            wire.pinned = is_pinned(node, &message).await?;
+            resolved.messages.insert(target.to_string(), wire);
             extra.target_message_id = Some(target);
         }
     }
@@ -895,13 +895,15 @@ async fn check_component(
         .user(row.author_id)
         .await?
         .ok_or(ApiError::Internal)?;
+    let mut message = wire_message(&row, &author, None);
+    message.pinned = is_pinned(node, &row).await?;
     Ok(Checked {
         data: InteractionData::Component(ComponentData {
             custom_id: data.custom_id,
             component_type: found.kind,
             values,
         }),
-        message: Some(Box::new(wire_message(&row, &author, None))),
+        message: Some(Box::new(message)),
         source_message_id: Some(row.id),
         metadata_extra: MetadataExtra {
             interacted_message_id: Some(row.id),
@@ -961,7 +963,9 @@ async fn check_modal(
             .filter(|m| m.visible_to.is_none_or(|reader| reader == caller.id))
         {
             let author = store.user(row.author_id).await?.ok_or(ApiError::Internal)?;
-            message = Some(Box::new(wire_message(&row, &author, None)));
+            let mut wire = wire_message(&row, &author, None);
+            wire.pinned = is_pinned(node, &row).await?;
+            message = Some(Box::new(wire));
         }
     }
     Ok(Checked {
@@ -1239,7 +1243,9 @@ async fn update_message(
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
     let bot = store.user(row.author_id).await?.ok_or(ApiError::Internal)?;
-    let message = wire_message(&row, &bot, None);
+    let mut message = wire_message(&row, &bot, None);
+    // An edit leaves a pin as it was, and the update says so.
+    message.pinned = is_pinned(node, &row).await?;
     announce(node, entry, &row, "MESSAGE_UPDATE", &message).await;
     Ok(message)
 }
@@ -1502,7 +1508,9 @@ pub(crate) async fn get(node: &crate::Node, entry: &Entry, raw: &str) -> ApiResu
         .user(row.author_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    ok(&wire_message(&row, &author, None))
+    let mut message = wire_message(&row, &author, None);
+    message.pinned = is_pinned(node, &row).await?;
+    ok(&message)
 }
 
 /// PATCH of `@original` or a followup (a deferred response's edit clears

@@ -390,6 +390,21 @@ async fn metrics(
             "Op 4s dropped: the session's voice worker was full.",
             &gw.voice_dropped_total,
         ),
+        (
+            "guildhall_voice_owner_failures_total",
+            "Op 4 attempts the guild owner did not take (busy, gone, slow, or refused).",
+            &gw.voice_owner_failures_total,
+        ),
+        (
+            "guildhall_voice_retries_total",
+            "Op 4 steps tried again after a failure that may pass.",
+            &gw.voice_retries_total,
+        ),
+        (
+            "guildhall_voice_gave_up_total",
+            "Op 4s left unanswered: voice_attempts_max or the retry budget spent.",
+            &gw.voice_gave_up_total,
+        ),
     ] {
         line(name, "counter", help, value.load(Ordering::Relaxed));
     }
@@ -1415,6 +1430,12 @@ pub async fn run(
         presence: presence_counters.clone(),
         cluster: cluster_state.clone(),
         takeovers: takeovers.clone(),
+        voice_budget: std::sync::Mutex::new(guildhall_control::retry::RetryBudget::new(
+            config.limits.retry_budget_ratio_permille,
+            config.limits.retry_budget_floor_per_s,
+            config.limits.retry_budget_window_ms,
+            guildhall_limits::RETRY_BUDGET_BUCKETS,
+        )),
     });
     if config.runs(Role::Presence) {
         roles.push(

@@ -807,7 +807,9 @@ async fn get_message(
     let webhook = by_token(&node, &id, &token).await?;
     query.no_thread()?;
     let row = sent_by(&node, &webhook, &message).await?;
-    ok(&webhook_message(&row))
+    let mut message = webhook_message(&row);
+    message.pinned = crate::api::is_pinned(&node, &row).await?;
+    ok(&message)
 }
 
 async fn edit_message(
@@ -848,7 +850,9 @@ async fn edit_message(
         Some(&mentioning),
     )
     .await?;
-    let message = webhook_message(&row);
+    let mut message = webhook_message(&row);
+    // An edit leaves a pin as it was, and the update says so.
+    message.pinned = crate::api::is_pinned(&node, &row).await?;
     publish_message(
         &node,
         "MESSAGE_UPDATE",

@@ -114,6 +114,7 @@ async fn state_of(node: &TestNode, token: &str, guild: &str, channel: &str) -> V
             "messages",
             format!("/channels/{channel}/messages?limit=100"),
         ),
+        ("pins", format!("/channels/{channel}/messages/pins")),
     ] {
         let (status, body) = node.call("GET", &path, Some(token), None).await;
         assert_eq!(status, 200, "{path}: {body}");
@@ -130,7 +131,7 @@ async fn state_of(node: &TestNode, token: &str, guild: &str, channel: &str) -> V
 async fn ids_of_another_guild_are_refused_on_every_route() {
     let node = node().await;
     let (alice, alice_id) = node.register("alice").await;
-    let (bob, _) = node.register("bob").await;
+    let (bob, bob_id) = node.register("bob").await;
     let (carol, carol_id) = node.register("carol").await;
     let (a_guild, a_channel) = node.guild(&alice, "Attacker").await;
     let (b_guild, b_channel) = node.guild(&bob, "Victim").await;
@@ -152,6 +153,17 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         )
         .await;
     assert_eq!(status, 204);
+    // B's first message pinned (before B's session connects, so it hears
+    // nothing of it): an unpin from outside would show in B's pins.
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/channels/{b_channel}/messages/pins/{b_message}"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
     let b_role = new_role(&node, &bob, &b_guild).await;
     let a_role = new_role(&node, &alice, &a_guild).await;
 
@@ -164,12 +176,19 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
     watcher.identify(&bob, all).await;
     watcher.dispatch("GUILD_CREATE").await;
     let before = state_of(&node, &bob, &b_guild, &b_channel).await;
+    assert_eq!(
+        before["pins"]["items"][0]["message"]["id"],
+        b_message.as_str(),
+        "B's pin is in the state compared"
+    );
 
     // (method, route, its ids, body, expected status, expected code).
     let e = thumbs;
     let (ag, ac, am, ar) = (&a_guild, &a_channel, &a_message, &a_role);
     let (bg, bc, bm, br, bu) = (&b_guild, &b_channel, &b_message, &b_role, &carol_id);
     let me = &alice_id;
+    // Bob's own reaction: the one a moderator's removal would take.
+    let bo = &bob_id;
     let bulk = json!({"messages": [b_message, b_message_2]});
     #[rustfmt::skip]
     let cases: Vec<Case> = vec![
@@ -179,6 +198,15 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("DELETE", "/channels/{id}/messages/{message}", vec![ac, bm], None, 404, 10008),
         ("PUT", "/channels/{id}/messages/{message}/reactions/{emoji}/@me", vec![ac, bm, e], None, 404, 10008),
         ("DELETE", "/channels/{id}/messages/{message}/reactions/{emoji}/@me", vec![ac, bm, e], None, 404, 10008),
+        ("GET", "/channels/{id}/messages/{message}/reactions/{emoji}", vec![ac, bm, e], None, 404, 10008),
+        ("DELETE", "/channels/{id}/messages/{message}/reactions/{emoji}", vec![ac, bm, e], None, 404, 10008),
+        ("DELETE", "/channels/{id}/messages/{message}/reactions/{emoji}/{user}", vec![ac, bm, e, bo], None, 404, 10008),
+        ("DELETE", "/channels/{id}/messages/{message}/reactions", vec![ac, bm], None, 404, 10008),
+        // B's pinned message through A's channel: not A's message.
+        ("PUT", "/channels/{id}/messages/pins/{message}", vec![ac, bm], None, 404, 10008),
+        ("DELETE", "/channels/{id}/messages/pins/{message}", vec![ac, bm], None, 404, 10008),
+        ("PUT", "/channels/{id}/pins/{message}", vec![ac, bm], None, 404, 10008),
+        ("DELETE", "/channels/{id}/pins/{message}", vec![ac, bm], None, 404, 10008),
         // Discord: ids that are not the channel's count toward 2-100 and
         // are left alone; the answer is 204 and nothing of B changes.
         ("POST", "/channels/{id}/messages/bulk-delete", vec![ac], Some(json!({"messages": [bm, am]})), 204, 0),
@@ -220,6 +248,16 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("POST", "/channels/{id}/messages/bulk-delete", vec![bc], Some(bulk.clone()), 403, 50001),
         ("PUT", "/channels/{id}/messages/{message}/reactions/{emoji}/@me", vec![bc, bm, e], None, 403, 50001),
         ("DELETE", "/channels/{id}/messages/{message}/reactions/{emoji}/@me", vec![bc, bm, e], None, 403, 50001),
+        ("GET", "/channels/{id}/messages/{message}/reactions/{emoji}", vec![bc, bm, e], None, 403, 50001),
+        ("DELETE", "/channels/{id}/messages/{message}/reactions/{emoji}", vec![bc, bm, e], None, 403, 50001),
+        ("DELETE", "/channels/{id}/messages/{message}/reactions/{emoji}/{user}", vec![bc, bm, e, bo], None, 403, 50001),
+        ("DELETE", "/channels/{id}/messages/{message}/reactions", vec![bc, bm], None, 403, 50001),
+        ("GET", "/channels/{id}/messages/pins", vec![bc], None, 403, 50001),
+        ("PUT", "/channels/{id}/messages/pins/{message}", vec![bc, bm], None, 403, 50001),
+        ("DELETE", "/channels/{id}/messages/pins/{message}", vec![bc, bm], None, 403, 50001),
+        ("GET", "/channels/{id}/pins", vec![bc], None, 403, 50001),
+        ("PUT", "/channels/{id}/pins/{message}", vec![bc, bm], None, 403, 50001),
+        ("DELETE", "/channels/{id}/pins/{message}", vec![bc, bm], None, 403, 50001),
         ("POST", "/channels/{id}/typing", vec![bc], None, 403, 50001),
         ("POST", "/channels/{id}/invites", vec![bc], Some(json!({})), 403, 50001),
     ];

@@ -251,3 +251,94 @@ async fn voice_states_follow_the_documented_payloads() {
     assert_eq!(calls, 0, "no call is left allocated after everyone left");
     node.stop().await;
 }
+
+/// A node whose voice role can spawn one guild's coordinator and syncer at
+/// once and one more each second, and whose gateway makes
+/// `voice_attempts_max` attempts at an op 4.
+fn scarce_voice(voice_attempts_max: u32) -> guildhall_limits::Limits {
+    guildhall_limits::Limits {
+        voice_spawn_burst: 2,
+        voice_spawn_rate_per_s: 1,
+        voice_spawn_guild_burst: 2,
+        voice_spawn_guild_rate_per_s: 1,
+        voice_attempts_max,
+        ..guildhall_limits::Limits::default()
+    }
+}
+
+/// A second guild with a voice channel, owned by `owner`: (guild id,
+/// voice channel id).
+async fn second_voice_guild(node: &TestNode, owner: &str) -> (String, String) {
+    let (guild_id, _) = node.guild(owner, "Voice 2").await;
+    let (status, voice) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(owner),
+            Some(json!({"name": "Stage", "type": 2})),
+        )
+        .await;
+    assert_eq!(status, 200, "{voice}");
+    (guild_id, voice["id"].as_str().unwrap().to_owned())
+}
+
+/// Libraries send op 4 once and wait (discord.py 30 s, discord.js 15 s):
+/// a join the voice role refuses for a reason that passes (its spawn
+/// budget, spent by another guild's call) is tried again by the gateway,
+/// after the refusal's `retry_after_ms`, until it is served.
+#[tokio::test]
+async fn a_join_refused_for_a_passing_reason_is_retried_until_served() {
+    let node = TestNode::with_limits(scarce_voice(10)).await;
+    let (owner, _, _, _, guild_a, channel_a) = voice_guild(&node).await;
+    let (guild_b, channel_b) = second_voice_guild(&node, &owner).await;
+    let host = node.base.trim_start_matches("http://").to_owned();
+    let mut session = GatewaySession::identify(&host, &owner).await.unwrap();
+    session.join(&guild_a, &channel_a).await.unwrap();
+    // Guild A's call took the whole burst: B's first attempt is refused.
+    let server_b = session.join(&guild_b, &channel_b).await.unwrap();
+    assert!(server_b.endpoint.ends_with("/voice"), "{server_b:?}");
+    assert!(node.metric("guildhall_voice_refused_total").await >= 1);
+    assert!(node.metric("guildhall_voice_retries_total").await >= 1);
+    assert_eq!(node.metric("guildhall_voice_gave_up_total").await, 0);
+    assert_eq!(node.metric("guildhall_voice_servers_total").await, 2);
+}
+
+/// With one attempt allowed, the same refusal is the op 4's end: counted
+/// as given up, never retried, no VOICE_SERVER_UPDATE.
+#[tokio::test]
+async fn a_refused_join_beyond_its_attempts_is_counted_as_given_up() {
+    let node = TestNode::with_limits(scarce_voice(1)).await;
+    let (owner, _, _, _, guild_a, channel_a) = voice_guild(&node).await;
+    let (guild_b, channel_b) = second_voice_guild(&node, &owner).await;
+    let host = node.base.trim_start_matches("http://").to_owned();
+    let mut session = GatewaySession::identify(&host, &owner).await.unwrap();
+    session.join(&guild_a, &channel_a).await.unwrap();
+    let mut ws = Client::connect(&node.ws).await;
+    ws.identify(&owner, intents::GUILDS | intents::GUILD_VOICE_STATES)
+        .await;
+    // Subscribed to both guilds before the op 4, so its state is seen.
+    for _ in 0..2 {
+        ws.dispatch("GUILD_CREATE").await;
+    }
+    ws.send(
+        json!({"op": 4, "d": {"guild_id": guild_b, "channel_id": channel_b,
+        "self_mute": false, "self_deaf": false}}),
+    )
+    .await;
+    // The owner's part still happens: the voice state is recorded (a user
+    // is in one call at a time, so guild A's state, now empty, may come
+    // first).
+    let state = loop {
+        let state = ws.dispatch("VOICE_STATE_UPDATE").await["d"].take();
+        if state["guild_id"] == guild_b.as_str() {
+            break state;
+        }
+    };
+    assert_eq!(state["channel_id"], channel_b.as_str());
+    common::until("the join to be given up", 100, async || {
+        node.metric("guildhall_voice_gave_up_total").await == 1
+    })
+    .await;
+    assert_eq!(node.metric("guildhall_voice_retries_total").await, 0);
+    assert_eq!(node.metric("guildhall_voice_servers_total").await, 1);
+}

@@ -71,6 +71,8 @@ pub enum ErrorCode {
     InteractionAlreadyAcknowledged,
     /// 20001: a bot token on a route for users only.
     BotsCannotUse,
+    /// 50003: a guild-only action (a moderator's removal) asked of a DM.
+    CannotExecuteOnDm,
 }
 
 impl ErrorCode {
@@ -108,6 +110,7 @@ impl ErrorCode {
             ErrorCode::UnknownInteraction => 10062,
             ErrorCode::InteractionAlreadyAcknowledged => 40060,
             ErrorCode::BotsCannotUse => 20001,
+            ErrorCode::CannotExecuteOnDm => 50003,
         }
     }
 
@@ -153,6 +156,7 @@ impl ErrorCode {
                 "Interaction has already been acknowledged."
             }
             ErrorCode::BotsCannotUse => "Bots cannot use this endpoint",
+            ErrorCode::CannotExecuteOnDm => "Cannot execute action on a DM channel",
         }
     }
 
@@ -163,7 +167,8 @@ impl ErrorCode {
             ErrorCode::MissingAccess
             | ErrorCode::MissingPermissions
             | ErrorCode::NotApplicationOwner
-            | ErrorCode::BotsCannotUse => 403,
+            | ErrorCode::BotsCannotUse
+            | ErrorCode::CannotExecuteOnDm => 403,
             ErrorCode::General
             | ErrorCode::UnknownApplication
             | ErrorCode::UnknownChannel

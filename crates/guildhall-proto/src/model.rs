@@ -397,6 +397,48 @@ pub struct Message {
         deserialize_with = "present"
     )]
     pub referenced_message: Option<Option<Box<Message>>>,
+    /// The message's reactions, one per emoji; absent when it has none, as
+    /// Discord omits it (every library reads a missing `reactions` as
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reactions: Option<Vec<Reaction>>,
+}
+
+/// A message's reactions with one emoji (Discord's Reaction object).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Reaction {
+    /// Users who reacted with the emoji (super reactions included).
+    pub count: u64,
+    /// The count split into super and normal reactions.
+    pub count_details: ReactionCountDetails,
+    /// Whether the user reading the message reacted with it.
+    pub me: bool,
+    /// Whether the user reading the message super-reacted with it.
+    pub me_burst: bool,
+    /// The emoji.
+    pub emoji: PartialEmoji,
+    /// HEX colors of the super reaction.
+    pub burst_colors: Vec<String>,
+}
+
+/// A reaction's count split by kind (Discord's Reaction Count Details).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ReactionCountDetails {
+    /// Super reactions.
+    pub burst: u64,
+    /// Normal reactions.
+    pub normal: u64,
+}
+
+/// A partial emoji: `id` null for a unicode emoji, whose `name` is the
+/// emoji itself.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartialEmoji {
+    /// A custom emoji's id; null for a unicode emoji.
+    pub id: Option<Snowflake>,
+    /// The custom emoji's name, or the unicode emoji (Discord's may be
+    /// null for a deleted custom emoji).
+    pub name: Option<String>,
 }
 
 /// A field that may be absent (outer `None`) or `null` (inner `None`):

@@ -246,6 +246,7 @@ fn message_matches_the_accepted_shape() {
         interaction_metadata: None,
         message_reference: None,
         referenced_message: None,
+        reactions: None,
     };
     let got = serde_json::to_value(&message).unwrap();
     // Authors carry the full user object; the extra user fields are harmless
@@ -259,6 +260,51 @@ fn message_matches_the_accepted_shape() {
     let blank = serde_json::to_value(message.blanked()).unwrap();
     assert_eq!(blank["content"], "");
     assert_eq!(blank["id"], got["id"]);
+}
+
+/// A message's `reactions`: Discord's Reaction object with exactly its
+/// documented fields (the example message of resources/message), a custom
+/// emoji's id as a string; absent, not empty, on a message without any.
+#[test]
+fn reactions_have_exactly_the_documented_fields() {
+    let mut message = message_of(user(1_000_000_000_000_000_002, "alice", false));
+    assert!(
+        serde_json::to_value(&message)
+            .unwrap()
+            .get("reactions")
+            .is_none()
+    );
+    let reaction = |id, name: &str, count, me| Reaction {
+        count,
+        count_details: ReactionCountDetails {
+            burst: 0,
+            normal: count,
+        },
+        me,
+        me_burst: false,
+        emoji: PartialEmoji {
+            id,
+            name: Some(name.into()),
+        },
+        burst_colors: vec![],
+    };
+    message.reactions = Some(vec![
+        reaction(None, "🔥", 1, false),
+        reaction(Some(id(7_000_000_000_000_000_001)), "blob", 2, true),
+    ]);
+    let got = serde_json::to_value(&message).unwrap();
+    assert_eq!(
+        got["reactions"],
+        serde_json::json!([
+            {"count": 1, "count_details": {"burst": 0, "normal": 1}, "me": false,
+             "me_burst": false, "emoji": {"id": null, "name": "🔥"}, "burst_colors": []},
+            {"count": 2, "count_details": {"burst": 0, "normal": 2}, "me": true,
+             "me_burst": false, "emoji": {"id": "7000000000000000001", "name": "blob"},
+             "burst_colors": []}
+        ])
+    );
+    let back: Message = serde_json::from_value(got).unwrap();
+    assert_eq!(back, message);
 }
 
 /// The Webhook object's field set, exactly (Discord's example Incoming
@@ -343,6 +389,7 @@ fn webhook_message_carries_webhook_id_and_author() {
         interaction_metadata: None,
         message_reference: None,
         referenced_message: None,
+        reactions: None,
     };
     let got = serde_json::to_value(&message).unwrap();
     let mut want = fixture("message");
@@ -412,6 +459,7 @@ fn message_of(author: User) -> Message {
         interaction_metadata: None,
         message_reference: None,
         referenced_message: None,
+        reactions: None,
     }
 }
 

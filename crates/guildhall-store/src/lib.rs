@@ -379,6 +379,70 @@ pub enum WebhookWrite {
     GuildFull,
 }
 
+/// A pinned message and when it was pinned.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct PinRow {
+    /// The message.
+    #[sqlx(flatten)]
+    pub message: MessageRow,
+    /// Pinned at, Unix ms (distinct and increasing within a channel).
+    pub pinned_ms: i64,
+}
+
+/// What adding a reaction did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReactionWrite {
+    /// Added.
+    Added,
+    /// The user had reacted with that emoji already; nothing changed.
+    AlreadyThere,
+    /// The channel has no such message.
+    Missing,
+    /// The emoji is new to the message and it carries `emoji_max` distinct
+    /// emoji; nothing changed.
+    Full,
+    /// The emoji is new to the message and the user may not add emoji;
+    /// nothing changed.
+    NewEmojiForbidden,
+}
+
+/// One emoji's reactions on one message, as a rendered message shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReactionCount {
+    /// The message.
+    pub message_id: i64,
+    /// The emoji key: a unicode emoji, or `name:id` for a custom one.
+    pub emoji: String,
+    /// Users who reacted with it (at least 1).
+    pub count: i64,
+    /// Whether the user the page is read for is among them.
+    pub me: bool,
+}
+
+/// What pinning a message did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinWrite {
+    /// Pinned at this time, Unix ms (the channel's newest pin now).
+    Pinned(i64),
+    /// It was pinned already; nothing changed.
+    AlreadyPinned,
+    /// The channel has no such message (or only an ephemeral one).
+    Missing,
+    /// The channel holds `pins_max` pins; nothing changed.
+    Full,
+}
+
+/// What unpinning a message did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnpinWrite {
+    /// Unpinned; the time of the channel's newest remaining pin, if any.
+    Unpinned(Option<i64>),
+    /// It was not pinned; nothing changed.
+    NotPinned,
+    /// The channel has no such message.
+    Missing,
+}
+
 /// A bot's session starts (counted IDENTIFYs) in its current window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SessionStarts {
@@ -511,6 +575,10 @@ pub trait Dialect: sqlx::Database<QueryResult: RowsAffected> {
     const BEGIN_WRITE: &'static str;
     /// Appended to that read.
     const FOR_UPDATE: &'static str;
+    /// Appended to an `ORDER BY` of a text column: byte order, so both
+    /// databases list emoji keys alike (PostgreSQL's default is the
+    /// database's locale, which differs between deployments).
+    const BYTEWISE: &'static str;
 }
 
 impl Dialect for sqlx::Sqlite {
@@ -521,6 +589,8 @@ impl Dialect for sqlx::Sqlite {
     // the row needs no lock of its own.
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
     const FOR_UPDATE: &'static str = "";
+    // SQLite's default collation, BINARY, is byte order already.
+    const BYTEWISE: &'static str = "";
 }
 
 impl Dialect for sqlx::Postgres {
@@ -529,6 +599,7 @@ impl Dialect for sqlx::Postgres {
     // them, and every caller would need a retry loop).
     const BEGIN_WRITE: &'static str = "BEGIN";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const BYTEWISE: &'static str = r#" COLLATE "C""#;
 }
 
 /// The store over one database: every operation, written once.
@@ -687,14 +758,18 @@ where
     for<'r> RoleRow: FromRow<'r, DB::Row>,
     for<'r> MemberRow: FromRow<'r, DB::Row>,
     for<'r> MessageRow: FromRow<'r, DB::Row>,
+    for<'r> PinRow: FromRow<'r, DB::Row>,
     for<'r> InviteRow: FromRow<'r, DB::Row>,
     for<'r> InvitePreviewRow: FromRow<'r, DB::Row>,
     for<'r> CommandRow: FromRow<'r, DB::Row>,
     for<'r> WebhookRow: FromRow<'r, DB::Row>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
+    for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
+    for<'r> (i64, Option<i64>): FromRow<'r, DB::Row>,
     for<'r> (String, i64): FromRow<'r, DB::Row>,
     for<'r> (i64, String, i64, i64, Option<i64>): FromRow<'r, DB::Row>,
+    for<'r> (i64, String, i64, i64): FromRow<'r, DB::Row>,
 {
     /// Starts the group-commit writer over a migrated pool.
     fn start(pool: sqlx::Pool<DB>, limits: &Limits) -> Self {
@@ -1765,26 +1840,74 @@ where
 
     // ----- reactions --------------------------------------------------------
 
-    /// Adds a reaction to a message of `channel_id`; false if it was there
-    /// already or the channel has no such message.
+    /// Adds a reaction to a message of `channel_id`, unless its emoji is new
+    /// to the message and the message carries `emoji_max` distinct emoji
+    /// (counted under the message's lock, so two new emoji added at once
+    /// cannot both take the last place), or the user may not add emoji
+    /// (`may_add_emoji` false: Discord's ADD_REACTIONS, needed only by the
+    /// first to react with one; decided under the same lock, so an emoji
+    /// removed meanwhile is not joined as if it were still there).
     pub async fn add_reaction(
         &self,
         channel_id: i64,
         message_id: i64,
         emoji: &str,
         user_id: i64,
-    ) -> Result<bool> {
-        let done = sqlx::query(
-            "INSERT INTO reactions (message_id, emoji, user_id) SELECT $2, $3, $4 \
-             WHERE EXISTS (SELECT 1 FROM messages WHERE id = $2 AND channel_id = $1) ON CONFLICT DO NOTHING",
+        emoji_max: i64,
+        may_add_emoji: bool,
+    ) -> Result<ReactionWrite> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let sql = format!(
+            "SELECT id FROM messages WHERE id = $1 AND channel_id = $2{}",
+            DB::FOR_UPDATE
+        );
+        // Safe: the suffix is one of the dialects' literals; the ids are bound.
+        let found: Option<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(message_id)
+            .bind(channel_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if found.is_none() {
+            return Ok(ReactionWrite::Missing);
+        }
+        // The emoji's first row is one primary-key probe; the distinct
+        // count, which reads every reaction of the message, only runs for
+        // an emoji the message does not carry yet.
+        let present: Option<(i64,)> = sqlx::query_as(
+            "SELECT user_id FROM reactions WHERE message_id = $1 AND emoji = $2 LIMIT 1",
         )
-        .bind(channel_id)
+        .bind(message_id)
+        .bind(emoji)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if present.is_none() {
+            if !may_add_emoji {
+                return Ok(ReactionWrite::NewEmojiForbidden);
+            }
+            let (distinct,): (i64,) =
+                sqlx::query_as("SELECT COUNT(DISTINCT emoji) FROM reactions WHERE message_id = $1")
+                    .bind(message_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if distinct >= emoji_max {
+                return Ok(ReactionWrite::Full);
+            }
+        }
+        let done = sqlx::query(
+            "INSERT INTO reactions (message_id, emoji, user_id) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+        )
         .bind(message_id)
         .bind(emoji)
         .bind(user_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        tx.commit().await?;
+        Ok(if done.rows_affected() == 1 {
+            ReactionWrite::Added
+        } else {
+            ReactionWrite::AlreadyThere
+        })
     }
 
     /// Removes a reaction from a message of `channel_id`; false if it was
@@ -1817,6 +1940,252 @@ where
         )
         .bind(channel_id)
         .bind(message_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The reactions of the messages `message_ids` of `channel_id` (a page
+    /// of them; the caller bounds it): one row per message and emoji with
+    /// its count and whether `user_id` reacted, by message id, then by
+    /// emoji key in byte order (the table keeps no time a reaction was
+    /// added, so Discord's first-added order cannot be rebuilt). At most
+    /// `per_message_max` emoji of each message: a message carrying more
+    /// (stored before a lower limit was configured) shows its first ones
+    /// and leaves the page's other messages whole.
+    pub async fn message_reactions(
+        &self,
+        channel_id: i64,
+        message_ids: &[i64],
+        user_id: i64,
+        per_message_max: i64,
+    ) -> Result<Vec<ReactionCount>> {
+        if message_ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let placeholders: Vec<String> = (4..4 + message_ids.len())
+            .map(|i| format!("${i}"))
+            .collect();
+        let sql = format!(
+            "SELECT message_id, emoji, users, mine FROM (\
+             SELECT r.message_id, r.emoji, COUNT(*) AS users, \
+             COUNT(CASE WHEN r.user_id = $2 THEN 1 END) AS mine, \
+             ROW_NUMBER() OVER (PARTITION BY r.message_id ORDER BY r.emoji{order}) AS place \
+             FROM reactions r JOIN messages m ON m.id = r.message_id \
+             WHERE m.channel_id = $1 AND r.message_id IN ({ids}) \
+             GROUP BY r.message_id, r.emoji) AS counted \
+             WHERE place <= $3 ORDER BY message_id, emoji{order}",
+            order = DB::BYTEWISE,
+            ids = placeholders.join(","),
+        );
+        // Safe: the statement holds only placeholders generated here and
+        // the dialect's collation literal; every value is bound.
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(channel_id)
+            .bind(user_id)
+            .bind(per_message_max);
+        for id in message_ids {
+            query = query.bind(*id);
+        }
+        let rows: Vec<(i64, String, i64, i64)> = query.fetch_all(&self.pool).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(message_id, emoji, count, mine)| ReactionCount {
+                message_id,
+                emoji,
+                count,
+                me: mine > 0,
+            })
+            .collect())
+    }
+
+    /// The users who reacted to a message of `channel_id` with `emoji`,
+    /// by user id ascending (Discord's order), those above `after` only,
+    /// at most `limit`.
+    pub async fn reaction_users(
+        &self,
+        channel_id: i64,
+        message_id: i64,
+        emoji: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<UserRow>> {
+        Ok(sqlx::query_as(
+            "SELECT u.* FROM reactions r JOIN users u ON u.id = r.user_id \
+             WHERE r.message_id = $2 AND r.emoji = $3 AND r.user_id > $4 \
+             AND EXISTS (SELECT 1 FROM messages WHERE id = $2 AND channel_id = $1) \
+             ORDER BY r.user_id LIMIT $5",
+        )
+        .bind(channel_id)
+        .bind(message_id)
+        .bind(emoji)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Removes every reaction with `emoji` from a message of `channel_id`;
+    /// false if there was none.
+    pub async fn remove_emoji_reactions(
+        &self,
+        channel_id: i64,
+        message_id: i64,
+        emoji: &str,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "DELETE FROM reactions WHERE message_id = $2 AND emoji = $3 \
+             AND EXISTS (SELECT 1 FROM messages WHERE id = $2 AND channel_id = $1)",
+        )
+        .bind(channel_id)
+        .bind(message_id)
+        .bind(emoji)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Removes every reaction from a message of `channel_id`; false if
+    /// there was none.
+    pub async fn remove_all_reactions(&self, channel_id: i64, message_id: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "DELETE FROM reactions WHERE message_id = $2 \
+             AND EXISTS (SELECT 1 FROM messages WHERE id = $2 AND channel_id = $1)",
+        )
+        .bind(channel_id)
+        .bind(message_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    // ----- pins -------------------------------------------------------------
+
+    /// Opens a [`Dialect::BEGIN_WRITE`] transaction holding the lock on
+    /// `channel_id`'s row, so a pin count and the pin it allows hold until
+    /// the commit (two concurrent pins cannot both take the last place).
+    async fn begin_channel_write(&self, channel_id: i64) -> Result<sqlx::Transaction<'static, DB>> {
+        let mut tx = self.pool.begin_with(DB::BEGIN_WRITE).await?;
+        let sql = format!("SELECT id FROM channels WHERE id = $1{}", DB::FOR_UPDATE);
+        // Safe: the suffix is one of the dialects' literals; the id is bound.
+        let _: Option<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(channel_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
+    /// Pins a message of `channel_id` at `now_ms`, unless the channel holds
+    /// `pins_max` pins. The time stored is after the channel's newest pin
+    /// (a millisecond later if the clock has not moved past it), so a
+    /// channel's pin times are distinct and `before` pages without ties.
+    pub async fn pin_message(
+        &self,
+        channel_id: i64,
+        id: i64,
+        now_ms: i64,
+        pins_max: i64,
+    ) -> Result<PinWrite> {
+        let mut tx = self.begin_channel_write(channel_id).await?;
+        // Ephemeral messages exist for one reader and are never pinned.
+        let found: Option<(Option<i64>,)> = sqlx::query_as(
+            "SELECT pinned_ms FROM messages WHERE channel_id = $1 AND id = $2 AND visible_to IS NULL",
+        )
+        .bind(channel_id)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match found {
+            None => return Ok(PinWrite::Missing),
+            Some((Some(_),)) => return Ok(PinWrite::AlreadyPinned),
+            Some((None,)) => {}
+        }
+        let (pins, newest_ms): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT COUNT(*), MAX(pinned_ms) FROM messages WHERE channel_id = $1 AND pinned_ms IS NOT NULL",
+        )
+        .bind(channel_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if pins >= pins_max {
+            return Ok(PinWrite::Full);
+        }
+        let pinned_ms = newest_ms.map_or(now_ms, |newest| now_ms.max(newest.saturating_add(1)));
+        sqlx::query("UPDATE messages SET pinned_ms = $3 WHERE channel_id = $1 AND id = $2")
+            .bind(channel_id)
+            .bind(id)
+            .bind(pinned_ms)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(PinWrite::Pinned(pinned_ms))
+    }
+
+    /// Unpins a message of `channel_id`; reports the channel's newest
+    /// remaining pin, read in the same transaction (CHANNEL_PINS_UPDATE's
+    /// `last_pin_timestamp`).
+    pub async fn unpin_message(&self, channel_id: i64, id: i64) -> Result<UnpinWrite> {
+        let mut tx = self.begin_channel_write(channel_id).await?;
+        let found: Option<(Option<i64>,)> =
+            sqlx::query_as("SELECT pinned_ms FROM messages WHERE channel_id = $1 AND id = $2")
+                .bind(channel_id)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        match found {
+            None => return Ok(UnpinWrite::Missing),
+            Some((None,)) => return Ok(UnpinWrite::NotPinned),
+            Some((Some(_),)) => {}
+        }
+        sqlx::query("UPDATE messages SET pinned_ms = NULL WHERE channel_id = $1 AND id = $2")
+            .bind(channel_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let (newest_ms,): (Option<i64>,) = sqlx::query_as(
+            "SELECT MAX(pinned_ms) FROM messages WHERE channel_id = $1 AND pinned_ms IS NOT NULL",
+        )
+        .bind(channel_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(UnpinWrite::Unpinned(newest_ms))
+    }
+
+    /// A channel's pins, newest pin first, pinned before `before_ms`
+    /// (exclusive) if given, at most `limit`.
+    pub async fn pins(
+        &self,
+        channel_id: i64,
+        before_ms: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<PinRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM messages WHERE channel_id = $1 AND pinned_ms IS NOT NULL AND pinned_ms < $2 \
+             ORDER BY pinned_ms DESC LIMIT $3",
+        )
+        .bind(channel_id)
+        .bind(before_ms.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// (message id, pinned at) of the pinned messages of `channel_id` with
+    /// ids in `first_id..=last_id`: what a page of messages needs for its
+    /// `pinned` fields, read from the channel's pins alone (at most
+    /// `pins_per_channel_max` rows, whatever the page).
+    pub async fn pinned_between(
+        &self,
+        channel_id: i64,
+        first_id: i64,
+        last_id: i64,
+    ) -> Result<Vec<(i64, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT id, pinned_ms FROM messages WHERE channel_id = $1 AND pinned_ms IS NOT NULL \
+             AND id >= $2 AND id <= $3",
+        )
+        .bind(channel_id)
+        .bind(first_id)
+        .bind(last_id)
         .fetch_all(&self.pool)
         .await?)
     }
@@ -2399,14 +2768,38 @@ store_api! {
     fn delete_guild<'a>(&'a self, id: i64) -> ();
     /// Changes a user's display name (and username, if given and free).
     fn update_user<'a>(&'a self, id: i64, username: Option<&'a str>, global_name: Option<Option<&'a str>>) -> ();
-    /// Adds a reaction to a message of `channel_id`; false if it was there
-    /// already or the channel has no such message.
-    fn add_reaction<'a>(&'a self, channel_id: i64, message_id: i64, emoji: &'a str, user_id: i64) -> bool;
+    /// Adds a reaction to a message of `channel_id`, unless its emoji is new
+    /// to the message and the message carries `emoji_max` distinct emoji
+    /// or the user may not add emoji (`may_add_emoji`).
+    fn add_reaction<'a>(&'a self, channel_id: i64, message_id: i64, emoji: &'a str, user_id: i64, emoji_max: i64, may_add_emoji: bool) -> ReactionWrite;
     /// Removes a reaction from a message of `channel_id`; false if it was
     /// not there.
     fn remove_reaction<'a>(&'a self, channel_id: i64, message_id: i64, emoji: &'a str, user_id: i64) -> bool;
     /// (emoji, count) of the reactions of a message of `channel_id`.
     fn reactions<'a>(&'a self, channel_id: i64, message_id: i64) -> Vec<(String, i64)>;
+    /// The reactions of a page of messages of `channel_id`, with counts and
+    /// whether `user_id` reacted, at most `per_message_max` emoji each.
+    fn message_reactions<'a>(&'a self, channel_id: i64, message_ids: &'a [i64], user_id: i64, per_message_max: i64) -> Vec<ReactionCount>;
+    /// The users who reacted to a message of `channel_id` with `emoji`, by
+    /// id ascending, above `after`, at most `limit`.
+    fn reaction_users<'a>(&'a self, channel_id: i64, message_id: i64, emoji: &'a str, after: i64, limit: i64) -> Vec<UserRow>;
+    /// Removes every reaction with `emoji` from a message of `channel_id`;
+    /// false if there was none.
+    fn remove_emoji_reactions<'a>(&'a self, channel_id: i64, message_id: i64, emoji: &'a str) -> bool;
+    /// Removes every reaction from a message of `channel_id`; false if
+    /// there was none.
+    fn remove_all_reactions<'a>(&'a self, channel_id: i64, message_id: i64) -> bool;
+    /// Pins a message of `channel_id` unless the channel holds `pins_max`
+    /// pins (counted under the channel's lock).
+    fn pin_message<'a>(&'a self, channel_id: i64, id: i64, now_ms: i64, pins_max: i64) -> PinWrite;
+    /// Unpins a message of `channel_id`, with the channel's newest
+    /// remaining pin time.
+    fn unpin_message<'a>(&'a self, channel_id: i64, id: i64) -> UnpinWrite;
+    /// A channel's pins, newest first, pinned before `before_ms` if given.
+    fn pins<'a>(&'a self, channel_id: i64, before_ms: Option<i64>, limit: i64) -> Vec<PinRow>;
+    /// (id, pinned at) of the pinned messages of `channel_id` with ids in
+    /// `first_id..=last_id`.
+    fn pinned_between<'a>(&'a self, channel_id: i64, first_id: i64, last_id: i64) -> Vec<(i64, i64)>;
     /// The DM channel between two users, creating it (with `new_id`) if
     /// needed.
     fn dm_channel<'a>(&'a self, a: i64, b: i64, new_id: i64) -> ChannelRow;
@@ -2626,7 +3019,10 @@ mod tests {
             store.message(5, 104).await.unwrap().unwrap().content,
             "edited"
         );
-        assert!(store.add_reaction(5, 104, "👍", 1).await.unwrap());
+        assert_eq!(
+            store.add_reaction(5, 104, "👍", 1, 20, true).await.unwrap(),
+            ReactionWrite::Added
+        );
         assert!(store.delete_message(5, 104).await.unwrap());
         assert!(
             store.reactions(5, 104).await.unwrap().is_empty(),
@@ -2784,15 +3180,298 @@ mod tests {
                 mentions: None,
             };
             store.insert_message(&message).await.unwrap();
-            assert!(
+            assert_eq!(
                 store
-                    .add_reaction(base + 1, base + 3, "x", 1)
+                    .add_reaction(base + 1, base + 3, "x", 1, 20, true)
                     .await
-                    .unwrap()
+                    .unwrap(),
+                ReactionWrite::Added
             );
             out[i] = (base, base + 1, base + 2, base + 3);
         }
         out
+    }
+
+    /// Pins: capped per channel (checked under the channel's lock), times
+    /// distinct and increasing even within one millisecond, pages newest
+    /// first before a time, the newest remaining pin reported on unpin,
+    /// a deleted message taking its pin, and ids of another channel
+    /// touching nothing. Reactions: users by id after a bound, removal of
+    /// one emoji or all, scoped to the channel.
+    async fn pins_and_reaction_removals_are_capped_ordered_and_scoped(store: Store) {
+        let [(_, a_channel, _, a_message), (_, b_channel, _, b_message)] = two_guilds(&store).await;
+        for id in 400..404 {
+            let m = MessageRow::plain(id, a_channel, Some(100), 1, format!("m{id}"));
+            store.insert_message(&m).await.unwrap();
+        }
+        // Three pins in the same millisecond: a millisecond apart.
+        for (id, expected_ms) in [(400, 1_000), (401, 1_001), (402, 1_002)] {
+            assert_eq!(
+                store.pin_message(a_channel, id, 1_000, 3).await.unwrap(),
+                PinWrite::Pinned(expected_ms)
+            );
+        }
+        assert_eq!(
+            store.pin_message(a_channel, 400, 5_000, 3).await.unwrap(),
+            PinWrite::AlreadyPinned
+        );
+        assert_eq!(
+            store.pin_message(a_channel, 403, 5_000, 3).await.unwrap(),
+            PinWrite::Full
+        );
+        assert_eq!(
+            store
+                .pin_message(a_channel, b_message, 5_000, 9)
+                .await
+                .unwrap(),
+            PinWrite::Missing
+        );
+        assert_eq!(
+            store.unpin_message(a_channel, b_message).await.unwrap(),
+            UnpinWrite::Missing
+        );
+        let page = |pins: Vec<PinRow>| -> Vec<(i64, i64)> {
+            pins.iter().map(|p| (p.message.id, p.pinned_ms)).collect()
+        };
+        assert_eq!(
+            page(store.pins(a_channel, None, 2).await.unwrap()),
+            [(402, 1_002), (401, 1_001)]
+        );
+        assert_eq!(
+            page(store.pins(a_channel, Some(1_001), 10).await.unwrap()),
+            [(400, 1_000)]
+        );
+        assert!(store.pins(b_channel, None, 10).await.unwrap().is_empty());
+        assert_eq!(
+            store.pinned_between(a_channel, 401, 403).await.unwrap(),
+            [(401, 1_001), (402, 1_002)]
+        );
+        // Unpinning the newest reports the one before it; the last, none.
+        assert_eq!(
+            store.unpin_message(a_channel, 402).await.unwrap(),
+            UnpinWrite::Unpinned(Some(1_001))
+        );
+        assert_eq!(
+            store.unpin_message(a_channel, 402).await.unwrap(),
+            UnpinWrite::NotPinned
+        );
+        assert!(store.delete_message(a_channel, 401).await.unwrap());
+        assert_eq!(
+            page(store.pins(a_channel, None, 10).await.unwrap()),
+            [(400, 1_000)]
+        );
+        assert_eq!(
+            store.unpin_message(a_channel, 400).await.unwrap(),
+            UnpinWrite::Unpinned(None)
+        );
+        // A place freed is taken again, after the newest time ever seen
+        // only if the clock has not passed it.
+        assert_eq!(
+            store.pin_message(a_channel, 403, 7_000, 3).await.unwrap(),
+            PinWrite::Pinned(7_000)
+        );
+
+        // Reactions: users 1..=3 on A's message, B's message holds "x".
+        for id in [2, 3] {
+            store
+                .create_user(&user(id, &format!("u{id}")))
+                .await
+                .unwrap();
+        }
+        for id in [3, 1, 2] {
+            assert_eq!(
+                store
+                    .add_reaction(a_channel, a_message, "y", id, 20, true)
+                    .await
+                    .unwrap(),
+                ReactionWrite::Added
+            );
+        }
+        let ids = |users: Vec<UserRow>| -> Vec<i64> { users.iter().map(|u| u.id).collect() };
+        assert_eq!(
+            ids(store
+                .reaction_users(a_channel, a_message, "y", 0, 10)
+                .await
+                .unwrap()),
+            [1, 2, 3]
+        );
+        assert_eq!(
+            ids(store
+                .reaction_users(a_channel, a_message, "y", 1, 1)
+                .await
+                .unwrap()),
+            [2]
+        );
+        assert!(
+            store
+                .reaction_users(a_channel, b_message, "x", 0, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "B's reactions through A's channel"
+        );
+        assert!(
+            !store
+                .remove_emoji_reactions(a_channel, b_message, "x")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .remove_all_reactions(a_channel, b_message)
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            store.reactions(b_channel, b_message).await.unwrap(),
+            [("x".to_owned(), 1)]
+        );
+        assert!(
+            store
+                .remove_emoji_reactions(a_channel, a_message, "y")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .remove_emoji_reactions(a_channel, a_message, "y")
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            store.reactions(a_channel, a_message).await.unwrap(),
+            [("x".to_owned(), 1)]
+        );
+        assert!(
+            store
+                .remove_all_reactions(a_channel, a_message)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .reactions(a_channel, a_message)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            !store
+                .remove_all_reactions(a_channel, a_message)
+                .await
+                .unwrap()
+        );
+    }
+
+    /// A page's reactions in one read: counts and `me` per message and
+    /// emoji, by message id then emoji key in byte order (uppercase before
+    /// lowercase before non-ASCII, whatever PostgreSQL's locale), at most
+    /// `per_message_max` emoji of each message, only the channel's
+    /// messages; and the per-message distinct emoji cap on adding, which
+    /// concurrent adds of new emoji cannot pass together.
+    async fn page_reactions_are_counted_capped_and_scoped(store: Store) {
+        let [(_, a_channel, _, a_message), (_, _, _, b_message)] = two_guilds(&store).await;
+        for id in [2, 3] {
+            store
+                .create_user(&user(id, &format!("u{id}")))
+                .await
+                .unwrap();
+        }
+        for id in 500..503 {
+            let m = MessageRow::plain(id, a_channel, Some(100), 1, format!("m{id}"));
+            store.insert_message(&m).await.unwrap();
+        }
+        const EMOJI_MAX: i64 = 3;
+        let add = |message, emoji, user| {
+            store.add_reaction(a_channel, message, emoji, user, EMOJI_MAX, true)
+        };
+        for (emoji, user) in [("😀", 2), ("😀", 3), ("a", 2), ("Blob:9", 1)] {
+            assert_eq!(
+                add(500, emoji, user).await.unwrap(),
+                ReactionWrite::Added,
+                "{emoji}"
+            );
+        }
+        assert_eq!(add(502, "z", 1).await.unwrap(), ReactionWrite::Added);
+        // Full: a fourth emoji is refused, one already there is not.
+        assert_eq!(add(500, "q", 1).await.unwrap(), ReactionWrite::Full);
+        assert_eq!(add(500, "a", 3).await.unwrap(), ReactionWrite::Added);
+        assert_eq!(add(500, "a", 3).await.unwrap(), ReactionWrite::AlreadyThere);
+        // Without ADD_REACTIONS: an emoji there is joined, a new one is not
+        // (and is not added).
+        assert_eq!(
+            store
+                .add_reaction(a_channel, 502, "z", 2, EMOJI_MAX, false)
+                .await
+                .unwrap(),
+            ReactionWrite::Added
+        );
+        assert_eq!(
+            store
+                .add_reaction(a_channel, 502, "new", 2, EMOJI_MAX, false)
+                .await
+                .unwrap(),
+            ReactionWrite::NewEmojiForbidden
+        );
+        assert!(store.remove_reaction(a_channel, 502, "z", 2).await.unwrap());
+        assert_eq!(
+            add(b_message, "a", 1).await.unwrap(),
+            ReactionWrite::Missing
+        );
+
+        let page = [502, 501, 500, a_message, b_message];
+        let read = |user, per_message_max| {
+            store.message_reactions(a_channel, &page, user, per_message_max)
+        };
+        let row = |message_id, emoji: &str, count, me| ReactionCount {
+            message_id,
+            emoji: emoji.into(),
+            count,
+            me,
+        };
+        assert_eq!(
+            read(1, 20).await.unwrap(),
+            [
+                row(a_message, "x", 1, true),
+                row(500, "Blob:9", 1, true),
+                row(500, "a", 2, false),
+                row(500, "😀", 2, false),
+                row(502, "z", 1, true),
+            ],
+            "B's message through A's channel shows nothing"
+        );
+        // Two emoji a message: 500 loses its last, the others stay whole.
+        assert_eq!(
+            read(2, 2).await.unwrap(),
+            [
+                row(a_message, "x", 1, false),
+                row(500, "Blob:9", 1, false),
+                row(500, "a", 2, true),
+                row(502, "z", 1, false),
+            ]
+        );
+        assert!(
+            store
+                .message_reactions(a_channel, &[], 1, 20)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        // Eight new emoji at once on a message with none: three are added.
+        let adds = futures_all((0..8).map(|i| {
+            let store = store.clone();
+            async move {
+                store
+                    .add_reaction(a_channel, 501, &format!("e{i}"), 1, EMOJI_MAX, true)
+                    .await
+                    .unwrap()
+            }
+        }))
+        .await;
+        let added = adds.iter().filter(|w| **w == ReactionWrite::Added).count();
+        assert_eq!(added, EMOJI_MAX as usize, "{adds:?}");
+        assert_eq!(store.reactions(a_channel, 501).await.unwrap().len(), added);
     }
 
     /// Ids of guild B passed with guild A's container touch nothing of B.
@@ -2819,11 +3498,12 @@ mod tests {
                 .unwrap()
         );
         assert!(store.message(a_channel, b_message).await.unwrap().is_none());
-        assert!(
-            !store
-                .add_reaction(a_channel, b_message, "y", 1)
+        assert_eq!(
+            store
+                .add_reaction(a_channel, b_message, "y", 1, 20, true)
                 .await
-                .unwrap()
+                .unwrap(),
+            ReactionWrite::Missing
         );
         assert!(
             !store
@@ -3513,6 +4193,8 @@ mod tests {
         messages_page_newest_first(sqlite_memory);
         concurrent_inserts_are_all_durable_and_answered(sqlite_file);
         operations_are_scoped_by_channel_and_guild(sqlite_memory);
+        pins_and_reaction_removals_are_capped_ordered_and_scoped(sqlite_file);
+        page_reactions_are_counted_capped_and_scoped(sqlite_file);
         member_counts_follow_joins_and_leaves(sqlite_memory);
         stale_owner_writes_are_refused(sqlite_memory);
         tokens_resolve_and_revoke(sqlite_memory);
