@@ -625,6 +625,8 @@ pub async fn start(
                 tick.tick().await;
                 continue;
             }
+            // Whether the mirror is still what the view last applied.
+            let mut listed = false;
             if watch.is_none() {
                 // (Re-)list, then watch from the listing's revision: after a
                 // compaction, a reconnect or a burst the watcher could not
@@ -634,6 +636,7 @@ pub async fn start(
                     Ok(listing) => {
                         state.relists_total.fetch_add(1, Ordering::Relaxed);
                         mirror = listing.entries;
+                        listed = true;
                         let overflow = mirror.len().saturating_sub(entries_max);
                         if let Some(first_over) = mirror.keys().nth(entries_max).cloned() {
                             // Keys sort, so every listing keeps the same ones.
@@ -656,23 +659,40 @@ pub async fn start(
                     }
                 }
             }
-            tokio::select! {
-                event = next_event(&mut watch) => match event {
-                    Some(WatchEvent::Put { key, value }) => {
-                        if mirror.contains_key(&key) || mirror.len() < entries_max {
-                            mirror.insert(key, value);
-                        } else {
-                            state.overflowed(1);
-                        }
-                    }
-                    Some(WatchEvent::Delete { key }) => {
-                        mirror.remove(&key);
-                    }
-                    None => watch = None,
-                },
-                _ = tick.tick() => {}
-            }
+            let event = tokio::select! {
+                event = next_event(&mut watch) => Some(event),
+                _ = tick.tick() => None,
+            };
             let now = now_ms();
+            effects.clear();
+            if !listed && matches!(event, Some(Some(_))) {
+                // The view held until this change arrived: its guilds
+                // members are renewed now, before it applies. Otherwise a
+                // member whose key is deleted keeps the renewal of the
+                // loop's previous pass, up to a renewal interval earlier
+                // when nothing else changed, so members cut off at once
+                // would go down up to twice their renewal phases apart in
+                // the table, more than `member_permanent_down_ms` covers
+                // (at least one interval), and self-preservation could
+                // remove the first before it saw the next one down.
+                for instance in view.instances().filter(|a| a.roles.contains(&Role::Guilds)) {
+                    membership.renew(now, member_id_of(&instance.node), &mut effects);
+                }
+            }
+            match event {
+                Some(Some(WatchEvent::Put { key, value })) => {
+                    if mirror.contains_key(&key) || mirror.len() < entries_max {
+                        mirror.insert(key, value);
+                    } else {
+                        state.overflowed(1);
+                    }
+                }
+                Some(Some(WatchEvent::Delete { key })) => {
+                    mirror.remove(&key);
+                }
+                Some(None) => watch = None,
+                None => {}
+            }
             for (key, reason) in view.apply(&mirror) {
                 crate::throttled!(
                     warn,
@@ -759,7 +779,6 @@ pub async fn start(
                     .filter_map(|a| a.sfu.clone().map(|info| (a.node.clone(), info)))
                     .collect(),
             );
-            effects.clear();
             for instance in view.instances().filter(|a| a.roles.contains(&Role::Guilds)) {
                 membership.renew(now, member_id_of(&instance.node), &mut effects);
             }
