@@ -79,6 +79,7 @@ async def on_message(message):
         await message.reply("pong")
     elif message.content == "pong":
         seen["got_pong"] = True
+        seen["pong_id"] = str(message.id)
         reference = message.reference
         resolved = reference.resolved if reference else None
         seen.update(reply_type=str(message.type),
@@ -86,6 +87,17 @@ async def on_message(message):
                     reply_resolved=resolved.content if isinstance(resolved, discord.Message) else None,
                     reply_mentions_author=isinstance(resolved, discord.Message)
                     and resolved.author.id in [user.id for user in message.mentions])
+        # Reactions and pins as bots use them: the reaction read back from
+        # the message, the pin found in the channel's pins, then undone.
+        await message.add_reaction("\N{THUMBS UP SIGN}")
+        fetched = await message.channel.fetch_message(message.id)
+        seen["reactions"] = [[str(r.emoji), r.count, r.me] for r in fetched.reactions]
+        await message.pin()
+        seen["pins"] = [str(m.id) async for m in message.channel.pins(limit=10)]
+        seen["pinned_read_back"] = (await message.channel.fetch_message(message.id)).pinned
+        await message.unpin()
+        await message.remove_reaction("\N{THUMBS UP SIGN}", client.user)
+        seen["reactions_after"] = len((await message.channel.fetch_message(message.id)).reactions)
         print(json.dumps(seen), flush=True)
         await client.close()
 

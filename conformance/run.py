@@ -40,6 +40,11 @@ for library, command in [
          "--data-dir", data_dir, "--server", f"http://{base}"]))
     call("POST", f"/oauth2/authorize?client_id={bot['application_id']}&scope=bot", owner["token"],
          {"guild_id": guild["id"], "permissions": "0", "authorize": True})
+    # PIN_MESSAGES (1 << 51), which @everyone lacks, for the bots that pin.
+    bot_user = call("GET", "/users/@me", f"Bot {bot['token']}")
+    pinners = call("POST", f"/guilds/{guild['id']}/roles", owner["token"],
+                   {"name": "pinners", "permissions": str(1 << 51)})
+    call("PUT", f"/guilds/{guild['id']}/members/{bot_user['id']}/roles/{pinners['id']}", owner["token"])
     env = dict(os.environ, NODE_PATH=node_modules)
     result = subprocess.run(command + [base, bot["token"], channel, owner["token"]],
                             capture_output=True, text=True, timeout=90, env=env)
@@ -53,7 +58,10 @@ for library, command in [
             and seen.get("synced_guild") == ["Quote", "echo"] and seen.get("echo_options") == ["text", "times"] \
             and seen.get("compression") == "zstd-stream" and seen.get("compressors") == 1 \
             and seen.get("reply_type") == "MessageType.reply" and seen.get("reply_to") == seen.get("ping_id") \
-            and seen.get("reply_resolved") == "!ping" and seen.get("reply_mentions_author") is True
+            and seen.get("reply_resolved") == "!ping" and seen.get("reply_mentions_author") is True \
+            and seen.get("reactions") == [["\N{THUMBS UP SIGN}", 1, True]] \
+            and seen.get("pins") == [seen.get("pong_id")] and seen.get("pinned_read_back") is True \
+            and seen.get("reactions_after") == 0
     elif library == "discord.js":
         ok = ok and seen.get("synced") == ["Profile", "echo"] and seen.get("fetched") == ["Profile", "echo"] \
             and seen.get("reply_type") == 19 and seen.get("reply_to") == seen.get("ping_id") \

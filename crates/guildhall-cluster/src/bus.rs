@@ -552,6 +552,9 @@ pub struct DroppingBus {
     drop_per_million: AtomicU64,
     seed: u64,
     counter: AtomicU64,
+    /// Whether requests to the prefix are lost too (see
+    /// [`DroppingBus::set_drop_requests`]).
+    drop_requests: std::sync::atomic::AtomicBool,
     /// Messages this wrapper dropped.
     pub dropped_total: AtomicU64,
 }
@@ -566,8 +569,29 @@ impl DroppingBus {
             drop_per_million: AtomicU64::new(drop_per_million),
             seed,
             counter: AtomicU64::new(0),
+            drop_requests: std::sync::atomic::AtomicBool::new(false),
             dropped_total: AtomicU64::new(0),
         }
+    }
+
+    /// Loses requests to the prefix as well, by the same seeded share: a
+    /// lost request is answered by nobody, so its caller waits out its
+    /// timeout (a role that is down, not one that refuses).
+    pub fn set_drop_requests(&self, drop_requests: bool) {
+        self.drop_requests.store(drop_requests, Ordering::Relaxed);
+    }
+
+    fn drops(&self, subject: &str) -> bool {
+        if !subject.starts_with(&self.prefix) {
+            return false;
+        }
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let dropped = splitmix64(self.seed ^ n.wrapping_mul(0x2545_F491_4F6C_DD1D)) % 1_000_000
+            < self.drop_per_million.load(Ordering::Relaxed);
+        if dropped {
+            self.dropped_total.fetch_add(1, Ordering::Relaxed);
+        }
+        dropped
     }
 
     /// Changes the share dropped from now on (0 heals the transport).
@@ -590,15 +614,9 @@ pub(crate) fn splitmix64(mut x: u64) -> u64 {
 #[async_trait::async_trait]
 impl Bus for DroppingBus {
     fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
-        if subject.starts_with(&self.prefix) {
-            let n = self.counter.fetch_add(1, Ordering::Relaxed);
-            if splitmix64(self.seed ^ n.wrapping_mul(0x2545_F491_4F6C_DD1D)) % 1_000_000
-                < self.drop_per_million.load(Ordering::Relaxed)
-            {
-                self.dropped_total.fetch_add(1, Ordering::Relaxed);
-                // Lost in transit: the publisher cannot tell.
-                return Ok(());
-            }
+        if self.drops(subject) {
+            // Lost in transit: the publisher cannot tell.
+            return Ok(());
         }
         self.inner.publish(subject, reply, payload)
     }
@@ -626,13 +644,18 @@ impl Bus for DroppingBus {
             .await
     }
 
-    /// Requests are not dropped: the wrapper targets the numbered streams.
+    /// Requests are not dropped unless [`DroppingBus::set_drop_requests`]
+    /// says so: the wrapper targets the numbered streams.
     async fn request(
         &self,
         subject: &str,
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Message, BusError> {
+        if self.drop_requests.load(Ordering::Relaxed) && self.drops(subject) {
+            tokio::time::sleep(timeout).await;
+            return Err(BusError::Timeout);
+        }
         self.inner.request(subject, payload, timeout).await
     }
 

@@ -405,6 +405,30 @@ pub const USERS_BATCH_IDS_MAX: usize = 500;
 /// Sessions whose presence the presence role tracks. When hit: further sessions are not tracked (counted); their users show the status of their tracked sessions, or offline.
 pub const PRESENCE_SESSIONS_MAX: usize = 1_000_000;
 
+/// User ids in one question a guild owner asks the presence role as it
+/// loads (the statuses its GUILD_CREATEs and member chunks carry; about
+/// 20 bytes each, well under the bus payload). When hit: the owner asks
+/// in several questions, at most `PRESENCE_QUERIES_PER_LOAD_MAX` of them;
+/// members beyond those read as offline until their next change.
+pub const PRESENCE_QUERY_USERS_MAX: usize = 1_000;
+
+/// Questions to the presence role one guild load asks at most (all at
+/// once). When hit: the remaining members read as offline until their next
+/// change.
+pub const PRESENCE_QUERIES_PER_LOAD_MAX: usize = 16;
+
+/// How long a loading guild owner waits for the presence role's statuses
+/// (alongside the gateways' follower lists, which it waits for anyway).
+/// When hit: the owner goes on with the statuses it has (offline for the
+/// rest, corrected by the next change of each), and the node asks the
+/// presence role nothing for `presence_query_cooloff_ms`, so a presence
+/// outage slows no load twice (seed 001: presence degrades, nothing else).
+pub const PRESENCE_QUERY_TIMEOUT_MS: u64 = 250;
+
+/// How long a node asks the presence role nothing after a question went
+/// unanswered. When hit (the time passes): loads ask again.
+pub const PRESENCE_QUERY_COOLOFF_MS: u64 = 5_000;
+
 /// Shards of the users role on a node: each owns the users whose id falls in its slice (id mod shards), with its own cache and mailbox.
 pub const USERS_SHARDS: usize = 4;
 
@@ -1339,6 +1363,14 @@ pub struct Limits {
     pub message_write_batch_max: usize,
     /// See [`PRESENCE_SESSIONS_MAX`].
     pub presence_sessions_max: usize,
+    /// See [`PRESENCE_QUERY_USERS_MAX`].
+    pub presence_query_users_max: usize,
+    /// See [`PRESENCE_QUERIES_PER_LOAD_MAX`].
+    pub presence_queries_per_load_max: usize,
+    /// See [`PRESENCE_QUERY_TIMEOUT_MS`].
+    pub presence_query_timeout_ms: u64,
+    /// See [`PRESENCE_QUERY_COOLOFF_MS`].
+    pub presence_query_cooloff_ms: u64,
     /// See [`USERS_LOADS_IN_FLIGHT_MAX`].
     pub users_loads_in_flight_max: usize,
     /// See [`USERS_SHARDS`].
@@ -1697,6 +1729,10 @@ impl Default for Limits {
             users_shard_mailbox_max: USERS_SHARD_MAILBOX_MAX,
             users_shard_cache_entries_max: USERS_SHARD_CACHE_ENTRIES_MAX,
             presence_sessions_max: PRESENCE_SESSIONS_MAX,
+            presence_query_users_max: PRESENCE_QUERY_USERS_MAX,
+            presence_queries_per_load_max: PRESENCE_QUERIES_PER_LOAD_MAX,
+            presence_query_timeout_ms: PRESENCE_QUERY_TIMEOUT_MS,
+            presence_query_cooloff_ms: PRESENCE_QUERY_COOLOFF_MS,
             users_cache_entries_max: USERS_CACHE_ENTRIES_MAX,
             users_cache_ttl_ms: USERS_CACHE_TTL_MS,
             rest_rate_limit_per_window: REST_RATE_LIMIT_PER_WINDOW,
@@ -2149,6 +2185,20 @@ impl Limits {
             "presence_sessions_max",
             "must be at least 1",
         );
+        for (value, name) in [
+            (
+                self.presence_query_users_max as u64,
+                "presence_query_users_max",
+            ),
+            (
+                self.presence_queries_per_load_max as u64,
+                "presence_queries_per_load_max",
+            ),
+            (self.presence_query_timeout_ms, "presence_query_timeout_ms"),
+            (self.presence_query_cooloff_ms, "presence_query_cooloff_ms"),
+        ] {
+            check(value >= 1, name, "must be at least 1");
+        }
         check(
             (1..=10_000).contains(&self.users_batch_ids_max),
             "users_batch_ids_max",
@@ -2916,6 +2966,10 @@ mod tests {
             "guild_pull_sessions_max",
             "users_batch_ids_max",
             "presence_sessions_max",
+            "presence_query_users_max",
+            "presence_queries_per_load_max",
+            "presence_query_timeout_ms",
+            "presence_query_cooloff_ms",
             "users_shards",
             "users_shard_mailbox_max",
             "users_shard_cache_entries_max",
@@ -3114,6 +3168,10 @@ mod tests {
             "guild_pull_sessions_max" => l.guild_pull_sessions_max = 0,
             "users_batch_ids_max" => l.users_batch_ids_max = 0,
             "presence_sessions_max" => l.presence_sessions_max = 0,
+            "presence_query_users_max" => l.presence_query_users_max = 0,
+            "presence_queries_per_load_max" => l.presence_queries_per_load_max = 0,
+            "presence_query_timeout_ms" => l.presence_query_timeout_ms = 0,
+            "presence_query_cooloff_ms" => l.presence_query_cooloff_ms = 0,
             "users_shards" => l.users_shards = 0,
             "users_shard_mailbox_max" => l.users_shard_mailbox_max = 0,
             "users_shard_cache_entries_max" => l.users_shard_cache_entries_max = 0,

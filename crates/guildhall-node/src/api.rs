@@ -280,6 +280,8 @@ pub struct ApiCounters {
     pub unauthorized_total: AtomicU64,
     /// Messages stored.
     pub messages_total: AtomicU64,
+    /// Pins whose "pinned a message" notice could not be stored.
+    pub pin_notices_failed_total: AtomicU64,
     /// Guild events that could not be handed to the guild owner.
     pub fanout_failed_total: AtomicU64,
     /// Request latency.
@@ -1563,7 +1565,11 @@ pub(crate) async fn with_referenced(
     ) else {
         return Ok(message);
     };
-    if kind != i64::from(replies::KIND_DEFAULT) {
+    // Discord returns `referenced_message` for replies only (a pin
+    // notice's reference names the pinned message without it).
+    if kind != i64::from(replies::KIND_DEFAULT)
+        || row.kind != i64::from(replies::MESSAGE_TYPE_REPLY)
+    {
         return Ok(message);
     }
     let (target, known_pins) = match page
@@ -2059,6 +2065,12 @@ async fn message_of(
 ) -> Result<(ChannelRow, ChannelAudience, MessageRow), ApiError> {
     let (channel, audience) = channel_audience(node, caller, channel_id, need).await?;
     let row = visible_message(node, caller, &channel, message_id).await?;
+    // An ephemeral message is read by its one reader and acted on by
+    // nobody through these routes (a reaction would announce it to the
+    // whole guild): unknown, as Discord answers.
+    if row.visible_to.is_some() {
+        return Err(ApiError::Code(ErrorCode::UnknownMessage));
+    }
     Ok((channel, audience, row))
 }
 
@@ -2132,7 +2144,18 @@ async fn edit_message(
     // A webhook's message is stored with its creator as `author_id`, but
     // only the webhook edits it (through its token).
     if row.author_id != caller.id || row.webhook_id.is_some() {
-        return Err(ApiError::Code(ErrorCode::MissingPermissions));
+        return Err(ApiError::Code(ErrorCode::CannotEditOthersMessage));
+    }
+    // A pin notice is its pinner's, but nobody's to edit (Discord's 50021).
+    if row.kind == MESSAGE_TYPE_CHANNEL_PINNED_MESSAGE {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Invalid(ErrorBody {
+            code: SYSTEM_MESSAGE_CODE,
+            message: "Cannot execute action on a system message".into(),
+            errors: None,
+        }));
     }
     let embeds = match body.embeds {
         Some(embeds) => Some(checked_embeds(&node, &embeds.unwrap_or_default())?),
@@ -2635,6 +2658,12 @@ const UNKNOWN_EMOJI_CODE: u32 = 10014;
 const MAX_PINS_CODE: u32 = 30003;
 const MAX_REACTIONS_CODE: u32 = 30010;
 
+/// Editing a system message (a pin notice).
+const SYSTEM_MESSAGE_CODE: u32 = 50021;
+
+/// Message type 6, CHANNEL_PINNED_MESSAGE: the notice a pin posts.
+const MESSAGE_TYPE_CHANNEL_PINNED_MESSAGE: i64 = 6;
+
 /// Pinning and unpinning (Discord's PIN_MESSAGES, 1 << 51, which the
 /// reference requires of both instead of MANAGE_MESSAGES). Owners and
 /// administrators hold it as they hold every bit.
@@ -2836,14 +2865,14 @@ async fn reaction(
     (channel, message, emoji): (String, String, String),
     add: bool,
 ) -> ApiResult {
-    let (channel_row, audience, row) = message_of(
-        node,
-        &caller,
-        &channel,
-        &message,
-        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
-    )
-    .await?;
+    // Adding needs the history (Discord's Create Reaction); taking one's
+    // own back needs nothing more than seeing the channel.
+    let need = if add {
+        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY
+    } else {
+        perm::VIEW_CHANNEL
+    };
+    let (channel_row, audience, row) = message_of(node, &caller, &channel, &message, need).await?;
     let (key, emoji) = emoji_of(&emoji)?;
     let changed = if add {
         let emoji_max = node.shared.limits.reactions_per_message_max;
@@ -2903,10 +2932,8 @@ async fn reaction(
         if add {
             data["message_author_id"] = json!(row.webhook_id.unwrap_or(row.author_id).to_string());
             // A guild's reaction carries the reactor's member; a DM has none.
-            if let Some(guild_id) = audience.guild_id() {
-                let grant =
-                    authorize(node, caller.id, &channel_row, guild_id, perm::VIEW_CHANNEL).await?;
-                let mut member = serde_json::to_value(grant.member).unwrap_or_default();
+            if let ChannelAudience::Guild { member, .. } = &audience {
+                let mut member = serde_json::to_value(member).unwrap_or_default();
                 member["user"] = serde_json::to_value(wire_user(&caller)).unwrap_or_default();
                 data["member"] = member;
             }
@@ -3110,8 +3137,14 @@ async fn remove_all_reactions(
 /// read, react, pin and edit or delete their own messages, and moderate
 /// nothing.
 enum ChannelAudience {
-    /// The guild, and the caller's permissions there.
-    Guild { guild_id: i64, permissions: u64 },
+    /// The guild, and the caller's permissions and member there (read
+    /// once, before any write: an event after a write never waits on, or
+    /// fails for, a second look at the guild).
+    Guild {
+        guild_id: i64,
+        permissions: u64,
+        member: Box<guildhall_proto::model::Member>,
+    },
     /// The DM's members.
     Dm(Vec<i64>),
 }
@@ -3198,6 +3231,7 @@ async fn channel_audience(
             ChannelAudience::Guild {
                 guild_id,
                 permissions: grant.permissions,
+                member: Box::new(grant.member),
             }
         }
         None => {
@@ -3221,7 +3255,7 @@ async fn channel_audience(
 async fn publish_pins_update(
     node: &crate::Node,
     channel: &ChannelRow,
-    audience: ChannelAudience,
+    audience: &ChannelAudience,
     message_id: i64,
     pinned: bool,
     newest_ms: Option<i64>,
@@ -3230,7 +3264,9 @@ async fn publish_pins_update(
         && let Ok(Some(author)) = node.shared.store.user(row.author_id).await
     {
         let mut message = wire_message(&row, &author, None);
-        message.pinned = pinned;
+        // As the store has it now, not as this request left it: a pin and
+        // an unpin that race each announce the state that stands.
+        message.pinned = is_pinned(node, &row).await.unwrap_or(pinned);
         if let Ok(message) =
             with_referenced(node, &row, message, &[], None, &mut Authors::new()).await
         {
@@ -3248,7 +3284,7 @@ async fn publish_pins_update(
             });
             publish_plain(
                 node,
-                guild_id,
+                *guild_id,
                 "CHANNEL_PINS_UPDATE",
                 intents::GUILDS,
                 &data,
@@ -3260,13 +3296,64 @@ async fn publish_pins_update(
                 "channel_id": channel.id.to_string(), "last_pin_timestamp": last_pin_timestamp,
             });
             node.to_users(
-                members,
+                members.clone(),
                 intents::DIRECT_MESSAGES,
                 "CHANNEL_PINS_UPDATE",
                 &data,
             );
         }
     }
+}
+
+/// Discord's "pinned a message" notice: a CHANNEL_PINNED_MESSAGE (type 6)
+/// message by the pinner, empty, whose `message_reference` names the
+/// pinned message, posted after the pin like any message (durable, then
+/// MESSAGE_CREATE). The pin stands whatever becomes of the notice: one
+/// that cannot be stored now is counted and logged, and the pin is not
+/// undone for it.
+async fn pin_notice(
+    node: &crate::Node,
+    caller: &UserRow,
+    channel: &ChannelRow,
+    audience: &ChannelAudience,
+    message_id: i64,
+) {
+    let row = MessageRow {
+        kind: MESSAGE_TYPE_CHANNEL_PINNED_MESSAGE,
+        reference_kind: Some(i64::from(replies::KIND_DEFAULT)),
+        reference_message_id: Some(message_id),
+        reference_channel_id: Some(channel.id),
+        reference_guild_id: channel.guild_id,
+        ..MessageRow::plain(
+            node.shared.next_id().get() as i64,
+            channel.id,
+            channel.guild_id,
+            caller.id,
+            String::new(),
+        )
+    };
+    if let Err(error) = store_message(node, &row).await {
+        node.counters
+            .pin_notices_failed_total
+            .fetch_add(1, Ordering::Relaxed);
+        crate::throttled!(
+            warn,
+            "api.pin_notice_failed",
+            channel_id = channel.id,
+            ?error,
+            "pin notice not stored"
+        );
+        return;
+    }
+    // A guild's message carries its author's member, as every other.
+    let member = match audience {
+        ChannelAudience::Guild { member, .. } => Some((**member).clone()),
+        ChannelAudience::Dm(_) => None,
+    };
+    let message = wire_message(&row, caller, member);
+    audience
+        .announce_message(node, "MESSAGE_CREATE", &message, caller.id)
+        .await;
 }
 
 /// `PUT /channels/{id}/messages/pins/{message}` (and the deprecated
@@ -3288,7 +3375,16 @@ async fn pin(
         .await?
     {
         PinWrite::Pinned(pinned_ms) => {
-            publish_pins_update(&node, &channel, audience, message_id, true, Some(pinned_ms)).await;
+            publish_pins_update(
+                &node,
+                &channel,
+                &audience,
+                message_id,
+                true,
+                Some(pinned_ms),
+            )
+            .await;
+            pin_notice(&node, &caller, &channel, &audience, message_id).await;
         }
         PinWrite::AlreadyPinned => {}
         PinWrite::Missing => return Err(ApiError::Code(ErrorCode::UnknownMessage)),
@@ -3334,7 +3430,7 @@ async fn unpin(
         .await?
     {
         UnpinWrite::Unpinned(newest_ms) => {
-            publish_pins_update(&node, &channel, audience, message_id, false, newest_ms).await;
+            publish_pins_update(&node, &channel, &audience, message_id, false, newest_ms).await;
         }
         UnpinWrite::NotPinned => {}
         UnpinWrite::Missing => return Err(ApiError::Code(ErrorCode::UnknownMessage)),

@@ -209,10 +209,11 @@ async fn serve_follows(
             let followers: Vec<Follower> = hub
                 .followers(ask.guild_id, max)
                 .into_iter()
-                .map(|(session_id, user_id, intents)| Follower {
+                .map(|(session_id, user_id, intents, large_threshold)| Follower {
                     session_id,
                     user_id,
                     intents,
+                    large_threshold,
                 })
                 .collect();
             if let Ok(bytes) = serde_json::to_vec(&followers) {

@@ -44,7 +44,7 @@ use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
 use guildhall_proto::bus::TakeoverRefusal;
 use guildhall_proto::gateway::{self, CloseCode, EncodedDispatch, OneOrMany, RequestGuildMembers};
 use guildhall_proto::intents;
-use guildhall_proto::model::{PartialApplication, Ready, UnavailableGuild};
+use guildhall_proto::model::{self, PartialApplication, Ready, UnavailableGuild};
 use guildhall_session::machine::{
     AuthFailure, Command, Identity, ResumeFailure, Session, SessionConfig,
 };
@@ -508,7 +508,7 @@ impl Gateway {
         &self,
         identity: Identity,
         app_flags: i64,
-        intents: u64,
+        (intents, large_threshold): (u64, u32),
         shard: Option<[u32; 2]>,
         user: &UserRow,
         out: &Outlet,
@@ -545,7 +545,10 @@ impl Gateway {
             session_id,
             user.id,
             intents,
-            shard,
+            crate::hub::SessionOptions {
+                shard,
+                large_threshold,
+            },
             out.clone(),
             control.clone(),
         );
@@ -701,6 +704,7 @@ impl Gateway {
             (limit, _) => limit as usize,
         };
         let query = request.query.unwrap_or_default();
+        let with_presences = request.presences && slot.intents & intents::GUILD_PRESENCES != 0;
         let (mut after, mut index, mut sent) = (0i64, 0usize, 0usize);
         loop {
             let (user_id, query, ids) = (slot.user_id, query.clone(), user_ids.clone());
@@ -712,6 +716,7 @@ impl Gateway {
                 .unwrap_or(MemberPage {
                     members: vec![],
                     matching: 0,
+                    statuses: vec![],
                 });
             let total = page.matching.min(wanted);
             let count = total.div_ceil(page_max).max(1);
@@ -729,6 +734,17 @@ impl Gateway {
             });
             if let Some(nonce) = &request.nonce {
                 chunk["nonce"] = serde_json::Value::String(nonce.clone());
+            }
+            // Discord: `presences: true` counts only with GUILD_PRESENCES
+            // ("otherwise, it will always be false"); offline members have
+            // none.
+            if with_presences {
+                let presences: Vec<model::Presence> = page
+                    .statuses
+                    .iter()
+                    .map(|(id, status)| model::Presence::of(sf(*id), None, status))
+                    .collect();
+                chunk["presences"] = serde_json::to_value(presences).unwrap_or_default();
             }
             if let Ok(event) = EncodedDispatch::new("GUILD_MEMBERS_CHUNK", &chunk)
                 && !slot.dispatch_paced(&event, &self.hub.counters).await
@@ -873,17 +889,6 @@ impl Gateway {
                 return;
             }
         }
-        let Some(voice_node) = self.cluster.voice_node_of(guild_id) else {
-            if channel_id.is_some()
-                && let Ok(token) = crate::auth::random_hex()
-            {
-                let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": null});
-                if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
-                    slot.dispatch(&event, &self.hub.counters);
-                }
-            }
-            return;
-        };
         let body = match channel_id {
             Some(channel_id) => VoiceRequest::Join {
                 guild_id,
@@ -901,6 +906,19 @@ impl Gateway {
         let request: bytes::Bytes = VoiceEnvelope::new(body).encode().into();
         let timeout = Duration::from_millis(self.shared.limits.voice_request_timeout_ms);
         loop {
+            // Placed again on every attempt: a voice node that stopped
+            // answering may have left the view since.
+            let Some(voice_node) = self.cluster.voice_node_of(guild_id) else {
+                if channel_id.is_some()
+                    && let Ok(token) = crate::auth::random_hex()
+                {
+                    let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": null});
+                    if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
+                        slot.dispatch(&event, &self.hub.counters);
+                    }
+                }
+                return;
+            };
             let reply = self
                 .bus
                 .request(
@@ -969,7 +987,9 @@ impl Gateway {
 
     /// Whether to try a failed op 4 step again (see [`Gateway::voice`]);
     /// if so, waits first: a full-jitter backoff, or `wait_ms` (a
-    /// refusal's `retry_after_ms`) if longer. Counts what it decides.
+    /// refusal's `retry_after_ms`, at most `backoff_cap_ms`) if longer.
+    /// An op 4 queued meanwhile supersedes this one, before the wait or
+    /// after it. Counts what it decides.
     async fn voice_retry(
         &self,
         attempt: &mut u32,
@@ -1003,8 +1023,12 @@ impl Gateway {
         self.counters
             .voice_retries_total
             .fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_millis(backoff_ms.max(wait_ms))).await;
-        true
+        // A refusal's hint is the voice role's to give, not to stretch
+        // without bound: capped like every backoff here.
+        let wait_ms = backoff_ms.max(wait_ms.min(limits.backoff_cap_ms));
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        // An op 4 that arrived during the wait is the user's latest word.
+        newer.is_empty()
     }
 
     fn lock_voice_budget(&self) -> std::sync::MutexGuard<'_, RetryBudget> {
@@ -1103,6 +1127,7 @@ impl Gateway {
         let mut scratch = Vec::new();
         let mut user: Option<UserRow> = None;
         let mut app_flags = 0i64;
+        let mut large_threshold = guildhall_proto::gateway::LARGE_THRESHOLD_DEFAULT;
         let mut identify_started: Option<std::time::Instant> = None;
         // A quarter of the shorter deadline, so either is noticed within a
         // quarter of its length.
@@ -1145,6 +1170,8 @@ impl Gateway {
                             app_flags = flags;
                             identity
                         });
+                        large_threshold =
+                            guildhall_proto::gateway::large_threshold(identify.large_threshold);
                         if result.is_ok() && identify.compress == Some(true) {
                             self.payload_compression(payload_tx.take());
                         }
@@ -1161,7 +1188,7 @@ impl Gateway {
                             .ready(
                                 identity,
                                 app_flags,
-                                intents,
+                                (intents, large_threshold),
                                 shard,
                                 &row,
                                 &outlet,

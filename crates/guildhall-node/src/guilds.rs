@@ -254,6 +254,12 @@ pub struct FanoutCounters {
     /// Publishes confirmed without a fanout: a retry of an id this owner
     /// had fanned out already.
     pub publish_repeats_total: AtomicU64,
+    /// Loads whose status question to the presence role went unanswered
+    /// (the owner went on with every member offline but the ones it hears
+    /// of afterwards).
+    pub presence_queries_failed_total: AtomicU64,
+    /// Loads that asked no statuses while the presence role cooled off.
+    pub presence_queries_skipped_total: AtomicU64,
 }
 
 /// The redelivery outbox's counters (an API node's), read by `/metrics`.
@@ -288,6 +294,14 @@ pub struct Follower {
     pub user_id: i64,
     /// Its intents.
     pub intents: u64,
+    /// Its `large_threshold` (absent from a node that predates it:
+    /// Discord's default).
+    #[serde(default = "default_large_threshold")]
+    pub large_threshold: u32,
+}
+
+fn default_large_threshold() -> u32 {
+    guildhall_proto::gateway::LARGE_THRESHOLD_DEFAULT
 }
 
 /// Subject where `node`'s gateway answers [`FollowsAsk`].
@@ -311,6 +325,10 @@ pub enum GuildCall {
         user_id: i64,
         /// Its intents.
         intents: u64,
+        /// Its `large_threshold` (absent from a node that predates it:
+        /// Discord's default).
+        #[serde(default = "default_large_threshold")]
+        large_threshold: u32,
     },
     /// A session moves from gateway node `from` to `to` (a RESUME there):
     /// `from`'s stream gets `Moved` (the last event it records for the
@@ -329,6 +347,10 @@ pub enum GuildCall {
         user_id: i64,
         /// Its intents.
         intents: u64,
+        /// Its `large_threshold` (absent from a node that predates it:
+        /// Discord's default).
+        #[serde(default = "default_large_threshold")]
+        large_threshold: u32,
     },
     /// A session is gone: stop counting it.
     Unsubscribe {
@@ -532,6 +554,10 @@ pub struct MemberPage {
     pub members: Vec<Member>,
     /// Members matching the filter, all pages together.
     pub matching: usize,
+    /// The statuses of this page's members who are not offline (op 8's
+    /// `presences`).
+    #[serde(default)]
+    pub statuses: Vec<(i64, String)>,
 }
 
 /// What a change produced.
@@ -709,6 +735,10 @@ pub struct GuildOwner {
     members: BTreeMap<i64, MemberEntry>,
     /// Voice states by user (bounded by the member count).
     voice: BTreeMap<i64, serde_json::Value>,
+    /// Members' statuses others see, offline ones absent (bounded by the
+    /// member count: only members are kept): the presence role's answer
+    /// at load, then every change it casts.
+    statuses: HashMap<i64, String>,
     /// Set when the guild was deleted: the owner stops.
     deleted: bool,
     /// Set when the store refused a write as stale: the owner stops.
@@ -1129,6 +1159,7 @@ impl GuildOwner {
                     &serde_json::json!({"guild_id": guild_id.to_string(), "user": wire_user(&entry.user)}),
                 );
                 self.members.remove(&member_id);
+                self.statuses.remove(&member_id);
                 // The removed user's sessions lose the guild.
                 self.remove_users(vec![member_id]);
                 Ok(Changed::Nothing)
@@ -1272,24 +1303,48 @@ impl GuildOwner {
     /// while they fit [`Self::room_bytes`]. A guild whose members do not
     /// all fit is `large`, so clients ask for them with op 8 (Discord sends
     /// large guilds' members the same way).
-    fn snapshot(&self, user_id: i64) -> model::Guild {
+    ///
+    /// Which members, as Discord's gateway documents it: a session without
+    /// GUILD_PRESENCES gets its own member and those in voice only; one
+    /// with it gets every member of a guild within its `large_threshold`
+    /// (IDENTIFY's, read again through the proto crate's 50-to-250 rule
+    /// whatever a bus message says) and, of a larger (`large`) one, those
+    /// online or in voice, up to the threshold. With GUILD_PRESENCES the
+    /// carried members' presences come along (offline ones left out, as
+    /// Discord does).
+    fn snapshot(&self, user_id: i64, intents: u64, large_threshold: u32) -> model::Guild {
         let mut guild = self.guild_object(user_id, true);
         let room = self.room_bytes();
         let mut used = encoded_len(&guild);
+        let with_presences = intents & intents::GUILD_PRESENCES != 0;
+        let threshold = guildhall_proto::gateway::large_threshold(Some(large_threshold.into()));
+        let members_max = (threshold as usize).min(self.shared.limits.guild_create_members_max);
+        guild.large |= self.members.len() > members_max;
+        let large = guild.large;
         let own = self.members.get(&user_id);
-        let others = self.members.values().filter(|m| m.user.id != user_id);
-        for entry in own
-            .into_iter()
-            .chain(others)
-            .take(self.shared.limits.guild_create_members_max)
-        {
+        let others = self.members.values().filter(|m| {
+            let id = m.user.id;
+            let in_voice = self.voice.contains_key(&id);
+            id != user_id
+                && (in_voice || (with_presences && (!large || self.statuses.contains_key(&id))))
+        });
+        for entry in own.into_iter().chain(others).take(members_max) {
             let member = wire_member(entry, true);
-            // The member and the comma before it.
-            used = used.saturating_add(encoded_len(&member) + 1);
+            let presence = with_presences
+                .then(|| self.statuses.get(&entry.user.id))
+                .flatten()
+                .map(|status| model::Presence::of(sf(entry.user.id), None, status));
+            // The member and the comma before it, and its presence.
+            used = used
+                .saturating_add(encoded_len(&member) + 1)
+                .saturating_add(presence.as_ref().map_or(0, |p| encoded_len(p) + 1));
             if used > room {
+                // Cut for room: the client must ask for the rest.
+                guild.large = true;
                 break;
             }
             guild.members.push(member);
+            guild.presences.extend(presence);
         }
         for state in self.voice.values() {
             used = used.saturating_add(encoded_len(state) + 1);
@@ -1298,7 +1353,6 @@ impl GuildOwner {
             }
             guild.voice_states.push(state.clone());
         }
-        guild.large |= guild.members.len() < self.members.len();
         guild
     }
 
@@ -1354,7 +1408,14 @@ impl GuildOwner {
         }
     }
 
-    fn subscribe(&mut self, node: String, session_id: String, user_id: i64, intents: u64) {
+    fn subscribe(
+        &mut self,
+        node: String,
+        session_id: String,
+        user_id: i64,
+        intents: u64,
+        large_threshold: u32,
+    ) {
         if !self.streams.contains_key(&node)
             && self.streams.len() >= self.shared.limits.ring_members_max
         {
@@ -1386,7 +1447,10 @@ impl GuildOwner {
             self.subscriptions += 1;
         }
         let mut guild_create = if intents & intents::GUILDS != 0 {
-            Self::encode("GUILD_CREATE", &self.snapshot(user_id))
+            Self::encode(
+                "GUILD_CREATE",
+                &self.snapshot(user_id, intents, large_threshold),
+            )
         } else {
             None
         };
@@ -1414,7 +1478,7 @@ impl GuildOwner {
         to: String,
         session_id: String,
         user_id: i64,
-        intents: u64,
+        (intents, large_threshold): (u64, u32),
     ) {
         let held = self
             .streams
@@ -1439,7 +1503,7 @@ impl GuildOwner {
         }
         if !held || !self.members.contains_key(&user_id) {
             // Nothing to continue: subscribe afresh (or refuse a non-member).
-            self.subscribe(to, session_id, user_id, intents);
+            self.subscribe(to, session_id, user_id, intents, large_threshold);
             return;
         }
         if !self.streams.contains_key(&to)
@@ -1569,8 +1633,9 @@ impl GuildOwner {
                 session_id,
                 user_id,
                 intents,
+                large_threshold,
             } => {
-                self.subscribe(node, session_id, user_id, intents);
+                self.subscribe(node, session_id, user_id, intents, large_threshold);
                 None
             }
             GuildCall::Unsubscribe { node, session_id } => {
@@ -1583,8 +1648,9 @@ impl GuildOwner {
                 session_id,
                 user_id,
                 intents,
+                large_threshold,
             } => {
-                self.move_session(from, to, session_id, user_id, intents);
+                self.move_session(from, to, session_id, user_id, (intents, large_threshold));
                 None
             }
             GuildCall::Authorize {
@@ -1696,7 +1762,7 @@ impl GuildOwner {
                 let result = if self.members.contains_key(&user_id) {
                     let mut guild = rest_guild(&self.guild_object(user_id, false));
                     guild["approximate_member_count"] = serde_json::json!(self.members.len());
-                    guild["approximate_presence_count"] = serde_json::json!(0);
+                    guild["approximate_presence_count"] = serde_json::json!(self.statuses.len());
                     Ok(GuildAnswer::RestGuild(guild))
                 } else {
                     Err(GuildError::MissingAccess)
@@ -1705,7 +1771,15 @@ impl GuildOwner {
             }
             GuildCall::Snapshot { user_id } => {
                 let result = if self.members.contains_key(&user_id) {
-                    Ok(GuildAnswer::Guild(Box::new(self.snapshot(user_id))))
+                    // The REST guild a creation answers, not a session's:
+                    // as many members as any GUILD_CREATE carries.
+                    let members_max = u32::try_from(self.shared.limits.guild_create_members_max)
+                        .unwrap_or(u32::MAX);
+                    Ok(GuildAnswer::Guild(Box::new(self.snapshot(
+                        user_id,
+                        u64::MAX,
+                        members_max,
+                    ))))
                 } else {
                     Err(GuildError::MissingAccess)
                 };
@@ -1729,15 +1803,26 @@ impl GuildOwner {
                     };
                     let matching = self.members.values().filter(matches).count();
                     // Members are keyed by user id: paging is a range scan.
-                    let members = self
+                    let page: Vec<&MemberEntry> = self
                         .members
                         .range(after.saturating_add(1)..)
                         .map(|(_, m)| m)
                         .filter(matches)
                         .take(limit.min(self.shared.limits.members_per_page_max))
-                        .map(|m| wire_member(m, true))
                         .collect();
-                    Ok(GuildAnswer::Members(MemberPage { members, matching }))
+                    let statuses = page
+                        .iter()
+                        .filter_map(|m| {
+                            let status = self.statuses.get(&m.user.id)?;
+                            Some((m.user.id, status.clone()))
+                        })
+                        .collect();
+                    let members = page.into_iter().map(|m| wire_member(m, true)).collect();
+                    Ok(GuildAnswer::Members(MemberPage {
+                        members,
+                        matching,
+                        statuses,
+                    }))
                 } else {
                     Err(GuildError::MissingAccess)
                 };
@@ -1748,10 +1833,12 @@ impl GuildOwner {
             }
             GuildCall::Presence { user_id, status } => {
                 if self.members.contains_key(&user_id) {
-                    let data = serde_json::json!({
-                        "user": {"id": user_id.to_string()}, "guild_id": self.guild.id.to_string(),
-                        "status": status, "activities": [], "client_status": {"web": status},
-                    });
+                    if status == "offline" {
+                        self.statuses.remove(&user_id);
+                    } else {
+                        self.statuses.insert(user_id, status.clone());
+                    }
+                    let data = model::Presence::of(sf(user_id), Some(sf(self.guild.id)), &status);
                     self.publish("PRESENCE_UPDATE", intents::GUILD_PRESENCES, &data);
                 }
                 None
@@ -2056,6 +2143,10 @@ pub struct GuildDirectory {
     // non-waiting steps (a lookup, a queue push, handing the queue to a
     // loaded owner), never across an await; distinct guilds load at once.
     loading: std::sync::Mutex<Loads>,
+    // Until when loads ask the presence role nothing (ms since the epoch):
+    // set `presence_query_cooloff_ms` ahead when a question goes
+    // unanswered, so an outage of presence delays one load, not each.
+    presence_quiet_until_ms: AtomicU64,
 }
 
 impl GuildDirectory {
@@ -2090,6 +2181,7 @@ impl GuildDirectory {
                 shared.limits.fanout_outbox_event_age_ms_max,
             )),
             outbox_wake: tokio::sync::Notify::new(),
+            presence_quiet_until_ms: AtomicU64::new(0),
             owners: std::sync::RwLock::new(HashMap::new()),
             loading: std::sync::Mutex::new(Loads {
                 flights: SingleFlight::new(
@@ -2209,6 +2301,7 @@ impl GuildDirectory {
             roles: state.roles,
             members,
             voice: BTreeMap::new(),
+            statuses: HashMap::new(),
             deleted: false,
             fenced: false,
             node_name: self.node_name.clone(),
@@ -2216,6 +2309,8 @@ impl GuildDirectory {
             pulled: std::collections::HashSet::new(),
             published: VecDeque::new(),
         };
+        // Statuses first: the GUILD_CREATEs the pull sends carry them.
+        owner.statuses = self.statuses_of(&owner).await;
         self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
         let handle = OwnerHandle {
@@ -2224,6 +2319,60 @@ impl GuildDirectory {
         };
         tokio::spawn(owner.run(mailbox));
         Ok(handle)
+    }
+
+    /// The statuses of a loading owner's members, asked of the presence
+    /// role (`presence_query_*`): empty when it does not answer in time, and
+    /// then not asked again for `presence_query_cooloff_ms` (seed 001: a
+    /// presence outage degrades presence, and costs each load nothing).
+    async fn statuses_of(&self, owner: &GuildOwner) -> HashMap<i64, String> {
+        let user_ids: Vec<i64> = owner.members.keys().copied().collect();
+        self.ask_presence(owner.guild.id, &user_ids)
+            .await
+            .into_iter()
+            .filter(|(id, _)| owner.members.contains_key(id))
+            .collect()
+    }
+
+    /// The statuses of `user_ids` (of `guild_id`) that are not offline, as
+    /// the presence role knows them; nothing while it cools off after a
+    /// question it left unanswered.
+    async fn ask_presence(&self, guild_id: i64, user_ids: &[i64]) -> Vec<(i64, String)> {
+        let limits = &self.shared.limits;
+        let now = crate::state::now_ms();
+        if now < self.presence_quiet_until_ms.load(Ordering::Relaxed) {
+            self.counters
+                .presence_queries_skipped_total
+                .fetch_add(1, Ordering::Relaxed);
+            return vec![];
+        }
+        let answer = crate::presence::query(
+            self.bus.as_ref(),
+            user_ids,
+            limits.presence_query_users_max,
+            limits.presence_queries_per_load_max,
+            Duration::from_millis(limits.presence_query_timeout_ms),
+        )
+        .await;
+        match answer {
+            Some(statuses) => statuses,
+            None => {
+                self.counters
+                    .presence_queries_failed_total
+                    .fetch_add(1, Ordering::Relaxed);
+                self.presence_quiet_until_ms.store(
+                    now.saturating_add(limits.presence_query_cooloff_ms),
+                    Ordering::Relaxed,
+                );
+                crate::throttled!(
+                    warn,
+                    "guilds.presence_query_failed",
+                    guild_id,
+                    "presence role did not answer: members read as offline"
+                );
+                vec![]
+            }
+        }
     }
 
     /// A new owner asks every gateway node which of its sessions follow the
@@ -2278,6 +2427,7 @@ impl GuildDirectory {
                     follower.session_id,
                     follower.user_id,
                     follower.intents,
+                    follower.large_threshold,
                 );
             }
         }
@@ -2444,6 +2594,7 @@ impl GuildDirectory {
                 session_id: slot.id.clone(),
                 user_id: slot.user_id,
                 intents: slot.intents,
+                large_threshold: slot.large_threshold,
             },
         )
         .await
@@ -2551,6 +2702,7 @@ impl GuildDirectory {
                 session_id: slot.id.clone(),
                 user_id: slot.user_id,
                 intents: slot.intents,
+                large_threshold: slot.large_threshold,
             },
         )
         .await
@@ -2953,11 +3105,25 @@ impl GuildDirectory {
     }
 
     /// Adds `user` to the guild; whether they were new.
+    ///
+    /// A newcomer already online has no status at the owner yet (the
+    /// presence role tells owners of changes, and this is none): it is
+    /// asked for and cast to the owner, which announces it as any change.
     pub async fn add_member(&self, guild_id: i64, user: UserRow) -> Result<bool, GuildError> {
-        match self.call(guild_id, GuildCall::AddMember { user }).await? {
-            GuildAnswer::Added(new) => Ok(new),
-            other => unexpected(guild_id, &other),
+        let user_id = user.id;
+        let added = match self.call(guild_id, GuildCall::AddMember { user }).await? {
+            GuildAnswer::Added(new) => new,
+            other => return unexpected(guild_id, &other),
+        };
+        if added {
+            for (user_id, status) in self.ask_presence(guild_id, &[user_id]).await {
+                // Best effort, as every presence cast.
+                let _ = self
+                    .cast(guild_id, GuildCall::Presence { user_id, status })
+                    .await;
+            }
         }
+        Ok(added)
     }
 
     /// The REST guild object as `user_id` sees it (GET /guilds/{id}).
@@ -3090,4 +3256,54 @@ fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {
         "unexpected guild answer"
     );
     Err(GuildError::Overloaded)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    /// A gateway node that predates `large_threshold` sends none on a
+    /// subscription, a move or a follower list: the owner reads Discord's
+    /// default, and a node that sends one has it kept.
+    #[test]
+    fn calls_without_a_large_threshold_read_as_the_default() {
+        let default = guildhall_proto::gateway::LARGE_THRESHOLD_DEFAULT;
+        let subscribe: GuildCall = serde_json::from_str(
+            r#"{"Subscribe":{"node":"a","session_id":"s","user_id":1,"intents":1}}"#,
+        )
+        .unwrap();
+        let GuildCall::Subscribe {
+            large_threshold, ..
+        } = subscribe
+        else {
+            panic!("not a subscription");
+        };
+        assert_eq!(large_threshold, default);
+        let moved: GuildCall = serde_json::from_str(
+            r#"{"Move":{"from":"a","to":"b","session_id":"s","user_id":1,"intents":1}}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(moved, GuildCall::Move { large_threshold, .. } if large_threshold == default)
+        );
+        let followers: Vec<Follower> =
+            serde_json::from_str(r#"[{"session_id":"s","user_id":1,"intents":1}]"#).unwrap();
+        assert_eq!(followers[0].large_threshold, default);
+        let kept = serde_json::to_vec(&GuildCall::Subscribe {
+            node: "a".into(),
+            session_id: "s".into(),
+            user_id: 1,
+            intents: 1,
+            large_threshold: 200,
+        })
+        .unwrap();
+        assert!(matches!(
+            serde_json::from_slice(&kept).unwrap(),
+            GuildCall::Subscribe {
+                large_threshold: 200,
+                ..
+            }
+        ));
+    }
 }

@@ -216,6 +216,27 @@ impl SlotState {
     }
 }
 
+/// What IDENTIFY chose for a session besides its intents, fixed for its
+/// life and handed over with it when it moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// `shard: [id, count]`.
+    pub shard: Option<[u32; 2]>,
+    /// `large_threshold`, already read through
+    /// `guildhall_proto::gateway::large_threshold`.
+    pub large_threshold: u32,
+}
+
+impl SessionOptions {
+    /// `shard` with Discord's default `large_threshold`.
+    pub fn sharded(shard: Option<[u32; 2]>) -> Self {
+        Self {
+            shard,
+            large_threshold: guildhall_proto::gateway::LARGE_THRESHOLD_DEFAULT,
+        }
+    }
+}
+
 /// One session.
 pub struct Slot {
     /// Session id (for RESUME).
@@ -226,6 +247,9 @@ pub struct Slot {
     pub intents: u64,
     /// IDENTIFY's shard (handed over with the session when it moves).
     pub shard: Option<[u32; 2]>,
+    /// IDENTIFY's `large_threshold` as `guildhall_proto::gateway::
+    /// large_threshold` reads it (handed over with the session).
+    pub large_threshold: u32,
     state: Mutex<SlotState>,
     /// Woken as the owners confirm a move (see [`SlotState::moving`]).
     move_progress: Notify,
@@ -546,7 +570,7 @@ impl Hub {
         id: String,
         user_id: i64,
         intents: u64,
-        shard: Option<[u32; 2]>,
+        options: SessionOptions,
         out: Outlet,
         control: mpsc::Sender<Control>,
     ) -> Arc<Slot> {
@@ -554,7 +578,8 @@ impl Hub {
             id: id.clone(),
             user_id,
             intents,
-            shard,
+            shard: options.shard,
+            large_threshold: options.large_threshold,
             state: Mutex::new(SlotState {
                 seq: 0,
                 replay: ReplayBuffer::new(self.replay_events_max, self.replay_bytes_max),
@@ -584,7 +609,7 @@ impl Hub {
         id: String,
         user_id: i64,
         intents: u64,
-        shard: Option<[u32; 2]>,
+        options: SessionOptions,
         now_ms: u64,
     ) -> Option<Arc<Slot>> {
         let mut sessions = write(&self.sessions);
@@ -595,7 +620,8 @@ impl Hub {
             id: id.clone(),
             user_id,
             intents,
-            shard,
+            shard: options.shard,
+            large_threshold: options.large_threshold,
             state: Mutex::new(SlotState {
                 seq: 0,
                 replay: ReplayBuffer::new(self.replay_events_max, self.replay_bytes_max),
@@ -824,13 +850,20 @@ impl Hub {
 
     /// Up to `max` sessions that follow or want `guild_id`: (session, user,
     /// intents), for a new owner that asks.
-    pub fn followers(&self, guild_id: i64, max: usize) -> Vec<(String, i64, u64)> {
+    pub fn followers(&self, guild_id: i64, max: usize) -> Vec<(String, i64, u64, u32)> {
         read(&self.wanted)
             .get(&guild_id)
             .map(|s| {
                 s.values()
                     .take(max)
-                    .map(|slot| (slot.id.clone(), slot.user_id, slot.intents))
+                    .map(|slot| {
+                        (
+                            slot.id.clone(),
+                            slot.user_id,
+                            slot.intents,
+                            slot.large_threshold,
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -981,7 +1014,14 @@ mod tests {
         for (id, shard) in [("s0", Some([0, 2])), ("s1", Some([1, 2])), ("all", None)] {
             let (out, inlet) = socket_queue(16, 1 << 20);
             let (control, _) = mpsc::channel(4);
-            slots.push(hub.register(id.to_owned(), 7, intents::GUILDS, shard, out, control));
+            slots.push(hub.register(
+                id.to_owned(),
+                7,
+                intents::GUILDS,
+                SessionOptions::sharded(shard),
+                out,
+                control,
+            ));
             inlets.push(inlet);
         }
         let (even, odd) = (4 << 22, 5 << 22);
@@ -1005,7 +1045,14 @@ mod tests {
         let session = |id: &str, user: i64| {
             let (out, _) = socket_queue(4, 1 << 20);
             let (control, _) = mpsc::channel(4);
-            hub.register(id.to_owned(), user, intents::GUILDS, None, out, control)
+            hub.register(
+                id.to_owned(),
+                user,
+                intents::GUILDS,
+                SessionOptions::sharded(None),
+                out,
+                control,
+            )
         };
         let (gone, kept) = (session("gone", 1), session("kept", 2));
         for guild in [10, 20] {
@@ -1037,7 +1084,7 @@ mod tests {
             "s".to_owned(),
             1,
             intents::GUILDS,
-            None,
+            SessionOptions::sharded(None),
             old.clone(),
             control,
         );
@@ -1058,7 +1105,14 @@ mod tests {
         let (giver, taker) = (Hub::new(&limits), Hub::new(&limits));
         let (out, _inlet) = socket_queue(16, 1 << 20);
         let (control, _) = mpsc::channel(4);
-        let slot = giver.register("s".into(), 1, intents::GUILDS, None, out, control);
+        let slot = giver.register(
+            "s".into(),
+            1,
+            intents::GUILDS,
+            SessionOptions::sharded(None),
+            out,
+            control,
+        );
         assert!(giver.want(10, &slot));
         assert!(giver.subscribed(10, "s", None));
         let event = |n: u32| EncodedDispatch::from_json("X", &n.to_string());
@@ -1067,9 +1121,19 @@ mod tests {
         }
         // The client saw 1; the move starts.
         let adopting = taker
-            .register_adopting("s".into(), 1, intents::GUILDS, None, 0)
+            .register_adopting(
+                "s".into(),
+                1,
+                intents::GUILDS,
+                SessionOptions::sharded(None),
+                0,
+            )
             .unwrap();
-        assert!(taker.register_adopting("s".into(), 1, 0, None, 0).is_none());
+        assert!(
+            taker
+                .register_adopting("s".into(), 1, 0, SessionOptions::sharded(None), 0)
+                .is_none()
+        );
         assert!(slot.begin_move(&giver.guilds_of("s"), 0));
         assert!(!slot.begin_move(&[10], 0), "one move at a time");
         // In flight to the giver before the owner switched: recorded there.
@@ -1098,7 +1162,13 @@ mod tests {
             "must line up"
         );
         let adopting = taker
-            .register_adopting("t".into(), 1, intents::GUILDS, None, 0)
+            .register_adopting(
+                "t".into(),
+                1,
+                intents::GUILDS,
+                SessionOptions::sharded(None),
+                0,
+            )
             .unwrap();
         adopting.dispatch(&event(5), &taker.counters);
         assert!(adopting.adopt(Some(1), 4, frames, 1 << 20));
@@ -1118,7 +1188,14 @@ mod tests {
         let hub = Hub::new(&guildhall_limits::Limits::default());
         let (out, mut inlet) = socket_queue(4, 1 << 20);
         let (control, _) = mpsc::channel(4);
-        let slot = hub.register("s".to_owned(), 1, intents::GUILDS, None, out, control);
+        let slot = hub.register(
+            "s".to_owned(),
+            1,
+            intents::GUILDS,
+            SessionOptions::sharded(None),
+            out,
+            control,
+        );
         let event = EncodedDispatch::from_json("X", "{}");
         // Half of four: two paced frames fit, the third waits.
         for _ in 0..2 {

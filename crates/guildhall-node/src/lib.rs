@@ -617,6 +617,12 @@ async fn metrics(
         "Messages stored.",
         api.messages_total.load(Ordering::Relaxed),
     );
+    line(
+        "guildhall_pin_notices_failed_total",
+        "counter",
+        "Pins whose type 6 notice could not be stored.",
+        api.pin_notices_failed_total.load(Ordering::Relaxed),
+    );
     let ix = &node.interactions.counters;
     line(
         "guildhall_interactions_created_total",
@@ -741,6 +747,26 @@ async fn metrics(
             "guildhall_presence_refused_total",
             "Sessions not tracked at presence_sessions_max.",
             &node.gateway.presence.refused_total,
+        ),
+        (
+            "guildhall_presence_queries_answered_total",
+            "Guild owners' status questions the presence role answered.",
+            &node.gateway.presence.queries_answered_total,
+        ),
+        (
+            "guildhall_presence_queries_refused_total",
+            "Status questions the presence role dropped (malformed, oversized).",
+            &node.gateway.presence.queries_refused_total,
+        ),
+        (
+            "guildhall_presence_queries_failed_total",
+            "Guild loads whose status question went unanswered (went on without).",
+            &node.guilds.counters.presence_queries_failed_total,
+        ),
+        (
+            "guildhall_presence_queries_skipped_total",
+            "Guild loads that asked no statuses (presence cooling off after a failure).",
+            &node.guilds.counters.presence_queries_skipped_total,
         ),
         (
             "guildhall_users_batch_loads_total",

@@ -27,6 +27,61 @@ pub const PRESENCE_SUBJECT: &str = "presence.updates";
 /// Queue group of the presence role.
 pub const PRESENCE_QUEUE_GROUP: &str = "presence";
 
+/// Subject where the presence role answers [`PresenceQuery`] (same queue
+/// group): a loading guild owner asks for its members' statuses.
+pub const PRESENCE_QUERY_SUBJECT: &str = "presence.query";
+
+/// A guild owner's question: the statuses of these users (at most
+/// `presence_query_users_max`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PresenceQuery {
+    /// Envelope version.
+    pub v: u32,
+    /// The users.
+    pub user_ids: Vec<i64>,
+}
+
+/// The presence role's answer: those of the asked users others see as
+/// anything but offline, with that status.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct PresenceStatuses {
+    /// Envelope version.
+    pub v: u32,
+    /// (user, status), offline users left out.
+    pub statuses: Vec<(i64, String)>,
+}
+
+/// Asks the presence role for the statuses of `user_ids`, in questions of
+/// at most `users_max` ids, at most `queries_max` of them, all at once,
+/// within `timeout`. `None` when any went unanswered (role slow, absent,
+/// or its answer malformed): the caller goes on without statuses.
+pub async fn query(
+    bus: &dyn Bus,
+    user_ids: &[i64],
+    users_max: usize,
+    queries_max: usize,
+    timeout: std::time::Duration,
+) -> Option<Vec<(i64, String)>> {
+    let questions = user_ids
+        .chunks(users_max.max(1))
+        .take(queries_max)
+        .map(|chunk| {
+            let question = PresenceQuery {
+                v: guildhall_proto::bus::ENVELOPE_VERSION,
+                user_ids: chunk.to_vec(),
+            };
+            let bytes = serde_json::to_vec(&question).unwrap_or_default();
+            bus.request(PRESENCE_QUERY_SUBJECT, bytes.into(), timeout)
+        });
+    let mut statuses = Vec::new();
+    for answer in futures_util::future::join_all(questions).await {
+        let answer = answer.ok()?;
+        let answer: PresenceStatuses = serde_json::from_slice(&answer.payload).ok()?;
+        statuses.extend(answer.statuses);
+    }
+    Some(statuses)
+}
+
 /// A session's presence, as it travels on the bus.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PresenceMessage {
@@ -51,6 +106,10 @@ pub struct PresenceCounters {
     pub changes_total: AtomicU64,
     /// Sessions refused at `presence_sessions_max`.
     pub refused_total: AtomicU64,
+    /// Guild owners' status questions answered.
+    pub queries_answered_total: AtomicU64,
+    /// Status questions dropped (malformed, oversized, no inbox).
+    pub queries_refused_total: AtomicU64,
 }
 
 /// Publishes a session's presence. Never waits; a refusal is counted.
@@ -101,13 +160,34 @@ pub async fn serve(
             limits.bus_subscription_messages_max,
         )
         .await?;
+    let mut queries = bus
+        .subscribe(
+            PRESENCE_QUERY_SUBJECT,
+            Some(PRESENCE_QUEUE_GROUP),
+            limits.bus_subscription_messages_max,
+        )
+        .await?;
     let sessions_max = limits.presence_sessions_max;
     let guilds_max = limits.ready_guilds_max as i64;
+    let query_users_max = limits.presence_query_users_max;
     Ok(tokio::spawn(async move {
         // Sessions of each user in update order (a user has few sessions).
         let mut users: HashMap<i64, Vec<(String, String)>> = HashMap::new();
         let mut sessions = 0usize;
-        while let Some(message) = updates.next().await {
+        loop {
+            // Questions are answered from the same state, in the same task,
+            // between updates (each answer is one map probe per asked id).
+            let message = tokio::select! {
+                update = updates.next() => match update {
+                    Some(message) => message,
+                    None => break,
+                },
+                question = queries.next() => {
+                    let Some(question) = question else { break };
+                    answer(bus.as_ref(), &users, &question, query_users_max, &counters);
+                    continue;
+                }
+            };
             let Ok(update) = serde_json::from_slice::<PresenceMessage>(&message.payload) else {
                 crate::throttled!(
                     warn,
@@ -152,6 +232,52 @@ pub async fn serve(
             }
         }
     }))
+}
+
+/// Answers one [`PresenceQuery`]: the asked users others see online, idle
+/// or dnd. A question that does not decode, asks for more than
+/// `users_max` users or has no inbox is dropped and counted (its asker
+/// times out and goes on without statuses).
+fn answer(
+    bus: &dyn Bus,
+    users: &HashMap<i64, Vec<(String, String)>>,
+    question: &guildhall_cluster::bus::Message,
+    users_max: usize,
+    counters: &PresenceCounters,
+) {
+    let decoded = serde_json::from_slice::<PresenceQuery>(&question.payload)
+        .ok()
+        .filter(|q| q.user_ids.len() <= users_max);
+    let (Some(reply), Some(query)) = (question.reply.as_deref(), decoded) else {
+        counters
+            .queries_refused_total
+            .fetch_add(1, Ordering::Relaxed);
+        crate::throttled!(
+            warn,
+            "presence.query_refused",
+            "malformed or oversized presence query dropped"
+        );
+        return;
+    };
+    let statuses = query
+        .user_ids
+        .iter()
+        .filter_map(|id| {
+            let status = visible(users.get(id)?);
+            (status != "offline").then(|| (*id, status.to_owned()))
+        })
+        .collect();
+    let answer = PresenceStatuses {
+        v: guildhall_proto::bus::ENVELOPE_VERSION,
+        statuses,
+    };
+    if let Ok(bytes) = serde_json::to_vec(&answer) {
+        // Best effort: an asker that gave up has no inbox any more.
+        let _ = bus.publish(reply, None, bytes.into());
+        counters
+            .queries_answered_total
+            .fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

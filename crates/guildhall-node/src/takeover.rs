@@ -249,6 +249,7 @@ impl Takeovers {
             Ok(slot) => TakeoverAnswer::Prepared {
                 intents: slot.intents,
                 shard: slot.shard,
+                large_threshold: slot.large_threshold,
                 guilds: self.hub.guilds_of(&slot.id),
             },
             Err(reason) => {
@@ -405,12 +406,13 @@ impl Takeovers {
             seq,
             to_node: self.node_name.clone(),
         };
-        let (intents, shard, guilds) = match self.ask(holder, &request).await? {
+        let (intents, shard, large_threshold, guilds) = match self.ask(holder, &request).await? {
             TakeoverAnswer::Prepared {
                 intents,
                 shard,
+                large_threshold,
                 guilds,
-            } => (intents, shard, guilds),
+            } => (intents, shard, large_threshold, guilds),
             TakeoverAnswer::Refused(reason) => return Err(reason),
             TakeoverAnswer::Committed(_) => return Err(TakeoverRefusal::Unknown),
         };
@@ -423,7 +425,14 @@ impl Takeovers {
                 session_id.to_owned(),
                 user_id,
                 intents,
-                shard,
+                crate::hub::SessionOptions {
+                    shard,
+                    // The holder's value was read through the same rule; a
+                    // forged one is brought back within Discord's bounds.
+                    large_threshold: guildhall_proto::gateway::large_threshold(Some(
+                        large_threshold.into(),
+                    )),
+                },
                 crate::state::now_ms(),
             )
             .ok_or(TakeoverRefusal::Busy)?;

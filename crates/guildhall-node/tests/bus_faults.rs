@@ -186,16 +186,36 @@ async fn a_lossy_bus_loses_no_event_silently() {
 }
 
 /// Seed 001: a presence outage degrades presence only. With every message
-/// to the presence role lost, sessions keep sending op 3 and receiving
-/// messages as usual; once presence is reachable again, statuses flow.
+/// to the presence role lost, guilds load (without statuses), sessions
+/// keep sending op 3 and receiving messages as usual; once presence is
+/// reachable again, statuses flow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_presence_outage_degrades_presence_only() {
     let limits = Limits::default();
     let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
     let outage = Arc::new(DroppingBus::new(local, "presence.", 1_000_000, 1));
+    outage.set_drop_requests(true);
     let node = TestNode::with_bus(limits, None, Some(outage.clone())).await;
     let (owner, _) = node.register("owner").await;
     let (_guild, channel) = node.guild(&owner, "presence").await;
+    // The guild loaded all the same: its owner's question for statuses
+    // was lost and counted, and the next load asks nothing while presence
+    // cools off (so an outage slows one load, not each).
+    assert_eq!(
+        node.metric("guildhall_presence_queries_failed_total").await,
+        1
+    );
+    let (other, _) = node.register("other").await;
+    node.guild(&other, "another").await;
+    assert_eq!(
+        node.metric("guildhall_presence_queries_failed_total").await,
+        1
+    );
+    assert!(
+        node.metric("guildhall_presence_queries_skipped_total")
+            .await
+            >= 1
+    );
     let wanted = intents::GUILDS
         | intents::GUILD_MESSAGES
         | intents::MESSAGE_CONTENT

@@ -635,9 +635,11 @@ async fn a_guild_cannot_outgrow_its_guild_create() {
 }
 
 /// GUILD_CREATE carries at most `guild_create_members_max` members, the
-/// session's own first, and says `large` when it does not carry them all
-/// (clients then ask with op 8, as for Discord's large guilds).
-#[tokio::test]
+/// session's own first, and says `large` when the guild has more (clients
+/// then ask with op 8, as for Discord's large guilds), whose members it
+/// carries only when online; without GUILD_PRESENCES only the session's
+/// own member, as Discord documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guild_create_carries_the_sessions_member_first_and_what_fits() {
     let node = TestNode::with_limits(Limits {
         rest_rate_limit_per_window: 1_000_000,
@@ -648,18 +650,134 @@ async fn guild_create_carries_the_sessions_member_first_and_what_fits() {
     let (owner, _) = node.register("owner").await;
     let (_, channel) = node.guild(&owner, "Crowded").await;
     let code = node.invite(&owner, &channel).await;
-    node.join_all(&code, &["m1", "m2", "m3"]).await;
+    let mut online = vec![];
+    for name in ["m1", "m2", "m3"] {
+        let (token, id) = node.register(name).await;
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(&token), None)
+            .await;
+        assert_eq!(status, 200);
+        online.push((token, id));
+    }
     let (last, last_id) = node.register("last").await;
     let (status, _) = node
         .call("POST", &format!("/invites/{code}"), Some(&last), None)
         .await;
     assert_eq!(status, 200);
+    // The owner stays offline; m1..m3 come online, which a watcher hears.
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher
+        .identify(&last, intents::GUILDS | intents::GUILD_PRESENCES)
+        .await;
+    watcher.dispatch("GUILD_CREATE").await;
+    let mut sessions = vec![];
+    for (token, id) in &online {
+        let mut session = Client::connect(&node.ws).await;
+        session.identify(token, intents::GUILDS).await;
+        sessions.push(session);
+        loop {
+            let update = watcher.dispatch("PRESENCE_UPDATE").await;
+            if update["d"]["user"]["id"] == id.as_str() {
+                break;
+            }
+        }
+    }
     let mut client = Client::connect(&node.ws).await;
-    client.identify(&last, intents::GUILDS).await;
+    client
+        .identify(&last, intents::GUILDS | intents::GUILD_PRESENCES)
+        .await;
     let guild_create = client.dispatch("GUILD_CREATE").await;
     let members = guild_create["d"]["members"].as_array().unwrap();
     assert_eq!(members.len(), 3);
     assert_eq!(members[0]["user"]["id"], last_id.as_str());
+    // Online members only: never the offline owner.
+    let ids: Vec<&Value> = members.iter().map(|m| &m["user"]["id"]).collect();
+    assert!(
+        ids[1..]
+            .iter()
+            .all(|id| online.iter().any(|(_, o)| *id == o.as_str())),
+        "{ids:?}"
+    );
     assert_eq!(guild_create["d"]["member_count"], 5);
     assert_eq!(guild_create["d"]["large"], true);
+
+    let mut client = Client::connect(&node.ws).await;
+    client.identify(&last, intents::GUILDS).await;
+    let guild_create = client.dispatch("GUILD_CREATE").await;
+    let members = guild_create["d"]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 1, "own member only");
+    assert_eq!(members[0]["user"]["id"], last_id.as_str());
+}
+
+/// IDENTIFY's `large_threshold` is the session's own (Discord's 50 to
+/// 250, default 50; out of range taken at the nearer end): a guild with
+/// more members is `large` for that session and its GUILD_CREATE (with
+/// GUILD_PRESENCES) stops carrying offline members, the session's own
+/// first; a session with a threshold at or above the count gets them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guild_create_follows_each_sessions_large_threshold() {
+    const MEMBERS: usize = 60;
+    let node = TestNode::with_limits(Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        rest_auth_rate_limit_per_window: 1_000_000,
+        ..Limits::default()
+    })
+    .await;
+    let (owner, _) = node.register("owner").await;
+    let (_, channel) = node.guild(&owner, "Sixty").await;
+    let code = node.invite(&owner, &channel).await;
+    let names: Vec<String> = (1..MEMBERS - 1).map(|i| format!("member{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    node.join_all(&code, &names).await;
+    let (last, last_id) = node.register("last").await;
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&last), None)
+        .await;
+    assert_eq!(status, 200);
+
+    // (members carried, large) of `threshold`'s GUILD_CREATE, with
+    // GUILD_PRESENCES (without it Discord sends only the session's member).
+    let guild_create = |threshold: Option<i64>| {
+        let (node, last, last_id) = (&node, last.clone(), last_id.clone());
+        async move {
+            let mut client = Client::connect(&node.ws).await;
+            assert_eq!(client.next().await.unwrap()["op"], 10);
+            let mut identify = json!({"token": format!("Bot {last}"),
+                "intents": intents::GUILDS | intents::GUILD_PRESENCES,
+                "properties": {"os": "linux", "browser": "test", "device": "test"}});
+            if let Some(threshold) = threshold {
+                identify["large_threshold"] = json!(threshold);
+            }
+            client.send(json!({"op": 2, "d": identify})).await;
+            client.dispatch("READY").await;
+            let guild = client.dispatch("GUILD_CREATE").await["d"].clone();
+            let members = guild["members"].as_array().unwrap();
+            assert_eq!(
+                members[0]["user"]["id"],
+                last_id.as_str(),
+                "own member first"
+            );
+            assert_eq!(guild["member_count"], MEMBERS, "{}", guild["member_count"]);
+            (members.len(), guild["large"].as_bool().unwrap())
+        }
+    };
+    // Everyone but the session's user is offline: a guild `large` for the
+    // session carries its own member only, one within its threshold all.
+    assert_eq!(guild_create(None).await, (1, true), "Discord's default");
+    assert_eq!(guild_create(Some(59)).await, (1, true));
+    assert_eq!(guild_create(Some(60)).await, (MEMBERS, false), "not above");
+    assert_eq!(guild_create(Some(250)).await, (MEMBERS, false));
+    assert_eq!(guild_create(Some(10)).await, (1, true), "below 50");
+    assert_eq!(
+        guild_create(Some(100_000)).await,
+        (MEMBERS, false),
+        "above 250"
+    );
+    assert_eq!(guild_create(Some(-1)).await, (1, true), "negative");
+    // Without GUILD_PRESENCES: the own member, and `large` as before.
+    let mut client = Client::connect(&node.ws).await;
+    client.identify(&last, intents::GUILDS).await;
+    let guild = client.dispatch("GUILD_CREATE").await["d"].clone();
+    assert_eq!(guild["members"].as_array().unwrap().len(), 1, "{guild}");
+    assert_eq!(guild["large"], true);
 }

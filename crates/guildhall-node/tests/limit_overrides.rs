@@ -65,14 +65,18 @@ async fn page_size_overrides_bound_what_get_returns() {
     assert_eq!(status, 200, "{messages}");
     assert_eq!(messages.as_array().unwrap().len(), PAGE_MAX, "{messages}");
 
+    // GUILD_PRESENCES: Discord sends other members only with it. Four
+    // members are more than the override lets GUILD_CREATE carry, so the
+    // guild is `large` and carries its online members only: the session's
+    // own (m1..m3 never connect).
     let mut client = Client::connect(&node.ws).await;
-    client.identify(&token, intents::GUILDS).await;
+    client
+        .identify(&token, intents::GUILDS | intents::GUILD_PRESENCES)
+        .await;
     let guild_create = client.dispatch("GUILD_CREATE").await;
     assert_eq!(guild_create["d"]["member_count"], 4);
-    assert_eq!(
-        guild_create["d"]["members"].as_array().unwrap().len(),
-        PAGE_MAX
-    );
+    assert_eq!(guild_create["d"]["large"], true);
+    assert_eq!(guild_create["d"]["members"].as_array().unwrap().len(), 1);
     node.stop().await;
 }
 

@@ -104,6 +104,11 @@ async fn heard_none_of(
         let frame = session.next().await.unwrap();
         let name = frame["t"].as_str().unwrap_or_default();
         assert!(!forbidden.contains(&name), "announced: {frame}");
+        // A pin that changed nothing posts no "pinned a message" notice.
+        assert!(
+            !(name == "MESSAGE_CREATE" && frame["d"]["type"] == 6),
+            "notice: {frame}"
+        );
         if name == "MESSAGE_CREATE" && frame["d"]["content"] == "sentinel" {
             return;
         }
@@ -429,6 +434,16 @@ async fn pinned_everywhere(node: &TestNode, token: &str, channel: &str, id: &str
     (in_history, read["pinned"].as_bool().unwrap())
 }
 
+/// The `pinned` of `id` in `channel`'s history.
+async fn pinned_in_history(node: &TestNode, token: &str, channel: &str, id: &str) -> bool {
+    let history = node.history(token, channel).await;
+    let message = history
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("{id} not in history"));
+    message["pinned"].as_bool().unwrap()
+}
+
 /// `GET /channels/{channel}/messages/pins{query}`: (message ids, pinned_at
 /// of each, has_more), every message `pinned: true`.
 async fn pins(
@@ -517,6 +532,43 @@ async fn pins_are_announced_shown_paged_and_idempotent() {
     assert_eq!(update["channel_id"], channel.as_str(), "{update}");
     let first_pinned_at = update["last_pin_timestamp"].as_str().unwrap().to_owned();
     assert!(first_pinned_at.ends_with("+00:00"), "{update}");
+    // Then the pinner's "pinned a message" notice (type 6), referring to
+    // the message without embedding it.
+    let notice = session.dispatch("MESSAGE_CREATE").await["d"].clone();
+    assert_eq!(notice["type"], 6, "{notice}");
+    assert_eq!(notice["content"], "", "{notice}");
+    assert_eq!(notice["author"]["id"], pinner_id.as_str(), "{notice}");
+    assert_eq!(
+        notice["member"]["roles"].as_array().map(Vec::len),
+        Some(1),
+        "{notice}"
+    );
+    assert_eq!(
+        notice["message_reference"]["message_id"],
+        first.as_str(),
+        "{notice}"
+    );
+    assert_eq!(notice["message_reference"]["channel_id"], channel.as_str());
+    assert_eq!(notice["message_reference"]["guild_id"], guild.as_str());
+    assert!(notice.get("referenced_message").is_none(), "{notice}");
+    let notice_path = format!("/channels/{channel}/messages/{}", id_of(&notice));
+    let (status, body) = node
+        .call(
+            "PATCH",
+            &notice_path,
+            Some(&pinner),
+            Some(json!({"content": "x"})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (400, json!(50021)),
+        "{body}"
+    );
+    let (status, read) = node.call("GET", &notice_path, Some(&member), None).await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(read["type"], 6, "{read}");
+    assert_eq!(read["message_reference"]["message_id"], first.as_str());
     assert_eq!(
         pinned_everywhere(&node, &member, &channel, &first).await,
         (true, true)
@@ -738,7 +790,7 @@ async fn a_channel_holds_at_most_pins_per_channel_max_pins() {
     no_content(&node, "PUT", &pin(&messages[PINS_MAX]), &owner).await;
     let (ids, _, _) = pins(&node, &owner, &channel, "").await;
     assert_eq!(ids, [messages[2].clone(), messages[1].clone()]);
-    // Page sizes: the default limit is the page cap (50), so all show.
+    // The deprecated list, without a limit, holds them all.
     let (status, listed) = node
         .call(
             "GET",
@@ -809,7 +861,7 @@ async fn pins_in_a_dm_are_its_members_and_announced_to_them() {
         .await;
     assert_eq!(status, 200, "{read}");
     assert_eq!(read["pinned"], true, "{read}");
-    assert_eq!(node.history(&alice, &dm).await[0]["pinned"], true);
+    assert!(pinned_in_history(&node, &alice, &dm, &message).await);
 
     no_content(&node, "DELETE", &pin, &alice).await;
     let update = bob_session.dispatch("CHANNEL_PINS_UPDATE").await["d"].clone();
@@ -818,7 +870,7 @@ async fn pins_in_a_dm_are_its_members_and_announced_to_them() {
         json!({"channel_id": dm, "last_pin_timestamp": null})
     );
     assert_eq!(pins(&node, &bob, &dm, "").await, (vec![], vec![], false));
-    assert_eq!(node.history(&bob, &dm).await[0]["pinned"], false);
+    assert!(!pinned_in_history(&node, &bob, &dm, &message).await);
 }
 
 /// A message's `reactions` on every read of it: one entry per emoji with
@@ -975,14 +1027,14 @@ async fn dm_members_edit_delete_and_react_and_moderate_nothing() {
     let path = format!("/channels/{dm}/messages/{message}");
     let reactions = format!("{path}/reactions");
 
-    // Only its author edits it; outsiders do not reach it at all.
+    // Only its author edits it (50005 for anyone else); outsiders do not reach it at all.
     let edit = json!({"content": "hello again"});
     let (status, body) = node
         .call("PATCH", &path, Some(&bob), Some(edit.clone()))
         .await;
     assert_eq!(
         (status, body["code"].clone()),
-        (403, json!(50013)),
+        (403, json!(50005)),
         "{body}"
     );
     let (status, body) = node
@@ -1121,4 +1173,54 @@ async fn a_new_emoji_needs_add_reactions_and_joining_one_does_not() {
     assert_eq!(read["reactions"][0]["me"], true, "{read}");
     // Another new one is still refused.
     refused(&node, "PUT", &react(TADA), &member, 403, 50013).await;
+}
+
+/// Discord: a member without READ_MESSAGE_HISTORY gets an empty list of
+/// pins (not an error), on the current route and the deprecated one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_are_empty_without_read_message_history() {
+    let node = node_with(Limits::default()).await;
+    let (owner, _) = node.register("owner").await;
+    let (guild, channel) = node.guild(&owner, "no history").await;
+    let code = node.invite(&owner, &channel).await;
+    let (member, _) = join(&node, &code, "member").await;
+    let message = post(&node, &owner, &channel, "pinned").await;
+    no_content(
+        &node,
+        "PUT",
+        &format!("/channels/{channel}/messages/pins/{message}"),
+        &owner,
+    )
+    .await;
+    let list = |token: String, path: String| {
+        let node = &node;
+        async move {
+            let (status, body) = node.call("GET", &path, Some(&token), None).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            body
+        }
+    };
+    let current = format!("/channels/{channel}/messages/pins");
+    let legacy = format!("/channels/{channel}/pins");
+    assert_eq!(
+        list(member.clone(), current.clone()).await["items"][0]["message"]["id"],
+        message.as_str()
+    );
+    // @everyone (the role with the guild's id) keeps VIEW_CHANNEL only.
+    let (status, everyone) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild}/roles/{guild}"),
+            Some(&owner),
+            Some(json!({"permissions": (1u64 << 10).to_string()})),
+        )
+        .await;
+    assert_eq!(status, 200, "{everyone}");
+    assert_eq!(
+        list(member.clone(), current.clone()).await,
+        json!({"items": [], "has_more": false})
+    );
+    assert_eq!(list(member.clone(), legacy.clone()).await, json!([]));
+    // The owner still sees it.
+    assert_eq!(list(owner.clone(), legacy).await[0]["id"], message.as_str());
 }

@@ -543,7 +543,7 @@ async fn permissions_unknown_webhooks_and_tokens_are_refused() {
             Some(json!({"content": "mine now"})),
         )
         .await;
-    assert_error(status, &body, 403, 50013);
+    assert_error(status, &body, 403, 50005);
     let contents: Vec<Value> = g
         .history(&g.channel)
         .await

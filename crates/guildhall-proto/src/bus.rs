@@ -199,6 +199,10 @@ pub struct TakeoverReply {
     pub body: TakeoverAnswer,
 }
 
+fn default_large_threshold() -> u32 {
+    crate::gateway::LARGE_THRESHOLD_DEFAULT
+}
+
 /// What the holder says.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -209,6 +213,10 @@ pub enum TakeoverAnswer {
         intents: u64,
         /// Its shard.
         shard: Option<[u32; 2]>,
+        /// Its IDENTIFY's `large_threshold` (absent from a node that
+        /// predates it: Discord's default).
+        #[serde(default = "default_large_threshold")]
+        large_threshold: u32,
         /// The guilds it follows.
         guilds: Vec<i64>,
     },
@@ -415,6 +423,37 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use proptest::prelude::*;
+
+    /// A holder that predates `large_threshold` sends none: the session
+    /// keeps Discord's default; one that sends it keeps its own.
+    #[test]
+    fn prepared_without_a_large_threshold_reads_as_the_default() {
+        let old: TakeoverAnswer =
+            serde_json::from_str(r#"{"prepared":{"intents":1,"shard":null,"guilds":[5]}}"#)
+                .unwrap();
+        let TakeoverAnswer::Prepared {
+            large_threshold, ..
+        } = old
+        else {
+            panic!("not prepared");
+        };
+        assert_eq!(large_threshold, crate::gateway::LARGE_THRESHOLD_DEFAULT);
+        let new = TakeoverAnswer::Prepared {
+            intents: 1,
+            shard: None,
+            large_threshold: 120,
+            guilds: vec![],
+        };
+        let back: TakeoverAnswer =
+            serde_json::from_slice(&serde_json::to_vec(&new).unwrap()).unwrap();
+        assert!(matches!(
+            back,
+            TakeoverAnswer::Prepared {
+                large_threshold: 120,
+                ..
+            }
+        ));
+    }
 
     #[test]
     fn envelopes_round_trip_and_carry_raw_data_verbatim() {

@@ -73,6 +73,8 @@ pub enum ErrorCode {
     BotsCannotUse,
     /// 50003: a guild-only action (a moderator's removal) asked of a DM.
     CannotExecuteOnDm,
+    /// 50005: an edit of a message another user wrote (403).
+    CannotEditOthersMessage,
 }
 
 impl ErrorCode {
@@ -111,6 +113,7 @@ impl ErrorCode {
             ErrorCode::InteractionAlreadyAcknowledged => 40060,
             ErrorCode::BotsCannotUse => 20001,
             ErrorCode::CannotExecuteOnDm => 50003,
+            ErrorCode::CannotEditOthersMessage => 50005,
         }
     }
 
@@ -157,6 +160,7 @@ impl ErrorCode {
             }
             ErrorCode::BotsCannotUse => "Bots cannot use this endpoint",
             ErrorCode::CannotExecuteOnDm => "Cannot execute action on a DM channel",
+            ErrorCode::CannotEditOthersMessage => "Cannot edit a message authored by another user",
         }
     }
 
@@ -168,7 +172,8 @@ impl ErrorCode {
             | ErrorCode::MissingPermissions
             | ErrorCode::NotApplicationOwner
             | ErrorCode::BotsCannotUse
-            | ErrorCode::CannotExecuteOnDm => 403,
+            | ErrorCode::CannotExecuteOnDm
+            | ErrorCode::CannotEditOthersMessage => 403,
             ErrorCode::General
             | ErrorCode::UnknownApplication
             | ErrorCode::UnknownChannel

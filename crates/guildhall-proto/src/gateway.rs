@@ -154,9 +154,10 @@ pub struct Identify {
     /// compression (the URL's `compress`), as Discord does.
     #[serde(default)]
     pub compress: Option<bool>,
-    /// Members above which a guild is "large".
+    /// Members above which a guild is "large" (read through
+    /// [`large_threshold`]).
     #[serde(default)]
-    pub large_threshold: Option<u32>,
+    pub large_threshold: Option<i64>,
     /// `[shard_id, num_shards]`.
     #[serde(default)]
     pub shard: Option<[u32; 2]>,
@@ -332,6 +333,27 @@ pub fn parse(payload: &[u8], payload_bytes_max: usize) -> Result<Inbound, Inboun
     })
 }
 
+/// IDENTIFY's `large_threshold` when absent (Discord's default).
+pub const LARGE_THRESHOLD_DEFAULT: u32 = 50;
+/// The smallest `large_threshold` Discord takes.
+pub const LARGE_THRESHOLD_MIN: u32 = 50;
+/// The largest `large_threshold` Discord takes.
+pub const LARGE_THRESHOLD_MAX: u32 = 250;
+
+/// The session's `large_threshold`: the member count above which its
+/// GUILD_CREATEs are `large` and carry at most that many members (the rest
+/// come with op 8). Discord documents "value between 50 and 250, default
+/// 50"; a value outside is taken at the nearer end rather than refused,
+/// since libraries pass their users' setting through unchecked and a
+/// closed session for a tuning knob would be worse than a clamped one.
+pub fn large_threshold(requested: Option<i64>) -> u32 {
+    let clamped = requested
+        .unwrap_or(LARGE_THRESHOLD_DEFAULT.into())
+        .clamp(LARGE_THRESHOLD_MIN.into(), LARGE_THRESHOLD_MAX.into());
+    // Within 50..=250 after the clamp.
+    u32::try_from(clamped).unwrap_or(LARGE_THRESHOLD_DEFAULT)
+}
+
 /// Op 10 HELLO.
 pub fn hello_frame(heartbeat_interval_ms: u64) -> String {
     format!(r#"{{"op":10,"d":{{"heartbeat_interval":{heartbeat_interval_ms}}},"s":null,"t":null}}"#)
@@ -433,6 +455,17 @@ impl EncodedDispatch {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn large_threshold_defaults_to_50_and_stays_within_50_to_250() {
+        assert_eq!(super::large_threshold(None), 50);
+        assert_eq!(super::large_threshold(Some(100)), 100);
+        assert_eq!(super::large_threshold(Some(250)), 250);
+        assert_eq!(super::large_threshold(Some(0)), 50);
+        assert_eq!(super::large_threshold(Some(10_000)), 250);
+        assert_eq!(super::large_threshold(Some(-1)), 50);
+        assert_eq!(super::large_threshold(Some(i64::MAX)), 250);
+    }
+
     use super::*;
 
     const MAX: usize = guildhall_limits::GATEWAY_PAYLOAD_BYTES_MAX;

@@ -230,6 +230,55 @@ pub struct WebhooksUpdate {
 /// An always-empty list whose element type libraries never see.
 pub type Empty = Vec<serde_json::Value>;
 
+/// A member's presence, as GUILD_CREATE, GUILD_MEMBERS_CHUNK and
+/// PRESENCE_UPDATE carry it (Discord's Presence Update object; statuses
+/// are set from one client, reported as `web`, and there are no
+/// activities).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Presence {
+    /// The user (only `id` is sure to be there, as Discord documents).
+    pub user: PresenceUser,
+    /// The guild; absent inside a guild's own GUILD_CREATE and chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guild_id: Option<Snowflake>,
+    /// online, idle, dnd or offline.
+    pub status: String,
+    /// Activities (none are set here).
+    pub activities: Vec<serde_json::Value>,
+    /// Status per client platform.
+    pub client_status: ClientStatus,
+}
+
+/// A presence's user: its id.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PresenceUser {
+    /// Id.
+    pub id: Snowflake,
+}
+
+/// A presence's status per platform (only the ones with a session).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClientStatus {
+    /// The web client's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web: Option<String>,
+}
+
+impl Presence {
+    /// `user_id`'s presence with `status`, set from one (web) client.
+    pub fn of(user_id: Snowflake, guild_id: Option<Snowflake>, status: &str) -> Self {
+        Self {
+            user: PresenceUser { id: user_id },
+            guild_id,
+            status: status.to_owned(),
+            activities: vec![],
+            client_status: ClientStatus {
+                web: (status != "offline").then(|| status.to_owned()),
+            },
+        }
+    }
+}
+
 /// GUILD_CREATE's payload: a complete guild.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Guild {
@@ -317,8 +366,8 @@ pub struct Guild {
     pub channels: Vec<Channel>,
     /// Threads.
     pub threads: Empty,
-    /// Presences.
-    pub presences: Empty,
+    /// Presences of the members it carries who are not offline.
+    pub presences: Vec<Presence>,
     /// Stage instances.
     pub stage_instances: Empty,
     /// Scheduled events.

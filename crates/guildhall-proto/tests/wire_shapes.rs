@@ -709,3 +709,22 @@ fn reply_carries_its_reference_one_level_deep() {
     assert!(plain.get("message_reference").is_none());
     assert!(plain.get("referenced_message").is_none());
 }
+
+/// A presence as GUILD_CREATE, GUILD_MEMBERS_CHUNK and PRESENCE_UPDATE
+/// carry it: Discord's Presence Update fields, `guild_id` only where it
+/// names the guild, the status per client only for a client that is on.
+#[test]
+fn presences_have_the_documented_fields() {
+    let user = id(1_000_000_000_000_000_002);
+    let guild = id(1_000_000_000_000_000_009);
+    assert_eq!(
+        serde_json::to_value(Presence::of(user, Some(guild), "dnd")).unwrap(),
+        serde_json::json!({"user": {"id": "1000000000000000002"}, "guild_id": "1000000000000000009",
+            "status": "dnd", "activities": [], "client_status": {"web": "dnd"}})
+    );
+    assert_eq!(
+        serde_json::to_value(Presence::of(user, None, "offline")).unwrap(),
+        serde_json::json!({"user": {"id": "1000000000000000002"}, "status": "offline",
+            "activities": [], "client_status": {}})
+    );
+}

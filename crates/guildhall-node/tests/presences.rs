@@ -1,0 +1,178 @@
+//! Presences beyond PRESENCE_UPDATE, as Discord's gateway documents them:
+//! GUILD_CREATE's `presences` (with GUILD_PRESENCES, offline members left
+//! out), op 8's `presences: true` (only with GUILD_PRESENCES), and the
+//! REST guild's `approximate_presence_count`; a member who joins while
+//! online is announced online; and a presence role that does not answer
+//! costs a guild load its statuses, not the load itself.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{Client, TestNode};
+use guildhall_limits::Limits;
+use guildhall_proto::intents;
+use serde_json::{Value, json};
+
+const WATCH: u64 = intents::GUILDS | intents::GUILD_MEMBERS | intents::GUILD_PRESENCES;
+
+/// (user id, status) of a list of presences, by user id.
+fn statuses(presences: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = presences
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {presences}"))
+        .iter()
+        .map(|p| {
+            assert_eq!(p["activities"], json!([]), "{p}");
+            assert_eq!(p["client_status"]["web"], p["status"], "{p}");
+            (
+                p["user"]["id"].as_str().unwrap().to_owned(),
+                p["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Reads `client` up to the PRESENCE_UPDATE saying `user_id` is `status`.
+async fn presence_of(client: &mut Client, user_id: &str, status: &str) -> Value {
+    loop {
+        let update = client.dispatch("PRESENCE_UPDATE").await;
+        if update["d"]["user"]["id"] == user_id && update["d"]["status"] == status {
+            return update["d"].clone();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guild_create_chunks_and_counts_carry_the_members_statuses() {
+    let node = TestNode::with_limits(Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        ..Limits::default()
+    })
+    .await;
+    let (owner, owner_id) = node.register("owner").await;
+    let (guild, channel) = node.guild(&owner, "Statuses").await;
+    let code = node.invite(&owner, &channel).await;
+    let (alice, alice_id) = node.register("alice").await;
+    let (bob, _) = node.register("bob").await;
+    for token in [&alice, &bob] {
+        let (status, body) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher.identify(&owner, WATCH).await;
+    watcher.dispatch("GUILD_CREATE").await;
+    // Alice comes online and turns to dnd; bob never connects. (The
+    // owner's own READY went to the presence role before hers, so the
+    // guild's owner has it once hers is heard.)
+    let mut session = Client::connect(&node.ws).await;
+    session.identify(&alice, intents::GUILDS).await;
+    presence_of(&mut watcher, &alice_id, "online").await;
+    session
+        .send(
+            json!({"op": 3, "d": {"since": null, "activities": [], "status": "dnd", "afk": false}}),
+        )
+        .await;
+    let update = presence_of(&mut watcher, &alice_id, "dnd").await;
+    assert_eq!(update["guild_id"], guild.as_str(), "{update}");
+    let want = {
+        let mut want = vec![
+            (owner_id.clone(), "online".to_owned()),
+            (alice_id.clone(), "dnd".to_owned()),
+        ];
+        want.sort();
+        want
+    };
+
+    // A new session with GUILD_PRESENCES: its GUILD_CREATE says so, and
+    // nothing for bob (offline). Without it: no presences, own member only.
+    let mut reader = Client::connect(&node.ws).await;
+    reader.identify(&owner, WATCH).await;
+    let created = reader.dispatch("GUILD_CREATE").await["d"].clone();
+    assert_eq!(
+        statuses(&created["presences"]),
+        want,
+        "{}",
+        created["presences"]
+    );
+    assert!(created["presences"][0].get("guild_id").is_none());
+    assert_eq!(created["members"].as_array().unwrap().len(), 3);
+    let mut blind = Client::connect(&node.ws).await;
+    blind
+        .identify(&owner, intents::GUILDS | intents::GUILD_MEMBERS)
+        .await;
+    let created = blind.dispatch("GUILD_CREATE").await["d"].clone();
+    assert_eq!(created["presences"], json!([]), "{created}");
+
+    // Op 8 with `presences: true`: the chunk's members' statuses; without
+    // GUILD_PRESENCES the flag counts for nothing.
+    let request =
+        json!({"op": 8, "d": {"guild_id": guild, "query": "", "limit": 0, "presences": true}});
+    reader.send(request.clone()).await;
+    let chunk = reader.dispatch("GUILD_MEMBERS_CHUNK").await["d"].clone();
+    assert_eq!(chunk["members"].as_array().unwrap().len(), 3, "{chunk}");
+    assert_eq!(statuses(&chunk["presences"]), want, "{chunk}");
+    blind.send(request).await;
+    let chunk = blind.dispatch("GUILD_MEMBERS_CHUNK").await["d"].clone();
+    assert!(chunk.get("presences").is_none(), "{chunk}");
+
+    // The REST guild counts them.
+    let (status, rest) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild}?with_counts=true"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{rest}");
+    assert_eq!(rest["approximate_member_count"], 3, "{rest}");
+    assert_eq!(rest["approximate_presence_count"], 2, "{rest}");
+
+    // Alice turns invisible: offline to others, and no longer among the
+    // presences.
+    session
+        .send(json!({"op": 3, "d": {"since": null, "activities": [], "status": "invisible", "afk": false}}))
+        .await;
+    let update = presence_of(&mut watcher, &alice_id, "offline").await;
+    assert_eq!(update["client_status"], json!({}), "{update}");
+    let mut late = Client::connect(&node.ws).await;
+    late.identify(&owner, WATCH).await;
+    let created = late.dispatch("GUILD_CREATE").await["d"].clone();
+    assert_eq!(
+        statuses(&created["presences"]),
+        [(owner_id.clone(), "online".to_owned())]
+    );
+}
+
+/// A user who joins while online is announced online to the guild (the
+/// presence role tells owners of changes only, and a join is none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_who_joins_online_is_announced_online() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("owner").await;
+    let (_, channel) = node.guild(&owner, "Joins").await;
+    let code = node.invite(&owner, &channel).await;
+    let (carol, carol_id) = node.register("carol").await;
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher.identify(&owner, WATCH).await;
+    watcher.dispatch("GUILD_CREATE").await;
+    // Carol is online, in no guild yet, and idle.
+    let mut session = Client::connect(&node.ws).await;
+    session.identify(&carol, intents::GUILDS).await;
+    session
+        .send(json!({"op": 3, "d": {"since": null, "activities": [], "status": "idle", "afk": false}}))
+        .await;
+    // A round trip of the presence role: its answer to the join below
+    // follows this update.
+    let (status, body) = node
+        .call("POST", &format!("/invites/{code}"), Some(&carol), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    watcher.dispatch("GUILD_MEMBER_ADD").await;
+    presence_of(&mut watcher, &carol_id, "idle").await;
+}
