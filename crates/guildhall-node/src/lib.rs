@@ -779,6 +779,16 @@ async fn metrics(
             &users.batch_refused_total,
         ),
         (
+            "guildhall_users_invalidations_unsent_total",
+            "User invalidations the bus refused (other nodes' caches expire instead).",
+            &users.invalidations_unsent_total,
+        ),
+        (
+            "guildhall_users_invalidations_heard_total",
+            "User invalidations heard from the bus (every node's).",
+            &users.invalidations_heard_total,
+        ),
+        (
             "guildhall_bus_published_total",
             "Messages published on the bus by this node's roles.",
             &node.bus.stats().published_total,
@@ -1441,6 +1451,13 @@ pub async fn run(
         roles.push(takeovers.serve().await.map_err(bus_error)?);
     }
     let users = guildhall_users::Users::new(shared.store.clone(), &config.limits, bus.clone());
+    // Every node: any node may cache a token that another node revokes.
+    roles.push(
+        users
+            .listen_invalidations(config.limits.bus_subscription_messages_max)
+            .await
+            .map_err(bus_error)?,
+    );
     let presence_counters = Arc::new(presence::PresenceCounters::default());
     if config.runs(Role::Users) {
         roles.push(users.serve(&config.limits).await.map_err(bus_error)?);

@@ -376,3 +376,67 @@ async fn an_owner_loads_its_members_in_batches_from_the_users_role() {
     assert_eq!(node.metric("guildhall_users_batch_loads_total").await, 3);
     node.stop().await;
 }
+
+/// A token reset on one node stops the old token on every node at once:
+/// the invalidation crosses the bus, so a node that had the token cached
+/// (with a cache TTL far beyond the test) refuses it as soon as it hears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_reset_on_one_node_is_refused_on_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let limits = Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        // No expiry helps: only the invalidation can evict.
+        users_cache_ttl_ms: 3_600_000,
+        ..Limits::default()
+    };
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let a = TestNode::member_with(
+        "a",
+        1,
+        dir.path(),
+        registry.clone(),
+        bus.clone(),
+        limits.clone(),
+    )
+    .await;
+    // Started (its migrations run) before the second node opens the
+    // database.
+    a.metric("guildhall_ring_members").await;
+    let b = TestNode::member_with("b", 2, dir.path(), registry, bus, limits).await;
+    let (owner, _) = a.register("owner").await;
+    let (guild_id, _) = a.guild(&owner, "tokens").await;
+    let (app_id, old) = a.bot_in(&owner, &guild_id).await;
+    // Node b caches the bot's token.
+    let (status, me) = b.call("GET", "/users/@me", Some(&old), None).await;
+    assert_eq!(status, 200, "{me}");
+    let heard_before = b.metric("guildhall_users_invalidations_heard_total").await;
+
+    let (status, reset) = a
+        .call(
+            "POST",
+            &format!("/applications/{app_id}/bot/reset"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{reset}");
+    let new = reset["token"].as_str().unwrap().to_owned();
+    let mut polls = 0;
+    while b.call("GET", "/users/@me", Some(&old), None).await.0 != 401 {
+        polls += 1;
+        assert!(polls < RING_POLLS_MAX, "node b still takes the old token");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(b.metric("guildhall_users_invalidations_heard_total").await > heard_before);
+    assert_eq!(
+        a.metric("guildhall_users_invalidations_unsent_total").await,
+        0
+    );
+    let (status, me) = b.call("GET", "/users/@me", Some(&new), None).await;
+    assert_eq!(status, 200, "{me}");
+    // And on a, which reset it.
+    assert_eq!(a.call("GET", "/users/@me", Some(&old), None).await.0, 401);
+    b.stop().await;
+    a.stop().await;
+}

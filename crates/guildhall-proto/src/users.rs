@@ -11,6 +11,20 @@ pub const USERS_SUBJECT: &str = "users.requests";
 /// Queue group of the users role: one member answers each request.
 pub const USERS_QUEUE_GROUP: &str = "users";
 
+/// Subject every node listens on, without a queue group, for users whose
+/// cached rows and tokens must be forgotten at once (a token reset, a
+/// rename): any node may hold them, whatever its roles.
+pub const USERS_INVALIDATE_SUBJECT: &str = "users.invalidate";
+
+/// One user whose cached tokens and rows every node forgets.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UserInvalidation {
+    /// [`ENVELOPE_VERSION`].
+    pub v: u32,
+    /// The user.
+    pub user_id: i64,
+}
+
 /// What the users role is asked.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum UsersCall {

@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 pub use guildhall_proto::users::{
-    USERS_QUEUE_GROUP, USERS_SUBJECT, UserRecord, UsersCall, UsersError, UsersReply, UsersRequest,
+    USERS_INVALIDATE_SUBJECT, USERS_QUEUE_GROUP, USERS_SUBJECT, UserInvalidation, UserRecord,
+    UsersCall, UsersError, UsersReply, UsersRequest,
 };
 
 /// The wall clock in Unix ms, read at this edge and passed down.
@@ -128,6 +129,11 @@ pub struct UsersCounters {
     pub batch_loads_total: AtomicU64,
     /// Batch loads refused (pool full, malformed, over the batch bound).
     pub batch_refused_total: AtomicU64,
+    /// Invalidations this node could not publish to the others (bus down
+    /// or full): their caches keep the rows until `users_cache_ttl_ms`.
+    pub invalidations_unsent_total: AtomicU64,
+    /// Invalidations heard from the bus (every node's, this one's too).
+    pub invalidations_heard_total: AtomicU64,
 }
 
 struct Cache {
@@ -712,8 +718,59 @@ impl Users {
         }
     }
 
-    /// Forgets every cached token of `user_id` (its tokens were revoked).
+    /// Forgets every cached token and row of `user_id` (its tokens were
+    /// revoked, or it changed) here and, over the bus, on every node: a
+    /// revoked token stops working everywhere at once, not a cache TTL
+    /// later. Best effort: an invalidation the bus refuses is counted, and
+    /// the other nodes' entries expire after `users_cache_ttl_ms`.
     pub fn invalidate_user(&self, user_id: i64) {
+        self.forget(user_id);
+        let message = UserInvalidation {
+            v: guildhall_proto::bus::ENVELOPE_VERSION,
+            user_id,
+        };
+        let sent = serde_json::to_vec(&message).ok().is_some_and(|bytes| {
+            self.bus
+                .publish(USERS_INVALIDATE_SUBJECT, None, bytes.into())
+                .is_ok()
+        });
+        if !sent {
+            self.counters
+                .invalidations_unsent_total
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Listens for every node's invalidations (this node runs it whatever
+    /// its roles: any node may cache a token). A subscription that falls
+    /// `capacity_messages` behind loses the rest, which then expire after
+    /// `users_cache_ttl_ms`; a message that does not decode is skipped.
+    pub async fn listen_invalidations(
+        self: &Arc<Self>,
+        capacity_messages: usize,
+    ) -> Result<tokio::task::JoinHandle<()>, guildhall_cluster::BusError> {
+        let mut heard = self
+            .bus
+            .subscribe(USERS_INVALIDATE_SUBJECT, None, capacity_messages)
+            .await?;
+        let users = self.clone();
+        Ok(tokio::spawn(async move {
+            while let Some(message) = heard.next().await {
+                if let Ok(invalidation) =
+                    serde_json::from_slice::<UserInvalidation>(&message.payload)
+                {
+                    users
+                        .counters
+                        .invalidations_heard_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    users.forget(invalidation.user_id);
+                }
+            }
+        }))
+    }
+
+    /// Forgets `user_id`'s cached tokens and rows on this node.
+    fn forget(&self, user_id: i64) {
         // Best effort: a full shard mailbox leaves the row to expire after
         // `users_cache_ttl_ms`.
         let shard = user_id.rem_euclid(self.shards.len() as i64) as usize;
