@@ -113,6 +113,9 @@ pub struct EventCounters {
     pub resync_tasks_peak: AtomicUsize,
     /// Sessions subscribed because their user joined a guild.
     pub joined_subscriptions_total: AtomicU64,
+    /// Sessions ended for good on a `Terminate` (a bot past its session
+    /// start limit).
+    pub terminated_sessions_total: AtomicU64,
 }
 
 struct Stream {
@@ -273,6 +276,14 @@ impl Partition {
                 if let Some(slot) = self.hub.get(&session_id) {
                     let event = EncodedDispatch::from_json(&name, data.get());
                     slot.dispatch(&event, &self.hub.counters);
+                }
+            }
+            NodeEventBody::Terminate { user_id } => {
+                for slot in self.hub.sessions_of(user_id) {
+                    slot.terminate();
+                    self.counters
+                        .terminated_sessions_total
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             }
             NodeEventBody::Joined { guild_id, user_id } => {

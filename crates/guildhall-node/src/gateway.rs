@@ -138,6 +138,8 @@ pub struct GatewayCounters {
     /// Bot IDENTIFYs admitted uncounted: the store tracked
     /// `session_start_bots_max` bots already.
     pub session_starts_untracked_total: AtomicU64,
+    /// Bots past their session start limit: token reset, sessions ended.
+    pub session_limit_resets_total: AtomicU64,
     /// Bot IDENTIFYs answered with INVALID_SESSION: their
     /// `max_concurrency` bucket admitted one within the window.
     pub identify_concurrency_refused_total: AtomicU64,
@@ -643,14 +645,44 @@ impl Gateway {
         }
     }
 
+    /// A bot past its session start limit: tokens revoked and forgotten on
+    /// every node, sessions terminated on every gateway node. A revocation
+    /// the store refuses leaves the token working (logged); the sessions
+    /// are terminated either way.
+    async fn session_limit_hit(&self, bot_id: i64) {
+        self.counters
+            .session_limit_resets_total
+            .fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = self.shared.store.revoke_tokens(bot_id).await {
+            crate::throttled!(error, "gateway.session_limit_revoke_failed", bot_id, %error, "session start limit hit: token not revoked");
+        }
+        self.users.invalidate_user(bot_id);
+        crate::events::to_gateways(
+            self.bus.as_ref(),
+            &self.cluster.gateways(),
+            self.shared.limits.gateway_event_partitions,
+            bot_id,
+            guildhall_proto::bus::NodeEventBody::Terminate { user_id: bot_id },
+        );
+        crate::throttled!(
+            warn,
+            "gateway.session_limit_hit",
+            bot_id,
+            "session start limit hit: token reset and sessions terminated, as Discord does"
+        );
+    }
+
     /// Counts a bot's IDENTIFY against its session start limit
     /// (`session_starts_per_window_max` per `session_start_window_ms`,
     /// kept in the store so every gateway node counts against one total;
-    /// one small write). Over the limit: 4004. Discord documents that a bot
-    /// hitting the limit has its token reset, so its IDENTIFY fails
-    /// authentication, and 4004 is the code libraries stop reconnecting
-    /// on. A bot the store cannot track (`session_start_bots_max`) is
-    /// admitted uncounted.
+    /// one small write). Over the limit, what Discord documents: "all
+    /// active sessions for the app will be terminated, the bot token will
+    /// be reset" — the bot's tokens are revoked (on every node at once;
+    /// its owner gets a new one with a token reset), every session of it
+    /// on every gateway node is closed with 4004 and not resumable, and
+    /// this IDENTIFY is closed with 4004, the code libraries stop
+    /// reconnecting on. A bot the store cannot track
+    /// (`session_start_bots_max`) is admitted uncounted.
     async fn count_session_start(&self, bot_id: i64) -> Result<(), CloseCode> {
         let limits = &self.shared.limits;
         let started = self
@@ -667,7 +699,10 @@ impl Gateway {
             .map_err(|_| CloseCode::UnknownError)?;
         match started {
             SessionStart::Started(_) => Ok(()),
-            SessionStart::Refused(_) => Err(CloseCode::AuthenticationFailed),
+            SessionStart::Refused(_) => {
+                self.session_limit_hit(bot_id).await;
+                Err(CloseCode::AuthenticationFailed)
+            }
             SessionStart::Untracked => {
                 self.counters
                     .session_starts_untracked_total

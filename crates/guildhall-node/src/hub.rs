@@ -352,6 +352,19 @@ impl Slot {
         state.detached_at_ms.get_or_insert(now_ms);
     }
 
+    /// Ends the session for good: its socket (if any) is closed with 4004
+    /// and it counts as detached since the epoch, so the next reap ends it
+    /// (presence offline, guilds left) instead of keeping it through a
+    /// resume window; a RESUME meanwhile fails on its revoked token.
+    pub fn terminate(&self) {
+        let mut state = self.lock();
+        if let Some(control) = state.control.take() {
+            let _ = control.try_send(Control::Close(CloseCode::AuthenticationFailed));
+        }
+        state.out = None;
+        state.detached_at_ms = Some(0);
+    }
+
     /// The last sequence sent.
     pub fn last_seq(&self) -> u64 {
         self.lock().seq

@@ -569,6 +569,12 @@ async fn metrics(
         gw.session_starts_untracked_total.load(Ordering::Relaxed),
     );
     line(
+        "guildhall_session_limit_resets_total",
+        "counter",
+        "Bots past their session start limit: token reset, sessions terminated.",
+        gw.session_limit_resets_total.load(Ordering::Relaxed),
+    );
+    line(
         "guildhall_identify_concurrency_refused_total",
         "counter",
         "Bot IDENTIFYs answered with INVALID_SESSION: max_concurrency bucket used within its window.",
@@ -972,6 +978,11 @@ async fn metrics(
             "guildhall_joined_subscriptions_total",
             "Sessions subscribed to a guild their user joined.",
             &node.events.joined_subscriptions_total,
+        ),
+        (
+            "guildhall_terminated_sessions_total",
+            "Sessions ended for good (closed 4004) because their bot hit its session start limit.",
+            &node.events.terminated_sessions_total,
         ),
         (
             "guildhall_guild_subscribe_retries_total",

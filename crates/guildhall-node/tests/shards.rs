@@ -4,7 +4,8 @@
 //! those; a message in a guild reaches the owning shard only, a DM shard 0
 //! only; a guild joined later goes to its shard; 4011 counts the shard's
 //! guilds; `GET /gateway/bot`'s `session_start_limit.remaining` counts
-//! IDENTIFYs down and the one past the total is closed with 4004; an
+//! IDENTIFYs down and the one past the total is closed with 4004 and, as
+//! Discord documents, terminates the bot's sessions and resets its token; an
 //! IDENTIFY in a `max_concurrency` bucket used within its window gets
 //! INVALID_SESSION and may identify again on the same socket.
 //!
@@ -367,6 +368,25 @@ async fn each_shard_hears_its_guilds_and_shard_zero_the_dms() {
     }
     let refused = identify(&node, &bot, Some([1, 2])).await.err();
     assert_eq!(refused, Some(Some(4004)));
+    // Discord: "all active sessions for the app will be terminated, the
+    // bot token will be reset". Every live session closes with 4004, and
+    // the token no longer authenticates anywhere.
+    for client in &mut clients {
+        assert_eq!(client.close_code().await, Some(4004));
+    }
+    let (status, _) = node.call("GET", "/users/@me", Some(&bot), None).await;
+    assert_eq!(status, 401);
+    // The owner resets it for a new one; the limit stands until it resets.
+    let (status, reset) = node
+        .call(
+            "POST",
+            &format!("/applications/{app_id}/bot/reset"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{reset}");
+    let bot = reset["token"].as_str().unwrap().to_owned();
     let limit = start_limit(&node, &bot).await;
     assert_eq!(limit["session_start_limit"]["remaining"], 0);
     assert!(
@@ -375,22 +395,21 @@ async fn each_shard_hears_its_guilds_and_shard_zero_the_dms() {
             .unwrap()
             > 0
     );
-    // Sessions already started are not affected.
-    let check = post(&node, &owner, &by_shard[0][1].1, "still here").await;
-    Seen::default()
-        .read_until(&mut clients[0], |t, d| {
-            t == "MESSAGE_CREATE" && d["id"] == check.as_str()
-        })
-        .await;
+    assert_eq!(node.metric("guildhall_session_limit_resets_total").await, 1);
+    assert_eq!(
+        node.metric("guildhall_terminated_sessions_total").await,
+        clients.len() as u64
+    );
     drop(clients);
     node.stop().await;
 }
 
 /// Two gateway nodes over one database count one bot's session starts
 /// against one total: each IDENTIFY lowers `remaining` as either node
-/// reports it, and the one past the total is refused on whichever node it
-/// reaches. A RESUME starts no session: with nothing remaining, a session
-/// of node a resumes on node b, and the count stays where it was.
+/// reports it. A RESUME starts no session: with nothing remaining, a
+/// session of node a resumes on node b, and the count stays where it was.
+/// The IDENTIFY past the total is refused on the node it reaches and ends
+/// the bot's sessions on both, its token revoked on both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_nodes_share_one_session_start_count() {
     use guildhall_cluster::{Bus, LocalBus, LocalRegistry, Registry};
@@ -458,12 +477,8 @@ async fn gateway_nodes_share_one_session_start_count() {
             );
         }
     }
-    for node in &nodes {
-        assert_eq!(identify(node, &bot, None).await.err(), Some(Some(4004)));
-    }
-
     // The last session identified on a: its socket goes, and it resumes
-    // on b.
+    // on b, which starts no session.
     let ready = on_a.unwrap();
     drop(sessions.remove(STARTS_TOTAL as usize - 1));
     let mut resumed = Client::connect(&nodes[1].ws).await;
@@ -476,6 +491,24 @@ async fn gateway_nodes_share_one_session_start_count() {
     for node in &nodes {
         let limit = start_limit(node, &bot).await;
         assert_eq!(limit["session_start_limit"]["remaining"], 0);
+    }
+    sessions.push(resumed);
+
+    // One IDENTIFY past the total, on b: refused, and every session of the
+    // bot on both nodes ends with 4004 (the node that refused tells the
+    // other over the bus); the token is gone on both, so a, which never
+    // counted past the total itself, refuses it too.
+    assert_eq!(
+        identify(&nodes[1], &bot, None).await.err(),
+        Some(Some(4004))
+    );
+    for session in &mut sessions {
+        assert_eq!(session.close_code().await, Some(4004));
+    }
+    for node in &nodes {
+        assert_eq!(identify(node, &bot, None).await.err(), Some(Some(4004)));
+        let (status, _) = node.call("GET", "/users/@me", Some(&bot), None).await;
+        assert_eq!(status, 401);
     }
     drop(sessions);
     for node in nodes {

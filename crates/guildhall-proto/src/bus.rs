@@ -85,6 +85,13 @@ pub enum NodeEventBody {
         /// The user.
         user_id: i64,
     },
+    /// Every session of `user_id` ends for good: its socket is closed with
+    /// 4004 (its token no longer authenticates) and it is not resumable
+    /// (a bot that hit its session start limit, as Discord documents).
+    Terminate {
+        /// The user.
+        user_id: i64,
+    },
 }
 
 /// One event of a (guild, gateway node) stream.
