@@ -291,6 +291,11 @@ pub const MESSAGES_PER_PAGE_MAX: usize = 100;
 /// Most members one GET or one GUILD_MEMBERS_CHUNK carries.
 pub const MEMBERS_PER_PAGE_MAX: usize = 1_000;
 
+/// Most members an op 8 by `query` prefix or by `user_ids` returns
+/// (Discord's 100; only the whole list, `query: ""` with `limit: 0`,
+/// returns more). When hit: the first this many, by user id.
+pub const MEMBER_REQUEST_MATCHES_MAX: usize = 100;
+
 /// Most users one `GET .../reactions/{emoji}` returns (Discord's `limit`
 /// cap, 1-100). When hit: a larger `limit` is read as this one, as history
 /// reads its own cap; the caller pages on with `after`.
@@ -1299,6 +1304,8 @@ pub struct Limits {
     pub messages_per_page_max: usize,
     /// See [`MEMBERS_PER_PAGE_MAX`].
     pub members_per_page_max: usize,
+    /// See [`MEMBER_REQUEST_MATCHES_MAX`].
+    pub member_request_matches_max: usize,
     /// See [`REACTION_USERS_PER_PAGE_MAX`].
     pub reaction_users_per_page_max: usize,
     /// See [`REACTIONS_PER_MESSAGE_MAX`].
@@ -1660,6 +1667,7 @@ impl Default for Limits {
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
+            member_request_matches_max: MEMBER_REQUEST_MATCHES_MAX,
             reaction_users_per_page_max: REACTION_USERS_PER_PAGE_MAX,
             reactions_per_message_max: REACTIONS_PER_MESSAGE_MAX,
             pins_per_channel_max: PINS_PER_CHANNEL_MAX,
@@ -2088,6 +2096,11 @@ impl Limits {
         check(
             self.members_per_page_max >= 1,
             "members_per_page_max",
+            "must be at least 1",
+        );
+        check(
+            self.member_request_matches_max >= 1,
+            "member_request_matches_max",
             "must be at least 1",
         );
         check(
@@ -2939,6 +2952,7 @@ mod tests {
             "message_content_chars_max",
             "messages_per_page_max",
             "members_per_page_max",
+            "member_request_matches_max",
             "reaction_users_per_page_max",
             "reactions_per_message_max",
             "pins_per_channel_max",
@@ -3141,6 +3155,7 @@ mod tests {
             "message_content_chars_max" => l.message_content_chars_max = 0,
             "messages_per_page_max" => l.messages_per_page_max = 0,
             "members_per_page_max" => l.members_per_page_max = 0,
+            "member_request_matches_max" => l.member_request_matches_max = 0,
             "reaction_users_per_page_max" => l.reaction_users_per_page_max = 0,
             "reactions_per_message_max" => l.reactions_per_message_max = 0,
             "pins_per_channel_max" => l.pins_per_channel_max = 0,

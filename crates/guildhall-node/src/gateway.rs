@@ -733,12 +733,22 @@ impl Gateway {
             Some(OneOrMany::Many(ids)) => ids.iter().map(|id| id.get() as i64).collect(),
         };
         let page_max = self.shared.limits.members_per_page_max.max(1);
-        let wanted = match (request.limit, user_ids.len()) {
-            (_, n) if n > 0 => n,
-            (0, _) => usize::MAX,
-            (limit, _) => limit as usize,
-        };
         let query = request.query.unwrap_or_default();
+        // Discord: a prefix or a list of ids returns at most 100 members;
+        // only the whole list (`query: ""`, `limit: 0`) returns more.
+        let matches_max = self.shared.limits.member_request_matches_max;
+        let wanted = match (request.limit, user_ids.len()) {
+            (_, n) if n > 0 => n.min(matches_max),
+            (0, _) if query.is_empty() => usize::MAX,
+            (0, _) => matches_max,
+            (limit, _) if query.is_empty() => limit as usize,
+            (limit, _) => (limit as usize).min(matches_max),
+        };
+        // Discord: "Nonce can only be up to 32 bytes. If you send an
+        // invalid nonce it will be ignored".
+        let nonce = request
+            .nonce
+            .filter(|n| n.len() <= guildhall_proto::gateway::MEMBER_REQUEST_NONCE_BYTES_MAX);
         let with_presences = request.presences && slot.intents & intents::GUILD_PRESENCES != 0;
         let (mut after, mut index, mut sent) = (0i64, 0usize, 0usize);
         loop {
@@ -767,7 +777,7 @@ impl Gateway {
                 "chunk_count": count,
                 "not_found": user_ids.iter().filter(|id| index + 1 == count && !returned.contains(id)).map(ToString::to_string).collect::<Vec<_>>(),
             });
-            if let Some(nonce) = &request.nonce {
+            if let Some(nonce) = &nonce {
                 chunk["nonce"] = serde_json::Value::String(nonce.clone());
             }
             // Discord: `presences: true` counts only with GUILD_PRESENCES
@@ -813,7 +823,10 @@ impl Gateway {
             .member_requests_refused_total
             .fetch_add(1, Ordering::Relaxed);
         let mut meta = serde_json::json!({"guild_id": request.guild_id});
-        if let Some(nonce) = request.nonce {
+        if let Some(nonce) = request
+            .nonce
+            .filter(|n| n.len() <= guildhall_proto::gateway::MEMBER_REQUEST_NONCE_BYTES_MAX)
+        {
             meta["nonce"] = serde_json::Value::String(nonce);
         }
         let data = serde_json::json!({

@@ -1309,7 +1309,8 @@ impl GuildOwner {
     /// with it gets every member of a guild within its `large_threshold`
     /// (IDENTIFY's, read again through the proto crate's 50-to-250 rule
     /// whatever a bus message says) and, of a larger (`large`) one, those
-    /// online or in voice, up to the threshold. With GUILD_PRESENCES the
+    /// "online, [who] have a role, have a nickname, or are in a voice
+    /// channel", up to the threshold. With GUILD_PRESENCES the
     /// carried members' presences come along (offline ones left out, as
     /// Discord does).
     fn snapshot(&self, user_id: i64, intents: u64, large_threshold: u32) -> model::Guild {
@@ -1325,8 +1326,9 @@ impl GuildOwner {
         let others = self.members.values().filter(|m| {
             let id = m.user.id;
             let in_voice = self.voice.contains_key(&id);
-            id != user_id
-                && (in_voice || (with_presences && (!large || self.statuses.contains_key(&id))))
+            let notable =
+                self.statuses.contains_key(&id) || !m.roles.is_empty() || m.row.nick.is_some();
+            id != user_id && (in_voice || (with_presences && (!large || notable)))
         });
         for entry in own.into_iter().chain(others).take(members_max) {
             let member = wire_member(entry, true);

@@ -176,3 +176,112 @@ async fn a_member_who_joins_online_is_announced_online() {
     watcher.dispatch("GUILD_MEMBER_ADD").await;
     presence_of(&mut watcher, &carol_id, "idle").await;
 }
+
+/// One op 8 and its (single) chunk: (members, nonce).
+async fn count(client: &mut Client, request: Value) -> (usize, Option<Value>) {
+    client.send(json!({"op": 8, "d": request})).await;
+    let chunk = client.dispatch("GUILD_MEMBERS_CHUNK").await["d"].clone();
+    (
+        chunk["members"].as_array().unwrap().len(),
+        chunk.get("nonce").cloned(),
+    )
+}
+
+/// Op 8's documented limits: a `query` prefix or `user_ids` returns at most
+/// `member_request_matches_max` members (Discord's 100), the whole list
+/// (`query: ""`, `limit: 0`) every one; a nonce over 32 bytes is ignored.
+/// And a large guild's GUILD_CREATE carries, besides online members,
+/// those with a nickname or a role, as Discord's gateway documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_requests_keep_discords_limits() {
+    let node = TestNode::with_limits(Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        member_request_matches_max: 2,
+        guild_create_members_max: 3,
+        ..Limits::default()
+    })
+    .await;
+    let (owner, _) = node.register("owner").await;
+    let (guild, channel) = node.guild(&owner, "Limits").await;
+    let code = node.invite(&owner, &channel).await;
+    let mut ids = vec![];
+    for name in ["ma", "mb", "mc", "md"] {
+        let (token, id) = node.register(name).await;
+        let (status, body) = node
+            .call("POST", &format!("/invites/{code}"), Some(&token), None)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        ids.push(id);
+    }
+    let mut client = Client::connect(&node.ws).await;
+    client.identify(&owner, WATCH).await;
+    client.dispatch("GUILD_CREATE").await;
+    assert_eq!(
+        count(
+            &mut client,
+            json!({"guild_id": guild, "query": "m", "limit": 0})
+        )
+        .await
+        .0,
+        2,
+        "a prefix: at most the cap"
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            json!({"guild_id": guild, "query": "m", "limit": 10})
+        )
+        .await
+        .0,
+        2
+    );
+    assert_eq!(
+        count(&mut client, json!({"guild_id": guild, "user_ids": ids}))
+            .await
+            .0,
+        2,
+        "ids: at most the cap"
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            json!({"guild_id": guild, "query": "", "limit": 0, "nonce": "n".repeat(32)})
+        )
+        .await,
+        (5, Some(json!("n".repeat(32)))),
+        "the whole list"
+    );
+    assert_eq!(
+        count(
+            &mut client,
+            json!({"guild_id": guild, "query": "", "limit": 0, "nonce": "n".repeat(33)})
+        )
+        .await,
+        (5, None),
+        "an over-long nonce is ignored"
+    );
+
+    // Five members, three at most in GUILD_CREATE: `large`. Nobody else
+    // is online; one gets a nickname, so only they come along.
+    let (status, body) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild}/members/{}", ids[2]),
+            Some(&owner),
+            Some(json!({"nick": "named"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut reader = Client::connect(&node.ws).await;
+    reader.identify(&owner, WATCH).await;
+    let created = reader.dispatch("GUILD_CREATE").await["d"].clone();
+    assert_eq!(created["large"], true);
+    let carried: Vec<&str> = created["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["user"]["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(carried.len(), 2, "{carried:?}");
+    assert!(carried.contains(&ids[2].as_str()), "{carried:?}");
+}

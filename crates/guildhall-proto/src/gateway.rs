@@ -333,6 +333,10 @@ pub fn parse(payload: &[u8], payload_bytes_max: usize) -> Result<Inbound, Inboun
     })
 }
 
+/// Bytes of an op 8 `nonce` Discord keeps; a longer one is ignored (the
+/// chunks carry none).
+pub const MEMBER_REQUEST_NONCE_BYTES_MAX: usize = 32;
+
 /// IDENTIFY's `large_threshold` when absent (Discord's default).
 pub const LARGE_THRESHOLD_DEFAULT: u32 = 50;
 /// The smallest `large_threshold` Discord takes.
