@@ -51,10 +51,10 @@ pub struct WireQuery {
     /// `encoding=etf`: frames both ways are Erlang terms in binary frames
     /// (`guildhall_proto::etf`); otherwise JSON.
     pub etf: bool,
-    /// `v` is a version this gateway speaks (9 or 10, Discord's
-    /// "available" versions; absent counts as 10). Otherwise the socket
-    /// is closed with 4012 after the upgrade.
-    pub version_ok: bool,
+    /// `v`, when it is a version this gateway speaks (9 or 10, Discord's
+    /// "available" versions; absent counts as 10): READY's `v`. `None`:
+    /// the socket is closed with 4012 after the upgrade.
+    pub version: Option<u8>,
 }
 
 /// Why an upgrade's query is refused with 400 before the 101: Discord
@@ -87,13 +87,19 @@ impl QueryRefusal {
 pub fn parse_query(query: Option<&str>) -> Result<WireQuery, QueryRefusal> {
     let mut wire = WireQuery {
         transport: Transport::None,
-        version_ok: true,
+        version: Some(10),
         etf: false,
     };
     for pair in query.unwrap_or("").split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
-            "v" => wire.version_ok = matches!(value, "9" | "10"),
+            "v" => {
+                wire.version = match value {
+                    "9" => Some(9),
+                    "10" => Some(10),
+                    _ => None,
+                }
+            }
             "encoding" => match value {
                 "json" => wire.etf = false,
                 "etf" => wire.etf = true,
@@ -404,14 +410,15 @@ mod tests {
             ok("v=10&encoding=json&compress=zlib-stream"),
             Ok(WireQuery {
                 transport: Transport::ZlibStream,
-                version_ok: true,
+                version: Some(10),
                 etf: false,
             })
         );
         assert_eq!(parse_query(None).map(|w| w.transport), Ok(Transport::None));
-        assert_eq!(ok("v=9").map(|w| w.version_ok), Ok(true));
+        assert_eq!(ok("v=9").map(|w| w.version), Ok(Some(9)));
+        assert_eq!(ok("encoding=json").map(|w| w.version), Ok(Some(10)));
         for v in ["8", "6", "11", "x", ""] {
-            assert_eq!(ok(&format!("v={v}")).map(|w| w.version_ok), Ok(false));
+            assert_eq!(ok(&format!("v={v}")).map(|w| w.version), Ok(None));
         }
         assert_eq!(ok("encoding=etf").map(|w| w.etf), Ok(true));
         assert_eq!(
@@ -424,6 +431,6 @@ mod tests {
             Ok(Transport::ZstdStream)
         );
         assert_eq!(ok("compress=true"), Err(QueryRefusal::UnknownCompress));
-        assert_eq!(ok("v=10&other=1").map(|w| w.version_ok), Ok(true));
+        assert_eq!(ok("v=10&other=1").map(|w| w.version), Ok(Some(10)));
     }
 }

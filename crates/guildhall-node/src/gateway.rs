@@ -511,7 +511,7 @@ impl Gateway {
         identity: Identity,
         app_flags: i64,
         (intents, large_threshold): (u64, u32),
-        shard: Option<[u32; 2]>,
+        (shard, version): (Option<[u32; 2]>, u8),
         user: &UserRow,
         out: &Outlet,
         control: &mpsc::Sender<Control>,
@@ -560,7 +560,8 @@ impl Gateway {
             identity.user_id.get() as i64
         };
         let ready = Ready {
-            v: 10,
+            // The version the URL asked for (9 or 10), as Discord answers.
+            v: version,
             user: wire_user(user),
             guilds: guild_ids
                 .iter()
@@ -1166,7 +1167,7 @@ impl Gateway {
         let mut slot: Option<Arc<Slot>> = None;
         // A version this gateway does not speak is closed at once, before
         // HELLO: the client could not rely on anything that follows.
-        let first = if wire.version_ok {
+        let first = if wire.version.is_some() {
             hello
         } else {
             Command::Close(CloseCode::InvalidApiVersion)
@@ -1237,7 +1238,7 @@ impl Gateway {
                                 identity,
                                 app_flags,
                                 (intents, large_threshold),
-                                shard,
+                                (shard, wire.version.unwrap_or(10)),
                                 &row,
                                 &outlet,
                                 &control_tx,
