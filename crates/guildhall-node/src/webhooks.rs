@@ -18,8 +18,8 @@
 //!
 //! Not kept: avatar images (no CDN; the avatar is the hash of the data
 //! URI, as Discord's avatar field is a hash), `avatar_url` overrides (the
-//! URL is never fetched), and what messages do not store for users either
-//! (embeds, components, flags beyond the answer and event).
+//! URL is never fetched), and components (Discord ignores them unless
+//! `?with_components=true`, which is not served yet).
 
 use crate::api::{
     ApiError, ApiResult, AppState, Caller, check_chars, check_content, check_items, guild_channel,
@@ -739,7 +739,8 @@ async fn execute(
         author_name: Some(username.unwrap_or_else(|| webhook.name.clone())),
         author_avatar: webhook.avatar.clone(),
         kind: 0,
-        flags: 0,
+        // Within EXECUTE_FLAGS, so a u64 of at most a few bits.
+        flags: flags as i64,
         components: None,
         application_id: None,
         interaction_id: None,
@@ -753,8 +754,7 @@ async fn execute(
         mentions: mentioned,
     };
     store_message(&node, &row).await?;
-    let mut message = webhook_message(&row);
-    message.flags = flags;
+    let message = webhook_message(&row);
     // The webhook's id as the "author" exempt from content blanking: no
     // session belongs to it, so nobody gets the content through it.
     publish_message(

@@ -378,6 +378,8 @@ async fn execute_reaches_sessions_as_message_create_and_changes_send_webhooks_up
     let (status, read) = node.call("GET", &message_path, None, None).await;
     assert_eq!(status, 200, "{read}");
     assert_eq!(read["content"], "second");
+    // Its flags are stored with it, not only answered.
+    assert_eq!(read["flags"], 4096, "{read}");
     assert_eq!(read["author"]["username"], "Someone Else");
     let (status, edited) = node
         .call(
