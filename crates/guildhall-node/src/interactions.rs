@@ -9,7 +9,8 @@
 //!
 //! What is checked before an interaction exists: the user is not a bot
 //! (20001), the application and its command exist at the version the
-//! client names, the user is a member who sees the channel and so is the
+//! client names, the user holds the command's `default_member_permissions`
+//! (50013), the user is a member who sees the channel and so is the
 //! bot (asked of the guild's owner, as every permission check), the
 //! options fit the stored command spec, a component is on a message of
 //! the application with that `custom_id` and type, a modal submit answers
@@ -563,7 +564,14 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
     let now = now_ms();
     let checked = match request.kind {
         ix::APPLICATION_COMMAND | ix::AUTOCOMPLETE => {
-            check_command(&node, &app, guild_id, channel.id, &request).await?
+            check_command(
+                &node,
+                &app,
+                (guild_id, grant.permissions),
+                channel.id,
+                &request,
+            )
+            .await?
         }
         ix::MESSAGE_COMPONENT => check_component(&node, &app, &caller, &channel, &request).await?,
         _ => check_modal(&node, &app, &caller, &request, now).await?,
@@ -680,7 +688,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
 async fn check_command(
     node: &crate::Node,
     app: &ApplicationRow,
-    guild_id: i64,
+    (guild_id, permissions): (i64, u64),
     channel_id: i64,
     request: &ix::CreateRequest,
 ) -> Result<Checked, ApiError> {
@@ -705,6 +713,13 @@ async fn check_command(
         ));
     }
     let spec: CommandSpec = serde_json::from_str(&row.spec).map_err(|_| ApiError::Internal)?;
+    // The command's `default_member_permissions` (Discord's client hides
+    // it from members without them; a client that sends it anyway is
+    // refused, or bots relying on the gate would run admin commands for
+    // anyone).
+    if !commands::member_may_use(spec.default_member_permissions.as_deref(), permissions) {
+        return Err(refused(node, ApiError::Code(ErrorCode::MissingPermissions)));
+    }
     let autocomplete = request.kind == ix::AUTOCOMPLETE;
     if autocomplete && spec.kind != commands::CHAT_INPUT {
         return Err(field(

@@ -1023,3 +1023,53 @@ async fn bounds_refuse_with_429() {
         2
     );
 }
+
+/// A command's `default_member_permissions` gates who may invoke it, as
+/// Discord documents: a member without every bit is refused (50013) and
+/// nothing is created, the owner (every bit) is served; `"0"` leaves
+/// administrators only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_member_permissions_gate_who_may_invoke() {
+    let s = setup().await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let code = s.node.invite(&s.user, &s.channel).await;
+    let (member, _) = s.node.register("member").await;
+    let (status, body) = s
+        .node
+        .call("POST", &format!("/invites/{code}"), Some(&member), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let commands = format!("/applications/{}/guilds/{}/commands", s.app_id, s.guild);
+    for (required, name) in [("32", "manage"), ("0", "admins")] {
+        let (status, command) = s
+            .node
+            .call(
+                "POST",
+                &commands,
+                Some(&s.bot),
+                Some(json!({"name": name, "description": "Gated",
+                    "default_member_permissions": required})),
+            )
+            .await;
+        assert_eq!(status, 201, "{command}");
+        let body = json!({
+            "type": 2, "application_id": s.app_id, "guild_id": s.guild,
+            "channel_id": s.channel, "session_id": "s", "nonce": name,
+            "data": {"id": command["id"], "name": name, "type": 1,
+                     "version": command["version"]},
+        });
+        let before = s.created().await;
+        let (status, refused) = s.post_interaction(&member, body.clone()).await;
+        assert_eq!(
+            (status, refused["code"].clone()),
+            (403, json!(50013)),
+            "{name}"
+        );
+        assert_eq!(s.created().await, before, "{name}: nothing created");
+        // The guild's owner holds every permission.
+        let (status, answer) = s.post_interaction(&s.user, body).await;
+        assert_eq!(status, 204, "{name}: {answer}");
+        let interaction = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
+        assert_eq!(interaction["data"]["name"], name);
+    }
+}

@@ -1095,10 +1095,47 @@ impl CommandSpec {
     }
 }
 
+/// Whether a member holding `permissions` (their effective bits in the
+/// channel: every bit for an owner or an administrator) may use a command
+/// whose `default_member_permissions` is `required`, as Discord documents
+/// it: none lets everyone, `"0"` administrators only, other bits a member
+/// holding all of them (administrators always). A value that does not
+/// read as bits (stored specs are checked, so none should) is taken as
+/// `"0"`: closed rather than open.
+pub fn member_may_use(required: Option<&str>, permissions: u64) -> bool {
+    const ADMINISTRATOR: u64 = 1 << 3;
+    let administrator = permissions & ADMINISTRATOR != 0;
+    match required.map(str::parse::<u64>) {
+        None => true,
+        Some(Ok(0) | Err(_)) => administrator,
+        Some(Ok(bits)) => administrator || permissions & bits == bits,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn default_member_permissions_gate_who_may_use_a_command() {
+        const MANAGE_GUILD: u64 = 1 << 5;
+        const KICK: u64 = 1 << 1;
+        assert!(member_may_use(None, 0));
+        assert!(!member_may_use(Some("0"), MANAGE_GUILD));
+        assert!(
+            member_may_use(Some("0"), u64::MAX),
+            "owner or administrator"
+        );
+        assert!(member_may_use(Some("0"), 1 << 3));
+        let both = (MANAGE_GUILD | KICK).to_string();
+        assert!(
+            !member_may_use(Some(&both), MANAGE_GUILD),
+            "one of two bits"
+        );
+        assert!(member_may_use(Some(&both), MANAGE_GUILD | KICK | 1));
+        assert!(!member_may_use(Some("not bits"), MANAGE_GUILD));
+    }
 
     fn errors(body: Value, scope: Scope) -> Value {
         serde_json::to_value(parse_command(&body, scope).unwrap_err()).unwrap()["errors"].clone()
