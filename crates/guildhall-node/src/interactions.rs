@@ -31,7 +31,7 @@
 //! (never the guild's stream, never history).
 //!
 //! Not here (yet): interactions in direct messages (50001), attachments
-//! and their options, roles and members in `resolved`, a callback reaching
+//! and their options, a callback reaching
 //! another api node than the one that created the interaction (the table
 //! is per node: in a cluster, POST /interactions and its callbacks must
 //! reach the same node), `session_id` (the events go to every session of
@@ -41,7 +41,7 @@ use crate::api::{
     ApiError, ApiResult, AppState, Caller, check_content, is_pinned, ok, parse_id, publish_message,
     read_json, store_message, wire_message,
 };
-use crate::guilds::wire_user;
+use crate::guilds::{GuildError, wire_user};
 use crate::state::{now_ms, sf};
 use crate::webhooks::{check_extras, object_body, refused, string_field};
 use axum::Router;
@@ -771,7 +771,7 @@ async fn check_command(
             extra.target_message_id = Some(target);
         }
     }
-    resolve(node, guild_id, &mentions, &mut resolved).await?;
+    resolve(node, (guild_id, app.bot_user_id), &mentions, &mut resolved).await?;
     if spec.kind == commands::USER {
         extra.target_user = resolved.users.values().next().cloned();
     }
@@ -797,12 +797,15 @@ async fn check_command(
     })
 }
 
-/// Users and channels the options name, into `resolved`; one that does not
-/// exist (a channel of another guild included) refuses the interaction.
-/// Roles are not resolved (they live with the guild's owner).
+/// Users, their members, roles and channels the options name, into
+/// `resolved`; one that does not exist (a channel of another guild, a role
+/// of none, a mentionable that is neither) refuses the interaction. Members
+/// are asked of the guild's owner one by one, roles as `asker` (the
+/// application's bot, a member): members without `user`, `deaf` and
+/// `mute` but with their `permissions`, as Discord resolves them.
 async fn resolve(
     node: &crate::Node,
-    guild_id: i64,
+    (guild_id, asker): (i64, i64),
     mentions: &[Mention],
     resolved: &mut Resolved,
 ) -> Result<(), ApiError> {
@@ -839,6 +842,57 @@ async fn resolve(
     }
     for user in &users {
         resolved.users.insert(user.id.to_string(), wire_user(user));
+    }
+    // One guild call per user (an interaction names at most 25 options):
+    // the member and its permissions, which Discord's resolved members
+    // carry. A user who is no member (or sees nothing of the guild) has
+    // none.
+    for user in &users {
+        let grant = node
+            .guilds
+            .authorize(guild_id, user.id, crate::guilds::GUILD_WIDE, 0)
+            .await;
+        let grant = match grant {
+            Ok(grant) => grant,
+            Err(GuildError::MissingAccess) => continue,
+            Err(error) => return Err(error.into()),
+        };
+        let mut value = serde_json::to_value(&grant.member).unwrap_or(Value::Null);
+        if let Some(fields) = value.as_object_mut() {
+            for absent in ["user", "deaf", "mute"] {
+                fields.remove(absent);
+            }
+            fields.insert(
+                "permissions".into(),
+                Value::String(grant.permissions.to_string()),
+            );
+        }
+        resolved.members.insert(user.id.to_string(), value);
+    }
+    let role_ids: Vec<i64> = mentions
+        .iter()
+        .filter_map(|m| match m {
+            Mention::Role(id) => Some(*id),
+            Mention::Mentionable(id) if !users.iter().any(|u| u.id == *id) => Some(*id),
+            _ => None,
+        })
+        .collect();
+    if !role_ids.is_empty() {
+        let roles = node.guilds.roles(guild_id, asker).await?;
+        for id in role_ids {
+            let Some(role) = roles.iter().find(|r| r.id.get() as i64 == id) else {
+                let (code, message) = if mentions.contains(&Mention::Role(id)) {
+                    ("ROLE_UNKNOWN", "Unknown role.")
+                } else {
+                    ("MENTIONABLE_UNKNOWN", "Unknown user or role.")
+                };
+                return Err(field(node, "options", code, message));
+            };
+            resolved.roles.insert(
+                id.to_string(),
+                serde_json::to_value(role).unwrap_or(Value::Null),
+            );
+        }
     }
     Ok(())
 }

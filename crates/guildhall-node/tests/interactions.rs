@@ -1073,3 +1073,81 @@ async fn default_member_permissions_gate_who_may_invoke() {
         assert_eq!(interaction["data"]["name"], name);
     }
 }
+
+/// USER, ROLE and MENTIONABLE options resolve as Discord documents them:
+/// `resolved.users` and `resolved.members` (a member without `user`,
+/// `deaf` and `mute`) for a user, `resolved.roles` for a role; a role
+/// that does not exist is refused and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_and_role_options_resolve_members_and_roles() {
+    let s = setup().await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let (status, role) = s
+        .node
+        .call(
+            "POST",
+            &format!("/guilds/{}/roles", s.guild),
+            Some(&s.user),
+            Some(json!({"name": "Referees"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{role}");
+    let role_id = role["id"].as_str().unwrap().to_owned();
+    let (status, command) = s
+        .node
+        .call(
+            "POST",
+            &format!("/applications/{}/guilds/{}/commands", s.app_id, s.guild),
+            Some(&s.bot),
+            Some(
+                json!({"name": "assign", "description": "Assigns", "options": [
+                    {"type": 6, "name": "who", "description": "Who", "required": true},
+                    {"type": 8, "name": "role", "description": "Role", "required": true},
+                    {"type": 9, "name": "either", "description": "Either"},
+                ]}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{command}");
+    let body = |role: &str, either: &str| {
+        json!({
+            "type": 2, "application_id": s.app_id, "guild_id": s.guild,
+            "channel_id": s.channel, "session_id": "s", "nonce": "r",
+            "data": {"id": command["id"], "name": "assign", "type": 1,
+                     "version": command["version"], "options": [
+                {"name": "who", "type": 6, "value": s.user_id},
+                {"name": "role", "type": 8, "value": role},
+                {"name": "either", "type": 9, "value": either},
+            ]},
+        })
+    };
+    let (status, answer) = s.post_interaction(&s.user, body(&role_id, &role_id)).await;
+    assert_eq!(status, 204, "{answer}");
+    let resolved = bot.dispatch("INTERACTION_CREATE").await["d"]["data"]["resolved"].clone();
+    assert_eq!(resolved["users"][&s.user_id]["id"], s.user_id.as_str());
+    let member = &resolved["members"][&s.user_id];
+    assert!(member["joined_at"].is_string(), "{resolved}");
+    assert!(member["roles"].is_array(), "{resolved}");
+    for absent in ["user", "deaf", "mute"] {
+        assert!(member.get(absent).is_none(), "{absent}: {resolved}");
+    }
+    assert_eq!(
+        resolved["roles"][&role_id]["name"], "Referees",
+        "{resolved}"
+    );
+
+    let before = s.created().await;
+    let (status, refused) = s.post_interaction(&s.user, body("1234567", &role_id)).await;
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, json!(50035)),
+        "{refused}"
+    );
+    let (status, refused) = s.post_interaction(&s.user, body(&role_id, "7654321")).await;
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, json!(50035)),
+        "{refused}"
+    );
+    assert_eq!(s.created().await, before, "nothing created");
+}
