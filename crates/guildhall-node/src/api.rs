@@ -841,6 +841,17 @@ struct EditApplication {
     flags: Option<i64>,
 }
 
+/// `GET /applications/{id}`: the application object, for its owner (a
+/// user token; anyone else is 50001, an unknown id 10002).
+async fn get_application(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let app = owned_application(&node, &caller, &id).await?;
+    application_object(&node, &app).await
+}
+
 async fn edit_application(
     State(node): State<AppState>,
     Caller(caller): Caller,
@@ -3966,7 +3977,10 @@ pub fn routes() -> Router<AppState> {
         .route("/users/@me/guilds", get(my_guilds))
         .route("/oauth2/authorize", post(oauth2_authorize))
         .route("/applications", post(create_application))
-        .route("/applications/{id}", axum::routing::patch(edit_application))
+        .route(
+            "/applications/{id}",
+            get(get_application).patch(edit_application),
+        )
         .route("/applications/{id}/bot/reset", post(reset_bot_token))
         .route("/guilds", post(create_guild))
         .route(

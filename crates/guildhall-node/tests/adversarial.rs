@@ -286,6 +286,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("GET", "/oauth2/applications/@me"),
     ("POST", "/oauth2/authorize?client_id={id}&scope=bot"),
     ("POST", "/applications"),
+    ("GET", "/applications/{id}"),
     ("PATCH", "/applications/{id}"),
     ("POST", "/applications/{id}/bot/reset"),
     ("POST", "/guilds"),

@@ -210,6 +210,30 @@ async fn the_current_application_is_read_and_edited() {
         .call("GET", "/oauth2/applications/@me", Some(&bot), None)
         .await;
     assert_eq!(oauth, app);
+    // By id, for its owner only.
+    let (status, by_id) = node
+        .call(
+            "GET",
+            &format!("/applications/{app_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!((status, &by_id), (200, &app));
+    let (stranger, _) = node.register("stranger").await;
+    let (status, refused) = node
+        .call(
+            "GET",
+            &format!("/applications/{app_id}"),
+            Some(&stranger),
+            None,
+        )
+        .await;
+    assert_eq!((status, refused["code"].clone()), (403, json!(50001)));
+    let (status, refused) = node
+        .call("GET", "/applications/1234567", Some(&owner), None)
+        .await;
+    assert_eq!((status, refused["code"].clone()), (404, json!(10002)));
 
     let flags = app["flags"].as_i64().unwrap();
     let message_content_limited = 1 << 19;
