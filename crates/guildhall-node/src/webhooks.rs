@@ -18,8 +18,8 @@
 //!
 //! Not kept: avatar images (no CDN; the avatar is the hash of the data
 //! URI, as Discord's avatar field is a hash), `avatar_url` overrides (the
-//! URL is never fetched), and components (Discord ignores them unless
-//! `?with_components=true`, which is not served yet).
+//! URL is never fetched), and components on an edit (an execute takes
+//! them with `?with_components=true`, as Discord does).
 
 use crate::api::{
     ApiError, ApiResult, AppState, Caller, check_chars, check_content, check_items, guild_channel,
@@ -281,7 +281,7 @@ fn wire(node: &crate::Node, row: &WebhookRow, creator: Option<&UserRow>) -> Webh
         name: Some(row.name.clone()),
         avatar: row.avatar.clone(),
         token: Some(row.token.clone()),
-        application_id: None,
+        application_id: row.application_id.map(sf),
         url: Some(format!(
             "{}/api/webhooks/{}/{}",
             rest_base(node),
@@ -359,6 +359,17 @@ async fn create(
     };
     check_name(&node, "name", &name)?;
     let avatar = avatar_field(&node, &body)?.flatten();
+    // A bot's webhook is its application's (Discord's application-owned
+    // webhook: it may send every component).
+    let application_id = if caller.bot {
+        node.shared
+            .store
+            .application_by_bot(caller.id)
+            .await?
+            .map(|app| app.id)
+    } else {
+        None
+    };
     let row = WebhookRow {
         id: node.shared.next_id().get() as i64,
         guild_id,
@@ -367,6 +378,7 @@ async fn create(
         name,
         avatar,
         token: crate::auth::new_webhook_token().map_err(|_| ApiError::Internal)?,
+        application_id,
     };
     let limits = &node.shared.limits;
     match node
@@ -560,12 +572,19 @@ async fn delete_with_token(
 struct ExecuteQuery {
     wait: Option<String>,
     thread_id: Option<String>,
+    with_components: Option<String>,
 }
 
 impl ExecuteQuery {
     /// Discord's boolean query strings.
     fn wait(&self) -> bool {
         matches!(self.wait.as_deref(), Some("true" | "True" | "1"))
+    }
+
+    /// `with_components`: whether the body's `components` count at all
+    /// (Discord ignores them otherwise).
+    fn with_components(&self) -> bool {
+        matches!(self.with_components.as_deref(), Some("true" | "True" | "1"))
     }
 
     /// Threads do not exist on this server, so any `thread_id` names an
@@ -575,6 +594,60 @@ impl ExecuteQuery {
             Some(_) => Err(ApiError::Code(ErrorCode::UnknownChannel)),
             None => Ok(()),
         }
+    }
+}
+
+/// The `components` an execute stores, as Discord takes them: none
+/// without `?with_components=true` (ignored, as Discord does); with it,
+/// every component for an application-owned webhook, and for any other
+/// only non-interactive ones (link and premium buttons, layout and
+/// content components: nothing with a `custom_id`, no select, no text
+/// input), else 50035 on `components`. Checked as interaction messages
+/// are (`custom_id` bounds, nesting).
+fn sent_components(
+    node: &crate::Node,
+    webhook: &WebhookRow,
+    body: &Map<String, Value>,
+    with_components: bool,
+) -> Result<Option<String>, ApiError> {
+    let Some(components) = body.get("components").filter(|_| with_components) else {
+        return Ok(None);
+    };
+    let Value::Array(items) = components else {
+        return Ok(None);
+    };
+    if items.is_empty() {
+        return Ok(None);
+    }
+    crate::interactions::check_custom_ids(node, components)?;
+    if webhook.application_id.is_none() && interactive(components) {
+        return Err(refused(
+            node,
+            ApiError::Field(
+                "components",
+                "COMPONENT_INTERACTIVE_NOT_ALLOWED",
+                "A webhook no application owns can only send non-interactive components.".into(),
+            ),
+        ));
+    }
+    Ok(Some(components.to_string()))
+}
+
+/// Whether `value` holds a component someone can interact with: one with
+/// a `custom_id`, a select (types 3, 5-8), a text input (4), or a button
+/// (2) that is neither a link (style 5) nor a premium one (6).
+fn interactive(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.iter().any(interactive),
+        Value::Object(fields) => {
+            let kind = fields.get("type").and_then(Value::as_u64);
+            let style = fields.get("style").and_then(Value::as_u64);
+            fields.contains_key("custom_id")
+                || matches!(kind, Some(3..=8))
+                || (kind == Some(2) && !matches!(style, Some(5 | 6)))
+                || fields.values().any(interactive)
+        }
+        _ => false,
     }
 }
 
@@ -676,7 +749,12 @@ async fn execute(
     )?;
     let content = string_field(&node, &body, "content")?.unwrap_or_default();
     let extras = check_extras(&node, &body)?;
-    check_content(&node, &content, extras.embeds + extras.components > 0)?;
+    let components = sent_components(&node, &webhook, &body, query.with_components())?;
+    check_content(
+        &node,
+        &content,
+        extras.embeds + components.is_some() as usize > 0,
+    )?;
     let username = string_field(&node, &body, "username")?;
     if let Some(username) = &username {
         check_name(&node, "username", username)?;
@@ -741,8 +819,8 @@ async fn execute(
         kind: 0,
         // Within EXECUTE_FLAGS, so a u64 of at most a few bits.
         flags: flags as i64,
-        components: None,
-        application_id: None,
+        components,
+        application_id: webhook.application_id,
         interaction_id: None,
         interaction_metadata: None,
         embeds: extras.embeds_json.clone().flatten(),

@@ -991,3 +991,98 @@ async fn twilight_manages_and_executes_webhooks() {
     http.delete_webhook(hook.id).await.unwrap();
     assert_eq!(g.webhook_count().await, 0);
 }
+
+/// `?with_components`, as Discord documents it: without it a body's
+/// components are ignored; with it a webhook no application owns sends
+/// non-interactive components only (a link button: stored and echoed; a
+/// custom_id button: 50035, nothing stored), while a bot's webhook is its
+/// application's (`application_id`) and sends any.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_count_only_with_with_components() {
+    let g = guild().await;
+    let node = &g.node;
+    let hook = g.create(&g.channel, "plain").await;
+    assert_eq!(hook["application_id"], Value::Null);
+    let link = json!([{"type": 1, "components": [
+        {"type": 2, "style": 5, "label": "Docs", "url": "https://example.com/docs"}]}]);
+    let press = json!([{"type": 1, "components": [
+        {"type": 2, "style": 1, "label": "Press", "custom_id": "press"}]}]);
+    let execute = |hook: &Value, query: &str, components: &Value| {
+        let path = format!("{}?wait=true{query}", token_path(hook));
+        let body = json!({"content": "with parts", "components": components});
+        async move { node.call("POST", &path, None, Some(body)).await }
+    };
+    // Ignored without the flag.
+    let (status, sent) = execute(&hook, "", &link).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["components"], json!([]), "{sent}");
+    // Kept with it, and read back.
+    let (status, sent) = execute(&hook, "&with_components=true", &link).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["components"], link, "{sent}");
+    let (status, read) = node
+        .call(
+            "GET",
+            &format!(
+                "{}/messages/{}",
+                token_path(&hook),
+                sent["id"].as_str().unwrap()
+            ),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(read["components"], link);
+    // Interactive ones: refused on a user's webhook, nothing stored.
+    let before = g.history(&g.channel).await.len();
+    let (status, refused) = execute(&hook, "&with_components=true", &press).await;
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, json!(50035)),
+        "{refused}"
+    );
+    assert!(refused["errors"]["components"].is_object(), "{refused}");
+    assert_eq!(g.history(&g.channel).await.len(), before);
+
+    // A bot with MANAGE_WEBHOOKS: its webhook is its application's.
+    let (app_id, bot) = node.bot_in(&g.owner, &g.guild).await;
+    let (_, me) = node.call("GET", "/users/@me", Some(&bot), None).await;
+    let (status, role) = node
+        .call(
+            "POST",
+            &format!("/guilds/{}/roles", g.guild),
+            Some(&g.owner),
+            Some(json!({"name": "hooks", "permissions": (1u64 << 29).to_string()})),
+        )
+        .await;
+    assert_eq!(status, 200, "{role}");
+    let (status, body) = node
+        .call(
+            "PUT",
+            &format!(
+                "/guilds/{}/members/{}/roles/{}",
+                g.guild,
+                me["id"].as_str().unwrap(),
+                role["id"].as_str().unwrap()
+            ),
+            Some(&g.owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let (status, owned) = node
+        .call(
+            "POST",
+            &format!("/channels/{}/webhooks", g.channel),
+            Some(&bot),
+            Some(json!({"name": "owned"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{owned}");
+    assert_eq!(owned["application_id"], app_id.as_str());
+    let (status, sent) = execute(&owned, "&with_components=true", &press).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["components"], press, "{sent}");
+    assert_eq!(sent["application_id"], app_id.as_str(), "{sent}");
+}

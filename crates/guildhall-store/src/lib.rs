@@ -363,6 +363,9 @@ pub struct WebhookRow {
     pub avatar: Option<String>,
     /// The secret token, as issued.
     pub token: String,
+    /// The application whose bot created it (application-owned); `None`
+    /// for one a user created.
+    pub application_id: Option<i64>,
 }
 
 /// What writing a webhook did: a create or a move is refused when the
@@ -2492,7 +2495,7 @@ where
         if room != WebhookWrite::Done {
             return Ok(room);
         }
-        sqlx::query("INSERT INTO webhooks (id, guild_id, channel_id, creator_id, name, avatar, token) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        sqlx::query("INSERT INTO webhooks (id, guild_id, channel_id, creator_id, name, avatar, token, application_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
             .bind(row.id)
             .bind(row.guild_id)
             .bind(row.channel_id)
@@ -2500,6 +2503,7 @@ where
             .bind(&row.name)
             .bind(&row.avatar)
             .bind(&row.token)
+            .bind(row.application_id)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -3877,6 +3881,8 @@ mod tests {
             name: format!("hook{id}"),
             avatar: None,
             token: format!("token{id}"),
+            // Every other one application-owned: the column round-trips.
+            application_id: (id % 2 == 0).then_some(900 + id),
         }
     }
 
@@ -3961,6 +3967,7 @@ mod tests {
         // A move into a full channel is refused; into a channel with room
         // it is stored; the guild never changes.
         let mut moved = store.webhook(200).await.unwrap().unwrap();
+        assert_eq!(moved, webhook_row(200, 12), "read back whole");
         moved.channel_id = 11;
         assert_eq!(
             store.update_webhook(&moved, 3).await.unwrap(),
