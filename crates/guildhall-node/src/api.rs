@@ -1386,10 +1386,10 @@ pub(crate) async fn edit_row(
     node: &crate::Node,
     row: &mut MessageRow,
     content: Option<String>,
-    embeds: Option<Option<String>>,
+    (embeds, components): (Option<Option<String>>, Option<Option<String>>),
     mentioning: Option<&Mentioning>,
 ) -> Result<(), ApiError> {
-    if content.is_none() && embeds.is_none() {
+    if content.is_none() && embeds.is_none() && components.is_none() {
         return Ok(());
     }
     if let Some(content) = content {
@@ -1409,6 +1409,9 @@ pub(crate) async fn edit_row(
     }
     if let Some(embeds) = embeds {
         row.embeds = embeds;
+    }
+    if let Some(components) = components {
+        row.components = components;
     }
     check_content(
         node,
@@ -2188,7 +2191,14 @@ async fn edit_message(
         },
         actor_id: caller.id,
     };
-    edit_row(&node, &mut row, body.content, embeds, Some(&mentioning)).await?;
+    edit_row(
+        &node,
+        &mut row,
+        body.content,
+        (embeds, None),
+        Some(&mentioning),
+    )
+    .await?;
     let mut message = wire_message(&row, &caller, None);
     // An edit leaves a pin as it was, and the update says so.
     message.pinned = is_pinned(&node, &row).await?;

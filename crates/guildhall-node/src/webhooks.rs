@@ -18,8 +18,8 @@
 //!
 //! Not kept: avatar images (no CDN; the avatar is the hash of the data
 //! URI, as Discord's avatar field is a hash), `avatar_url` overrides (the
-//! URL is never fetched), and components on an edit (an execute takes
-//! them with `?with_components=true`, as Discord does).
+//! URL is never fetched). Components count with `?with_components=true`
+//! only, on an execute and an edit, as Discord takes them.
 
 use crate::api::{
     ApiError, ApiResult, AppState, Caller, check_chars, check_content, check_items, guild_channel,
@@ -915,6 +915,13 @@ async fn edit_message(
         Some(Value::Null) => Some(String::new()),
         Some(_) => string_field(&node, &body, "content")?,
     };
+    // With `?with_components=true` the edit's `components` replace the
+    // message's (null or `[]` clears them), under execute's rule.
+    let components = if query.with_components() && body.contains_key("components") {
+        Some(sent_components(&node, &webhook, &body, true)?)
+    } else {
+        None
+    };
     let mentioning = crate::api::Mentioning {
         allowed: extras.allowed,
         rights: crate::api::MentionRights::Webhook,
@@ -924,7 +931,7 @@ async fn edit_message(
         &node,
         &mut row,
         content,
-        extras.embeds_json,
+        (extras.embeds_json, components),
         Some(&mentioning),
     )
     .await?;

@@ -1085,4 +1085,37 @@ async fn components_count_only_with_with_components() {
     assert_eq!(status, 200, "{sent}");
     assert_eq!(sent["components"], press, "{sent}");
     assert_eq!(sent["application_id"], app_id.as_str(), "{sent}");
+
+    // Edits: components change only with the flag; `[]` clears them; the
+    // same rule on what a user's webhook may send.
+    let edit = |hook: &Value, message: &Value, query: &str, components: Value| {
+        let path = format!(
+            "{}/messages/{}{query}",
+            token_path(hook),
+            message["id"].as_str().unwrap()
+        );
+        async move {
+            node.call(
+                "PATCH",
+                &path,
+                None,
+                Some(json!({"components": components})),
+            )
+            .await
+        }
+    };
+    let (status, edited) = edit(&owned, &sent, "", json!([])).await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["components"], press, "ignored without the flag");
+    let (status, edited) = edit(&owned, &sent, "?with_components=true", json!([])).await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["components"], json!([]), "{edited}");
+    let (status, linked) = execute(&hook, "&with_components=true", &link).await;
+    assert_eq!(status, 200, "{linked}");
+    let (status, refused) = edit(&hook, &linked, "?with_components=true", press.clone()).await;
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, json!(50035)),
+        "{refused}"
+    );
 }
