@@ -2311,8 +2311,6 @@ impl GuildDirectory {
             pulled: std::collections::HashSet::new(),
             published: VecDeque::new(),
         };
-        // Statuses first: the GUILD_CREATEs the pull sends carry them.
-        owner.statuses = self.statuses_of(&owner).await;
         self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
         let handle = OwnerHandle {
@@ -2321,19 +2319,6 @@ impl GuildDirectory {
         };
         tokio::spawn(owner.run(mailbox));
         Ok(handle)
-    }
-
-    /// The statuses of a loading owner's members, asked of the presence
-    /// role (`presence_query_*`): empty when it does not answer in time, and
-    /// then not asked again for `presence_query_cooloff_ms` (seed 001: a
-    /// presence outage degrades presence, and costs each load nothing).
-    async fn statuses_of(&self, owner: &GuildOwner) -> HashMap<i64, String> {
-        let user_ids: Vec<i64> = owner.members.keys().copied().collect();
-        self.ask_presence(owner.guild.id, &user_ids)
-            .await
-            .into_iter()
-            .filter(|(id, _)| owner.members.contains_key(id))
-            .collect()
     }
 
     /// The statuses of `user_ids` (of `guild_id`) that are not offline, as
@@ -2348,12 +2333,18 @@ impl GuildDirectory {
                 .fetch_add(1, Ordering::Relaxed);
             return vec![];
         }
+        // A load asks inside its caller's wait, beside the pull: never
+        // longer than the pull may take.
+        let timeout_ms = limits
+            .presence_query_timeout_ms
+            .min(limits.guild_reply_timeout_ms / 2)
+            .max(1);
         let answer = crate::presence::query(
             self.bus.as_ref(),
             user_ids,
             limits.presence_query_users_max,
             limits.presence_queries_per_load_max,
-            Duration::from_millis(limits.presence_query_timeout_ms),
+            Duration::from_millis(timeout_ms),
         )
         .await;
         match answer {
@@ -2378,7 +2369,11 @@ impl GuildDirectory {
     }
 
     /// A new owner asks every gateway node which of its sessions follow the
-    /// guild and subscribes them before it serves anything: each gets a
+    /// guild, and at the same time the presence role for its members'
+    /// statuses (the GUILD_CREATEs it then sends carry them; asked beside
+    /// the gateways, so a slow presence role adds nothing to the load's
+    /// wait beyond the pull's own bound: seed 001, presence never on the
+    /// critical path), and subscribes them before it serves anything: each gets a
     /// fresh GUILD_CREATE first in the new epoch's stream, so the events of
     /// the requests that follow (a message posted right after a move) reach
     /// them. A gateway that does not answer within `guild_pull_timeout_ms`
@@ -2399,14 +2394,22 @@ impl GuildDirectory {
                 .min(limits.guild_reply_timeout_ms / 2)
                 .max(1),
         );
-        // One question per gateway node, all at once (bounded by the view).
+        // One question per gateway node, all at once (bounded by the view),
+        // and the presence role's, beside them.
         let subjects: Vec<String> = gateways.iter().map(|n| follows_subject(n)).collect();
-        let answers = futures_util::future::join_all(
-            subjects
-                .iter()
-                .map(|subject| self.bus.request(subject, ask.clone(), timeout)),
-        )
-        .await;
+        let user_ids: Vec<i64> = owner.members.keys().copied().collect();
+        let (statuses, answers) = tokio::join!(
+            self.ask_presence(owner.guild.id, &user_ids),
+            futures_util::future::join_all(subjects.iter().map(|subject| self.bus.request(
+                subject,
+                ask.clone(),
+                timeout
+            )),)
+        );
+        owner.statuses = statuses
+            .into_iter()
+            .filter(|(id, _)| owner.members.contains_key(id))
+            .collect();
         for (node, answer) in gateways.iter().zip(answers) {
             let followers = answer
                 .ok()
