@@ -2005,28 +2005,8 @@ async fn readable_channel(
     caller: &UserRow,
     channel_id: &str,
 ) -> Result<ChannelRow, ApiError> {
-    let channel = node
-        .shared
-        .store
-        .channel(parse_id(channel_id)?)
-        .await?
-        .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
-    match channel.guild_id {
-        Some(guild_id) => {
-            authorize(
-                node,
-                caller.id,
-                &channel,
-                guild_id,
-                perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
-            )
-            .await?;
-        }
-        None => {
-            dm_of(node, caller, &channel).await?;
-        }
-    }
-    Ok(channel)
+    let need = perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY;
+    Ok(channel_audience(node, caller, channel_id, need).await?.0)
 }
 
 async fn list_messages(
