@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use guildhall_proto::Snowflake;
+use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::intents;
 use guildhall_proto::mentions;
@@ -1228,6 +1229,9 @@ struct NewMessage {
     /// Who may be mentioned (`guildhall_proto::mentions`); raw for the
     /// same reason.
     allowed_mentions: Option<Value>,
+    /// SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS, IS_COMPONENTS_V2
+    /// ([`CREATE_FLAGS`]); raw so a bad value is a 50035 on the field.
+    flags: Option<Value>,
 }
 
 /// What the author may mention beyond users: `@everyone`/`@here` and
@@ -1378,51 +1382,217 @@ pub(crate) fn checked_embeds(
         .map_err(|error| invalid_form(node, &error))
 }
 
-/// Applies an edit's `content` and checked `embeds` (`Some(None)` clears
-/// them) to `row` and stores it, if the edit carries either. What the edit
-/// leaves must still be a message (50006). A user's message and a
-/// webhook's are edited alike.
+/// What an edit changes: each `None` leaves the field as it is;
+/// `Some(None)` clears embeds or components.
+#[derive(Default)]
+pub(crate) struct Edit {
+    pub(crate) content: Option<String>,
+    /// Checked embeds as stored.
+    pub(crate) embeds: Option<Option<String>>,
+    /// Checked components as stored (`components::check` under the flags
+    /// the message will have).
+    pub(crate) components: Option<Option<String>>,
+    /// The flags as they will stand ([`edited_flags`]).
+    pub(crate) flags: Option<u64>,
+}
+
+/// Applies `edit` to `row` and stores it, if the edit changes anything.
+/// What the edit leaves must still be a message ([`check_message_state`]:
+/// 50006, or a components-v2 message that kept its content). A user's
+/// message and a webhook's are edited alike.
 pub(crate) async fn edit_row(
     node: &crate::Node,
     row: &mut MessageRow,
-    content: Option<String>,
-    (embeds, components): (Option<Option<String>>, Option<Option<String>>),
+    edit: Edit,
     mentioning: Option<&Mentioning>,
 ) -> Result<(), ApiError> {
-    if content.is_none() && embeds.is_none() && components.is_none() {
+    let flags_changed = edit.flags.is_some_and(|f| f as i64 != row.flags);
+    if edit.content.is_none()
+        && edit.embeds.is_none()
+        && edit.components.is_none()
+        && !flags_changed
+    {
         return Ok(());
     }
-    if let Some(content) = content {
-        row.content = content;
-        // Discord rebuilds the mentions from the new content, under the
-        // edit's allowances; a reply's author stays mentioned if they were.
-        if let Some(mentioning) = mentioning {
-            let replied = row
-                .mentions
-                .as_deref()
-                .and_then(|m| serde_json::from_str::<mentions::Stored>(m).ok())
-                .and_then(|m| m.replied_user)
-                .and_then(|id| i64::try_from(id.get()).ok());
-            row.mentions =
-                mentions_of(node, row.guild_id, &row.content, mentioning, replied).await?;
-        }
+    if let Some(flags) = edit.flags {
+        row.flags = flags as i64;
     }
-    if let Some(embeds) = embeds {
+    let v2 = row.flags as u64 & FLAG_IS_COMPONENTS_V2 != 0;
+    // Discord rebuilds the mentions from the new text, under the edit's
+    // allowances: the content, or a components-v2 message's text displays.
+    let text_changed = edit.content.is_some() || (v2 && edit.components.is_some());
+    if let Some(content) = edit.content {
+        row.content = content;
+    }
+    if let Some(embeds) = edit.embeds {
         row.embeds = embeds;
     }
-    if let Some(components) = components {
+    if let Some(components) = edit.components {
         row.components = components;
     }
-    check_content(
+    check_message_state(
         node,
+        row.flags as u64,
         &row.content,
-        row.embeds.is_some() || row.components.is_some(),
+        row.embeds.is_some(),
+        row.components.is_some(),
     )?;
+    if text_changed && let Some(mentioning) = mentioning {
+        // A reply's author stays mentioned if they were.
+        let replied = row
+            .mentions
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<mentions::Stored>(m).ok())
+            .and_then(|m| m.replied_user)
+            .and_then(|id| i64::try_from(id.get()).ok());
+        let text = mention_text(row);
+        row.mentions = mentions_of(node, row.guild_id, &text, mentioning, replied).await?;
+    }
     row.edited_ms = Some(now_ms() as i64);
     if !node.shared.store.update_message(row).await? {
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
     Ok(())
+}
+
+// ----- flags and components, as every message route takes them --------------
+
+/// Message flag SUPPRESS_EMBEDS.
+pub(crate) const FLAG_SUPPRESS_EMBEDS: u64 = 1 << 2;
+/// Message flag SUPPRESS_NOTIFICATIONS.
+pub(crate) const FLAG_SUPPRESS_NOTIFICATIONS: u64 = 1 << 12;
+/// Flags a new message may set: SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS
+/// and IS_COMPONENTS_V2. Discord also allows IS_VOICE_MESSAGE, which is
+/// an uploaded audio attachment, and this server takes no uploads, so it
+/// is refused rather than stored on a message without its audio.
+pub(crate) const CREATE_FLAGS: u64 =
+    FLAG_SUPPRESS_EMBEDS | FLAG_SUPPRESS_NOTIFICATIONS | FLAG_IS_COMPONENTS_V2;
+
+/// A body's `flags`: an integer within `allowed`, else 50035 on `flags`
+/// with `refusal` as its message.
+pub(crate) fn flags_field(
+    node: &crate::Node,
+    value: Option<&Value>,
+    allowed: u64,
+    refusal: &str,
+) -> Result<Option<u64>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_u64() {
+            Some(flags) if flags & !allowed == 0 => Ok(Some(flags)),
+            _ => {
+                node.counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(ApiError::Field(
+                    "flags",
+                    "MESSAGE_FLAGS_INVALID",
+                    refusal.to_owned(),
+                ))
+            }
+        },
+    }
+}
+
+/// The flags an edit leaves: SUPPRESS_EMBEDS as the edit says,
+/// IS_COMPONENTS_V2 set if either has it (it cannot be unset), every
+/// other bit as stored. Libraries send the message's whole flags back
+/// with one bit changed (discord.py's `suppress`), so the other bits of
+/// an edit are read as unchanged rather than refused.
+pub(crate) fn edited_flags(stored: u64, given: Option<u64>) -> u64 {
+    match given {
+        None => stored,
+        Some(given) => {
+            (stored & !FLAG_SUPPRESS_EMBEDS)
+                | (given & FLAG_SUPPRESS_EMBEDS)
+                | (given & FLAG_IS_COMPONENTS_V2)
+        }
+    }
+}
+
+/// The component bounds of the limits.
+pub(crate) fn component_bounds(node: &crate::Node) -> components::Bounds {
+    let limits = &node.shared.limits;
+    components::Bounds {
+        components_total_max: limits.message_components_max,
+        custom_id_chars_max: limits.component_custom_id_chars_max,
+        modal_components_max: limits.interaction_modal_components_max,
+        ..components::Bounds::default()
+    }
+}
+
+/// A body's `components` (at `root` in the body), checked for a message
+/// with `flags` (`components::check`): the tree as stored, `None` when it
+/// is empty.
+pub(crate) fn checked_components(
+    node: &crate::Node,
+    raw: &Value,
+    flags: u64,
+    root: &[&str],
+) -> Result<Option<Vec<Value>>, ApiError> {
+    let kept = components::check(
+        raw,
+        components::Surface::of_flags(flags),
+        &component_bounds(node),
+        root,
+    )
+    .map_err(|body| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Invalid(body)
+    })?;
+    Ok((!kept.is_empty()).then_some(kept))
+}
+
+/// What a message must hold as it will stand. A components-v2 message is
+/// its components only (content or embeds are Discord's 50035
+/// MESSAGE_CANNOT_USE_LEGACY_FIELDS_WITH_COMPONENTS_V2 on the field) and
+/// has some (50006); any other has content, an embed or a component.
+pub(crate) fn check_message_state(
+    node: &crate::Node,
+    flags: u64,
+    content: &str,
+    has_embeds: bool,
+    has_components: bool,
+) -> Result<(), ApiError> {
+    if flags & FLAG_IS_COMPONENTS_V2 == 0 {
+        return check_content(node, content, has_embeds || has_components);
+    }
+    let legacy = if !content.is_empty() {
+        Some("content")
+    } else if has_embeds {
+        Some("embeds")
+    } else {
+        None
+    };
+    if let Some(field) = legacy {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            field,
+            "MESSAGE_CANNOT_USE_LEGACY_FIELDS_WITH_COMPONENTS_V2",
+            format!("The '{field}' field cannot be used when using MessageFlags.IS_COMPONENTS_V2"),
+        ));
+    }
+    if !has_components {
+        return Err(ApiError::Code(ErrorCode::EmptyMessage));
+    }
+    Ok(())
+}
+
+/// The text a stored message's mentions are read from: its content, or a
+/// components-v2 message's text displays.
+pub(crate) fn mention_text(row: &MessageRow) -> String {
+    if row.flags as u64 & FLAG_IS_COMPONENTS_V2 == 0 {
+        return row.content.clone();
+    }
+    row.components
+        .as_deref()
+        .and_then(|c| serde_json::from_str::<Vec<Value>>(c).ok())
+        .map(|c| components::text_of(&c))
+        .unwrap_or_default()
 }
 
 pub(crate) fn check_content(
@@ -1793,11 +1963,13 @@ async fn create_message(
         .channel(parse_id(&id)?)
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
-    check_content(
+    let flags = flags_field(
         &node,
-        &body.content,
-        !body.embeds.is_empty() || !body.components.is_empty(),
-    )?;
+        body.flags.as_ref(),
+        CREATE_FLAGS,
+        "Only SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2 can be set.",
+    )?
+    .unwrap_or(0);
     let embeds = checked_embeds(&node, &body.embeds)?;
     let reference = replies::parse(body.message_reference.as_ref())
         .map_err(|error| invalid_form(&node, &error))?;
@@ -1820,16 +1992,26 @@ async fn create_message(
                 "Only bots may send components.".into(),
             ));
         }
-        check_items(
+        checked_components(
             &node,
-            "components",
-            body.components.len(),
-            node.shared.limits.message_components_max,
-        )?;
-        let components = Value::Array(body.components);
-        crate::interactions::check_custom_ids(&node, &components)?;
-        Some(components.to_string())
+            &Value::Array(body.components),
+            flags,
+            &["components"],
+        )?
     };
+    check_message_state(
+        &node,
+        flags,
+        &body.content,
+        embeds.is_some(),
+        components.is_some(),
+    )?;
+    // A components-v2 message mentions whom its text displays mention.
+    let text = match &components {
+        Some(kept) if flags & FLAG_IS_COMPONENTS_V2 != 0 => components::text_of(kept),
+        _ => body.content.clone(),
+    };
+    let components = components.map(|kept| Value::Array(kept).to_string());
     match &body.nonce {
         None | Some(Value::Null | Value::Number(_)) => {}
         Some(Value::String(nonce)) => check_chars(
@@ -1892,14 +2074,8 @@ async fn create_message(
         rights,
         actor_id: author.id,
     };
-    let mentioned = mentions_of(
-        &node,
-        channel.guild_id,
-        &body.content,
-        &mentioning,
-        replied_author,
-    )
-    .await?;
+    let mentioned =
+        mentions_of(&node, channel.guild_id, &text, &mentioning, replied_author).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
         channel_id: channel.id,
@@ -1918,7 +2094,8 @@ async fn create_message(
         } else {
             0
         },
-        flags: 0,
+        // Within CREATE_FLAGS: a few low bits.
+        flags: flags as i64,
         components,
         application_id: None,
         interaction_id: None,
@@ -2116,6 +2293,12 @@ struct EditMessage {
     /// Replaces the embeds when present (`null` or `[]` clears them).
     #[serde(default, deserialize_with = "present")]
     embeds: Option<Option<Vec<Value>>>,
+    /// Replaces the components when present (`null` or `[]` clears them).
+    #[serde(default, deserialize_with = "present")]
+    components: Option<Option<Value>>,
+    /// SUPPRESS_EMBEDS (set or unset) and IS_COMPONENTS_V2 (set only);
+    /// other bits read as unchanged ([`edited_flags`]).
+    flags: Option<Value>,
 }
 
 /// A field that may be absent (outer `None`) or `null` (inner `None`).
@@ -2155,6 +2338,33 @@ async fn edit_message(
         Some(embeds) => Some(checked_embeds(&node, &embeds.unwrap_or_default())?),
         None => None,
     };
+    let given = flags_field(
+        &node,
+        body.flags.as_ref(),
+        u64::MAX >> 1,
+        "Flags are a non-negative integer.",
+    )?;
+    let flags = edited_flags(row.flags as u64, given);
+    let components = match body.components {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(raw)) => {
+            if !caller.bot && raw.as_array().is_some_and(|a| !a.is_empty()) {
+                node.counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(ApiError::Field(
+                    "components",
+                    "COMPONENT_USER_ACCOUNT",
+                    "Only bots may send components.".into(),
+                ));
+            }
+            Some(
+                checked_components(&node, &raw, flags, &["components"])?
+                    .map(|kept| Value::Array(kept).to_string()),
+            )
+        }
+    };
     let mentioning = Mentioning {
         allowed: allowed_mentions(
             &node,
@@ -2174,8 +2384,12 @@ async fn edit_message(
     edit_row(
         &node,
         &mut row,
-        body.content,
-        (embeds, None),
+        Edit {
+            content: body.content,
+            embeds,
+            components,
+            flags: Some(flags),
+        },
         Some(&mentioning),
     )
     .await?;

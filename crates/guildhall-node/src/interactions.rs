@@ -51,6 +51,7 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use guildhall_limits::Limits;
 use guildhall_proto::commands::{self, CommandSpec};
+use guildhall_proto::components::FLAG_IS_COMPONENTS_V2;
 use guildhall_proto::error::ErrorCode;
 use guildhall_proto::interactions::{
     self as ix, CallbackBounds, CallbackInteraction, CallbackResource, CallbackResponse,
@@ -897,6 +898,34 @@ async fn resolve(
     Ok(())
 }
 
+/// What an auto-populated select's `values` name: snowflakes, each a
+/// user, role, user-or-role or channel by the menu's type; anything else
+/// is 50035 on `data.values`.
+fn select_mentions(
+    node: &crate::Node,
+    found: &ix::FoundComponent,
+    values: &[String],
+) -> Result<Vec<Mention>, ApiError> {
+    let mut mentions = Vec::with_capacity(values.len());
+    for value in values {
+        let Some(id) = value.parse::<i64>().ok().filter(|id| *id > 0) else {
+            return Err(field(
+                node,
+                "values",
+                "NUMBER_TYPE_COERCE",
+                "Each value is a snowflake.",
+            ));
+        };
+        mentions.push(match found.kind {
+            5 => Mention::User(id),
+            6 => Mention::Role(id),
+            7 => Mention::Mentionable(id),
+            _ => Mention::Channel(id),
+        });
+    }
+    Ok(mentions)
+}
+
 async fn check_component(
     node: &crate::Node,
     app: &ApplicationRow,
@@ -958,6 +987,39 @@ async fn check_component(
             Some(values)
         }
     };
+    // An auto-populated select's values are ids: what they name is
+    // resolved (and must exist, in this guild, of the channel types the
+    // menu offers), as Discord resolves them for the application.
+    let resolved = match (found.kind, &values, channel.guild_id) {
+        (5..=8, Some(values), Some(guild_id)) => {
+            let mentions = select_mentions(node, &found, values)?;
+            let mut resolved = Resolved::default();
+            resolve(node, (guild_id, app.bot_user_id), &mentions, &mut resolved).await?;
+            let offered: Vec<u64> = found
+                .component
+                .get("channel_types")
+                .and_then(Value::as_array)
+                .map(|t| t.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            let outside = resolved.channels.values().any(|c| {
+                !offered.is_empty()
+                    && !c
+                        .get("type")
+                        .and_then(Value::as_u64)
+                        .is_some_and(|t| offered.contains(&t))
+            });
+            if outside {
+                return Err(field(
+                    node,
+                    "values",
+                    "CHANNEL_TYPE_INVALID",
+                    "The menu does not offer channels of this type.",
+                ));
+            }
+            (!resolved.is_empty()).then_some(resolved)
+        }
+        _ => None,
+    };
     let author = node
         .shared
         .store
@@ -971,6 +1033,7 @@ async fn check_component(
             custom_id: data.custom_id,
             component_type: found.kind,
             values,
+            resolved,
         }),
         message: Some(Box::new(message)),
         source_message_id: Some(row.id),
@@ -1062,7 +1125,11 @@ pub(crate) struct Parts {
     content: Option<String>,
     tts: bool,
     flags: Option<u64>,
-    components: Option<String>,
+    /// `None`: unchanged; `Some(None)`: cleared.
+    components: Option<Option<String>>,
+    /// A components-v2 message's text (its text displays): what its
+    /// mentions are read from.
+    text: Option<String>,
     /// `None`: unchanged; `Some(None)`: cleared.
     embeds: Option<Option<String>>,
     /// Who the content may mention (an interaction's default: users).
@@ -1070,55 +1137,69 @@ pub(crate) struct Parts {
 }
 
 /// Checks a message body as webhooks check theirs (content, embeds,
-/// components, allowed_mentions, refused fields), and the flags a
-/// response may set. `creating`: the content (or an embed or component)
-/// is required.
+/// allowed_mentions, refused fields), its components under the flags the
+/// message will have (`stored_flags`, an edited message's, with the
+/// body's), and the flags a response may set. `creating`: the message
+/// must hold something ([`crate::api::check_message_state`]). `root`: where
+/// the message sits in the body (`["data"]` in a callback), for the
+/// components' errors.
 pub(crate) fn message_parts(
     node: &crate::Node,
     body: &Map<String, Value>,
     creating: bool,
+    stored_flags: u64,
+    root: &[&str],
 ) -> Result<Parts, ApiError> {
     let extras = check_extras(node, body)?;
     let content = match body.get("content") {
         Some(Value::Null) if !creating => Some(String::new()),
         _ => string_field(node, body, "content")?,
     };
-    if creating || content.is_some() {
-        check_content(
-            node,
-            content.as_deref().unwrap_or_default(),
-            extras.embeds + extras.components > 0,
-        )
-        .map_err(|e| refused(node, e))?;
-    }
-    let tts = body.get("tts").and_then(Value::as_bool).unwrap_or(false);
-    let flags = match body.get("flags") {
-        None | Some(Value::Null) => None,
-        Some(value) => match value.as_u64() {
-            Some(flags) if flags & !ix::RESPONSE_FLAGS == 0 => Some(flags),
-            _ => {
-                return Err(field(
-                    node,
-                    "flags",
-                    "MESSAGE_FLAGS_INVALID",
-                    "Only SUPPRESS_EMBEDS, EPHEMERAL and SUPPRESS_NOTIFICATIONS can be set.",
-                ));
-            }
-        },
-    };
+    let flags = crate::api::flags_field(
+        node,
+        body.get("flags"),
+        ix::RESPONSE_FLAGS,
+        "Only SUPPRESS_EMBEDS, EPHEMERAL, SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2 can be set.",
+    )?;
+    let surface = stored_flags | flags.unwrap_or(0);
+    let v2 = surface & FLAG_IS_COMPONENTS_V2 != 0;
+    let mut path = root.to_vec();
+    path.push("components");
     let components = match body.get("components") {
         None => None,
-        Some(Value::Null) => Some("[]".to_owned()),
-        Some(value) => {
-            check_custom_ids(node, value)?;
-            Some(value.to_string())
-        }
+        Some(Value::Null) => Some(None),
+        Some(raw) => Some(crate::api::checked_components(node, raw, surface, &path)?),
     };
+    let has_components = components.as_ref().is_some_and(Option::is_some);
+    if creating {
+        crate::api::check_message_state(
+            node,
+            surface,
+            content.as_deref().unwrap_or_default(),
+            extras.embeds > 0,
+            has_components,
+        )?;
+    } else if let Some(content) = &content {
+        // An edit: what it sets must fit the message it edits.
+        if v2 {
+            crate::api::check_message_state(node, surface, content, extras.embeds > 0, true)?;
+        } else {
+            check_content(node, content, extras.embeds > 0 || has_components)
+                .map_err(|e| refused(node, e))?;
+        }
+    }
+    let text = components
+        .as_ref()
+        .and_then(Option::as_ref)
+        .filter(|_| v2)
+        .map(|kept| guildhall_proto::components::text_of(kept));
+    let tts = body.get("tts").and_then(Value::as_bool).unwrap_or(false);
     Ok(Parts {
         content,
         tts,
         flags,
-        components,
+        components: components.map(|c| c.map(|kept| Value::Array(kept).to_string())),
+        text,
         embeds: extras.embeds_json,
         allowed: extras.allowed,
     })
@@ -1138,53 +1219,6 @@ fn mentioning(
             channel_id: entry.channel_id,
         },
         actor_id: entry.bot_user_id,
-    }
-}
-
-/// Every `custom_id` in the components (an array of objects) is 1 to
-/// `component_custom_id_chars_max` characters (a component interaction
-/// matches on it).
-pub(crate) fn check_custom_ids(node: &crate::Node, components: &Value) -> Result<(), ApiError> {
-    // Arrays and objects each count a level: a container's section's
-    // accessory is six levels down.
-    fn walk(value: &Value, max: usize, depth: u8) -> bool {
-        if depth > 8 {
-            return false;
-        }
-        match value {
-            Value::Array(items) => items.iter().all(|i| walk(i, max, depth + 1)),
-            Value::Object(map) => {
-                let id_ok = map.get("custom_id").is_none_or(|id| {
-                    id.as_str()
-                        .is_some_and(|s| (1..=max).contains(&s.chars().count()))
-                });
-                id_ok
-                    && ["components", "accessory", "component"]
-                        .iter()
-                        .filter_map(|k| map.get(*k))
-                        .all(|inner| walk(inner, max, depth + 1))
-            }
-            _ => true,
-        }
-    }
-    let objects = components
-        .as_array()
-        .is_some_and(|items| items.iter().all(Value::is_object));
-    if objects
-        && walk(
-            components,
-            node.shared.limits.component_custom_id_chars_max,
-            0,
-        )
-    {
-        Ok(())
-    } else {
-        Err(field(
-            node,
-            "components",
-            "COMPONENT_CUSTOM_ID_INVALID",
-            "Components are objects, each custom_id 1 to 100 characters, nested at most 4 deep.",
-        ))
     }
 }
 
@@ -1226,7 +1260,7 @@ async fn post_message(
     let mentioned = crate::api::mentions_of(
         node,
         Some(entry.guild_id),
-        &content,
+        parts.text.as_deref().unwrap_or(&content),
         &mentioning(entry, parts.allowed),
         None,
     )
@@ -1240,7 +1274,7 @@ async fn post_message(
         webhook_id: Some(entry.application_id),
         kind: i64::from(entry.message_kind),
         flags: flags as i64,
-        components: parts.components,
+        components: parts.components.flatten(),
         application_id: Some(entry.application_id),
         interaction_id: Some(entry.id),
         interaction_metadata: serde_json::to_string(&metadata).ok(),
@@ -1280,33 +1314,37 @@ async fn update_message(
         .message(entry.channel_id, id)
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownMessage))?;
-    if let Some(content) = parts.content {
-        row.content = content;
-        // Rebuilt from the new content, as Discord rebuilds them.
-        row.mentions = crate::api::mentions_of(
-            node,
-            Some(entry.guild_id),
-            &row.content,
-            &mentioning(entry, parts.allowed),
-            None,
-        )
-        .await?;
-    }
-    if let Some(components) = parts.components {
-        row.components = Some(components);
-    }
-    if let Some(embeds) = parts.embeds {
-        row.embeds = embeds;
-    }
     // Only the flags a response may set change; EPHEMERAL stays what it
-    // was (a message does not change audience), LOADING ends.
-    let kept = row.flags as u64 & ix::FLAG_EPHEMERAL;
+    // was (a message does not change audience), IS_COMPONENTS_V2 once set
+    // stays, LOADING ends.
+    let kept = row.flags as u64 & (ix::FLAG_EPHEMERAL | FLAG_IS_COMPONENTS_V2);
     let set = parts
         .flags
         .map_or(row.flags as u64 & ix::RESPONSE_FLAGS, |f| {
             f & !ix::FLAG_EPHEMERAL
         });
     row.flags = ((set & !ix::FLAG_EPHEMERAL) | kept) as i64;
+    let text_changed = parts.content.is_some() || parts.text.is_some();
+    if let Some(content) = parts.content {
+        row.content = content;
+    }
+    if let Some(components) = parts.components {
+        row.components = components;
+    }
+    if let Some(embeds) = parts.embeds {
+        row.embeds = embeds;
+    }
+    if text_changed {
+        // Rebuilt from the new text, as Discord rebuilds them.
+        row.mentions = crate::api::mentions_of(
+            node,
+            Some(entry.guild_id),
+            &crate::api::mention_text(&row),
+            &mentioning(entry, parts.allowed),
+            None,
+        )
+        .await?;
+    }
     row.edited_ms = Some(now_ms() as i64);
     if !store.update_message(&row).await? {
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
@@ -1358,8 +1396,20 @@ async fn callback(
     // refused body leaves it answerable.
     let object = object_body(&node, Value::Object(callback.data.clone()))?;
     let parts = match callback.kind {
-        ix::CHANNEL_MESSAGE_WITH_SOURCE => Some(message_parts(&node, &object, true)?),
-        ix::UPDATE_MESSAGE => Some(message_parts(&node, &object, false)?),
+        ix::CHANNEL_MESSAGE_WITH_SOURCE => Some(message_parts(&node, &object, true, 0, &["data"])?),
+        ix::UPDATE_MESSAGE => {
+            // The components of the message it updates, under its flags.
+            let stored = match entry.source_message_id {
+                Some(source) => node
+                    .shared
+                    .store
+                    .message(entry.channel_id, source)
+                    .await?
+                    .map_or(0, |m| m.flags as u64),
+                None => 0,
+            };
+            Some(message_parts(&node, &object, false, stored, &["data"])?)
+        }
         ix::DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE => {
             let flags = match object.get("flags").and_then(Value::as_u64) {
                 Some(flags) if flags & !ix::RESPONSE_FLAGS == 0 => flags,
@@ -1378,6 +1428,7 @@ async fn callback(
                 tts: false,
                 flags: Some(flags & ix::FLAG_EPHEMERAL),
                 components: None,
+                text: None,
                 embeds: None,
                 allowed: guildhall_proto::mentions::Allowed::default_for(
                     guildhall_proto::mentions::Context::WebhookOrInteraction,
@@ -1563,7 +1614,7 @@ async fn message_for(node: &crate::Node, entry: &Entry, raw: &str) -> Result<Mes
 /// always true; EPHEMERAL allowed).
 pub(crate) async fn followup(node: &crate::Node, entry: &Entry, body: Value) -> ApiResult {
     let body = object_body(node, body)?;
-    let parts = message_parts(node, &body, true)?;
+    let parts = message_parts(node, &body, true, 0, &[])?;
     let (_, message) = post_message(node, entry, parts, 0, true).await?;
     ok(&message)
 }
@@ -1587,7 +1638,7 @@ pub(crate) async fn get(node: &crate::Node, entry: &Entry, raw: &str) -> ApiResu
 pub(crate) async fn edit(node: &crate::Node, entry: &Entry, raw: &str, body: Value) -> ApiResult {
     let row = message_for(node, entry, raw).await?;
     let body = object_body(node, body)?;
-    let parts = message_parts(node, &body, false)?;
+    let parts = message_parts(node, &body, false, row.flags as u64, &[])?;
     ok(&update_message(node, entry, row.id, parts).await?)
 }
 

@@ -22,8 +22,8 @@
 //! only, on an execute and an edit, as Discord takes them.
 
 use crate::api::{
-    ApiError, ApiResult, AppState, Caller, check_chars, check_content, check_items, guild_channel,
-    ok, parse_id, patch, publish_message, publish_plain, read_json, store_message, wire_row,
+    ApiError, ApiResult, AppState, Caller, check_chars, check_items, guild_channel, ok, parse_id,
+    patch, publish_message, publish_plain, read_json, store_message, wire_row,
 };
 use crate::guilds::{GUILD_WIDE, perm, wire_user};
 use crate::state::sf;
@@ -41,10 +41,11 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-/// Message flags a webhook may set: SUPPRESS_EMBEDS and
-/// SUPPRESS_NOTIFICATIONS (Discord also allows IS_COMPONENTS_V2, which
-/// needs components this server does not render, so it is refused).
-const EXECUTE_FLAGS: u64 = (1 << 2) | (1 << 12);
+/// Message flags a webhook may set: SUPPRESS_EMBEDS,
+/// SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2, as Discord documents.
+const EXECUTE_FLAGS: u64 = crate::api::FLAG_SUPPRESS_EMBEDS
+    | crate::api::FLAG_SUPPRESS_NOTIFICATIONS
+    | guildhall_proto::components::FLAG_IS_COMPONENTS_V2;
 
 /// Substrings Discord refuses in a webhook's name, case-insensitively.
 const NAME_FORBIDDEN: [&str; 2] = ["clyde", "discord"];
@@ -599,28 +600,28 @@ impl ExecuteQuery {
 
 /// The `components` an execute stores, as Discord takes them: none
 /// without `?with_components=true` (ignored, as Discord does); with it,
-/// every component for an application-owned webhook, and for any other
-/// only non-interactive ones (link and premium buttons, layout and
-/// content components: nothing with a `custom_id`, no select, no text
-/// input), else 50035 on `components`. Checked as interaction messages
-/// are (`custom_id` bounds, nesting).
+/// checked for a message with `flags` (`components::check`: the layout
+/// rules of a legacy or a components-v2 message), and for a webhook no
+/// application owns only non-interactive ones (link buttons, layout and
+/// content components: nothing with a `custom_id`), else 50035 on
+/// `components`. `None` for none.
 fn sent_components(
     node: &crate::Node,
     webhook: &WebhookRow,
     body: &Map<String, Value>,
     with_components: bool,
-) -> Result<Option<String>, ApiError> {
-    let Some(components) = body.get("components").filter(|_| with_components) else {
+    flags: u64,
+) -> Result<Option<Vec<Value>>, ApiError> {
+    let Some(raw) = body
+        .get("components")
+        .filter(|v| with_components && !v.is_null())
+    else {
         return Ok(None);
     };
-    let Value::Array(items) = components else {
+    let Some(kept) = crate::api::checked_components(node, raw, flags, &["components"])? else {
         return Ok(None);
     };
-    if items.is_empty() {
-        return Ok(None);
-    }
-    crate::interactions::check_custom_ids(node, components)?;
-    if webhook.application_id.is_none() && interactive(components) {
+    if webhook.application_id.is_none() && guildhall_proto::components::interactive(&kept) {
         return Err(refused(
             node,
             ApiError::Field(
@@ -630,31 +631,12 @@ fn sent_components(
             ),
         ));
     }
-    Ok(Some(components.to_string()))
-}
-
-/// Whether `value` holds a component someone can interact with: one with
-/// a `custom_id`, a select (types 3, 5-8), a text input (4), or a button
-/// (2) that is neither a link (style 5) nor a premium one (6).
-fn interactive(value: &Value) -> bool {
-    match value {
-        Value::Array(items) => items.iter().any(interactive),
-        Value::Object(fields) => {
-            let kind = fields.get("type").and_then(Value::as_u64);
-            let style = fields.get("style").and_then(Value::as_u64);
-            fields.contains_key("custom_id")
-                || matches!(kind, Some(3..=8))
-                || (kind == Some(2) && !matches!(style, Some(5 | 6)))
-                || fields.values().any(interactive)
-        }
-        _ => false,
-    }
+    Ok(Some(kept))
 }
 
 /// What an execute or a message edit carries beyond its content.
 pub(crate) struct Extras {
     pub(crate) embeds: usize,
-    pub(crate) components: usize,
     /// The checked embeds as stored: `None` when the body has no
     /// `embeds`, `Some(None)` when it clears them (`null` or `[]`).
     pub(crate) embeds_json: Option<Option<String>>,
@@ -662,8 +644,9 @@ pub(crate) struct Extras {
     pub(crate) allowed: guildhall_proto::mentions::Allowed,
 }
 
-/// Checks the fields an executed or edited message shares: embeds,
-/// components, allowed_mentions; refuses the fields of features this
+/// Checks the fields an executed or edited message shares: embeds and
+/// allowed_mentions (components are checked under the message's flags,
+/// `api::checked_components`); refuses the fields of features this
 /// server lacks (polls, threads, attachments) on that field rather than
 /// answering as if they had been sent.
 pub(crate) fn check_extras(
@@ -700,7 +683,6 @@ pub(crate) fn check_extras(
         Some(Value::Array(items)) => Some(crate::api::checked_embeds(node, items)?),
         Some(_) => Some(None),
     };
-    let components = objects_field(node, body, "components", limits.message_components_max)?;
     if body
         .get("allowed_mentions")
         .is_some_and(|v| !v.is_null() && !v.is_object())
@@ -721,7 +703,6 @@ pub(crate) fn check_extras(
     )?;
     Ok(Extras {
         embeds,
-        components,
         embeds_json,
         allowed,
     })
@@ -749,12 +730,29 @@ async fn execute(
     )?;
     let content = string_field(&node, &body, "content")?.unwrap_or_default();
     let extras = check_extras(&node, &body)?;
-    let components = sent_components(&node, &webhook, &body, query.with_components())?;
-    check_content(
+    let flags = crate::api::flags_field(
         &node,
+        body.get("flags"),
+        EXECUTE_FLAGS,
+        "Only SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2 can be set.",
+    )?
+    .unwrap_or(0);
+    let components = sent_components(&node, &webhook, &body, query.with_components(), flags)?;
+    crate::api::check_message_state(
+        &node,
+        flags,
         &content,
-        extras.embeds + components.is_some() as usize > 0,
+        extras.embeds > 0,
+        components.is_some(),
     )?;
+    // A components-v2 message mentions whom its text displays mention.
+    let text = match &components {
+        Some(kept) if flags & guildhall_proto::components::FLAG_IS_COMPONENTS_V2 != 0 => {
+            guildhall_proto::components::text_of(kept)
+        }
+        _ => content.clone(),
+    };
+    let components = components.map(|kept| Value::Array(kept).to_string());
     let username = string_field(&node, &body, "username")?;
     if let Some(username) = &username {
         check_name(&node, "username", username)?;
@@ -782,29 +780,13 @@ async fn execute(
             ));
         }
     };
-    let flags = match body.get("flags") {
-        None | Some(Value::Null) => 0,
-        Some(value) => match value.as_u64() {
-            Some(flags) if flags & !EXECUTE_FLAGS == 0 => flags,
-            _ => {
-                return Err(refused(
-                    &node,
-                    ApiError::Field(
-                        "flags",
-                        "MESSAGE_FLAGS_INVALID",
-                        "Only SUPPRESS_EMBEDS and SUPPRESS_NOTIFICATIONS can be set.".into(),
-                    ),
-                ));
-            }
-        },
-    };
     let mentioning = crate::api::Mentioning {
         allowed: extras.allowed.clone(),
         rights: crate::api::MentionRights::Webhook,
         actor_id: webhook.creator_id,
     };
     let mentioned =
-        crate::api::mentions_of(&node, Some(webhook.guild_id), &content, &mentioning, None).await?;
+        crate::api::mentions_of(&node, Some(webhook.guild_id), &text, &mentioning, None).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
         channel_id: webhook.channel_id,
@@ -915,10 +897,22 @@ async fn edit_message(
         Some(Value::Null) => Some(String::new()),
         Some(_) => string_field(&node, &body, "content")?,
     };
+    // SUPPRESS_EMBEDS set or unset, IS_COMPONENTS_V2 set only.
+    let given = crate::api::flags_field(
+        &node,
+        body.get("flags"),
+        u64::MAX >> 1,
+        "Flags are a non-negative integer.",
+    )?;
+    let flags = crate::api::edited_flags(row.flags as u64, given);
     // With `?with_components=true` the edit's `components` replace the
-    // message's (null or `[]` clears them), under execute's rule.
+    // message's (null or `[]` clears them), under execute's rule and the
+    // flags the message will have.
     let components = if query.with_components() && body.contains_key("components") {
-        Some(sent_components(&node, &webhook, &body, true)?)
+        Some(
+            sent_components(&node, &webhook, &body, true, flags)?
+                .map(|kept| Value::Array(kept).to_string()),
+        )
     } else {
         None
     };
@@ -930,8 +924,12 @@ async fn edit_message(
     crate::api::edit_row(
         &node,
         &mut row,
-        content,
-        (extras.embeds_json, components),
+        crate::api::Edit {
+            content,
+            embeds: extras.embeds_json,
+            components,
+            flags: Some(flags),
+        },
         Some(&mentioning),
     )
     .await?;

@@ -424,7 +424,12 @@ async fn a_button_click_updates_its_message() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(answer["resource"]["message"]["components"], buttons);
+    // Echoed as sent, each component numbered in document order.
+    let numbered = json!([{"type": 1, "id": 1, "components": [
+        {"type": 2, "id": 2, "style": 1, "label": "Go", "custom_id": "go"},
+        {"type": 2, "id": 3, "style": 2, "label": "Off", "custom_id": "off", "disabled": true},
+    ]}]);
+    assert_eq!(answer["resource"]["message"]["components"], numbered);
     user.dispatch("MESSAGE_CREATE").await;
 
     let click = |custom_id: &str, kind: u64| {
@@ -595,7 +600,11 @@ async fn a_modal_from_a_button_carries_its_message() {
     let submitted = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
     assert_eq!(submitted["type"], 5);
     assert_eq!(submitted["message"]["id"], sent["id"]);
-    assert_eq!(submitted["message"]["components"], row);
+    assert_eq!(
+        submitted["message"]["components"],
+        json!([{"type": 1, "id": 1, "components": [
+            {"type": 2, "id": 2, "style": 1, "label": "Ask", "custom_id": "ask"}]}])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -965,7 +974,11 @@ async fn a_button_on_a_bot_message_starts_a_component_interaction() {
         )
         .await;
     assert_eq!(status, 200, "{sent}");
-    assert_eq!(sent["components"], row);
+    assert_eq!(
+        sent["components"],
+        json!([{"type": 1, "id": 1, "components": [{"type": 3, "id": 2, "custom_id": "pick", "max_values": 2,
+            "options": [{"label": "A", "value": "a"}, {"label": "B", "value": "b"}]}]}])
+    );
     let select = |values: Value| {
         json!({"type": 3, "application_id": s.app_id, "channel_id": s.channel,
                "message_id": sent["id"], "data": {"custom_id": "pick", "type": 3, "values": values}})
@@ -1150,4 +1163,226 @@ async fn user_and_role_options_resolve_members_and_roles() {
         "{refused}"
     );
     assert_eq!(s.created().await, before, "nothing created");
+}
+
+/// Components as a bot's channel messages take them (the component
+/// reference): an `IS_COMPONENTS_V2` layout is stored and echoed with its
+/// ids, its text displays' mentions are read, the legacy fields are
+/// refused beside it, a layout component without the flag is refused where
+/// it is, an edit replaces components and keeps the flag (it cannot be
+/// unset), and SUPPRESS_EMBEDS goes on and off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_messages_take_components_v2_layouts_and_edits() {
+    let s = setup().await;
+    let path = format!("/channels/{}/messages", s.channel);
+    let post = |body: Value| {
+        let path = path.clone();
+        let node = &s.node;
+        let bot = s.bot.clone();
+        async move { node.call("POST", &path, Some(&bot), Some(body)).await }
+    };
+    let layout = json!([{"type": 17, "accent_color": 3447003, "components": [
+        {"type": 9, "components": [{"type": 10, "content": format!("Hello <@{}>", s.user_id)}],
+         "accessory": {"type": 2, "style": 1, "label": "Wave", "custom_id": "wave"}},
+        {"type": 14, "divider": true},
+    ]}]);
+    let (status, sent) = post(json!({"flags": 1 << 15, "components": layout})).await;
+    assert_eq!(status, 200, "{sent}");
+    assert_eq!(sent["flags"], 1 << 15);
+    assert_eq!(sent["content"], "");
+    assert_eq!(
+        sent["components"],
+        json!([{"type": 17, "id": 1, "accent_color": 3447003, "components": [
+            {"type": 9, "id": 2, "components": [{"type": 10, "id": 3, "content": format!("Hello <@{}>", s.user_id)}],
+             "accessory": {"type": 2, "id": 4, "style": 1, "label": "Wave", "custom_id": "wave"}},
+            {"type": 14, "id": 5, "divider": true},
+        ]}])
+    );
+    assert_eq!(sent["mentions"][0]["id"], s.user_id.as_str(), "{sent}");
+
+    // Content beside IS_COMPONENTS_V2, a v2 message without components,
+    // and a layout component without the flag: refused, nothing stored.
+    let (status, refused) =
+        post(json!({"flags": 1 << 15, "content": "hi", "components": layout})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["errors"]["content"]["_errors"][0]["code"],
+        "MESSAGE_CANNOT_USE_LEGACY_FIELDS_WITH_COMPONENTS_V2"
+    );
+    let (status, refused) = post(json!({"flags": 1 << 15})).await;
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, json!(50006)),
+        "{refused}"
+    );
+    let (status, refused) =
+        post(json!({"content": "x", "components": [{"type": 10, "content": "t"}]})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["errors"]["components"]["0"]["type"]["_errors"][0]["code"],
+        "UNION_TYPE_CHOICES"
+    );
+    let (status, refused) = post(json!({"content": "x", "flags": 1 << 6})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["errors"]["flags"]["_errors"][0]["code"],
+        "MESSAGE_FLAGS_INVALID"
+    );
+    // Every problem of a tree at once, each where it is.
+    let (status, refused) = post(
+        json!({"content": "x", "components": [{"type": 1, "components": [
+            {"type": 2, "style": 1, "label": "No id"},
+            {"type": 2, "style": 5, "label": "No url"},
+        ]}]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    let row = &refused["errors"]["components"]["0"]["components"];
+    assert_eq!(
+        row["0"]["custom_id"]["_errors"][0]["code"],
+        "BUTTON_COMPONENT_CUSTOM_ID_REQUIRED"
+    );
+    assert_eq!(
+        row["1"]["url"]["_errors"][0]["code"],
+        "BUTTON_COMPONENT_URL_REQUIRED"
+    );
+    let (status, history) = s
+        .node
+        .call("GET", &format!("{path}?limit=10"), Some(&s.bot), None)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(history.as_array().map(Vec::len), Some(1), "{history}");
+
+    // An edit replaces the components under the flag the message has, and
+    // a `flags` without it does not unset it.
+    let message = format!("{path}/{}", sent["id"].as_str().unwrap());
+    let (status, edited) = s
+        .node
+        .call(
+            "PATCH",
+            &message,
+            Some(&s.bot),
+            Some(json!({"flags": 0, "components": [{"type": 10, "content": "Bye"}]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["flags"], 1 << 15);
+    assert_eq!(
+        edited["components"],
+        json!([{"type": 10, "id": 1, "content": "Bye"}])
+    );
+    assert_eq!(
+        edited["mentions"],
+        json!([]),
+        "mentions follow the new text"
+    );
+    let (status, refused) = s
+        .node
+        .call(
+            "PATCH",
+            &message,
+            Some(&s.bot),
+            Some(json!({"content": "back"})),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+
+    // A legacy message: components edited in, SUPPRESS_EMBEDS on and off.
+    let (status, plain) = post(json!({"content": "plain"})).await;
+    assert_eq!(status, 200, "{plain}");
+    let plain_path = format!("{path}/{}", plain["id"].as_str().unwrap());
+    let (status, edited) = s
+        .node
+        .call(
+            "PATCH",
+            &plain_path,
+            Some(&s.bot),
+            Some(
+                json!({"flags": 4, "components": [{"type": 1, "components": [
+                {"type": 2, "style": 5, "label": "Docs", "url": "https://example.com"}]}]}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["flags"], 4);
+    assert_eq!(
+        edited["components"][0]["components"][0]["url"],
+        "https://example.com"
+    );
+    let (status, edited) = s
+        .node
+        .call(
+            "PATCH",
+            &plain_path,
+            Some(&s.bot),
+            Some(json!({"flags": 0, "components": null})),
+        )
+        .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(
+        (edited["flags"].clone(), edited["components"].clone()),
+        (json!(0), json!([]))
+    );
+}
+
+/// A user, role or channel select's values are ids: the interaction
+/// carries what they name in `data.resolved` (a user with its member and
+/// permissions, a channel), and a value that names nothing, or a channel
+/// of a type the menu does not offer, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_populated_selects_resolve_their_values() {
+    let s = setup().await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let rows = json!([
+        {"type": 1, "components": [{"type": 5, "custom_id": "who"}]},
+        {"type": 1, "components": [{"type": 8, "custom_id": "where", "channel_types": [2]}]},
+        {"type": 1, "components": [{"type": 8, "custom_id": "any"}]},
+    ]);
+    let (status, sent) = s
+        .node
+        .call(
+            "POST",
+            &format!("/channels/{}/messages", s.channel),
+            Some(&s.bot),
+            Some(json!({"content": "pick", "components": rows})),
+        )
+        .await;
+    assert_eq!(status, 200, "{sent}");
+    let select = |custom_id: &str, kind: u64, values: Value| {
+        json!({"type": 3, "application_id": s.app_id, "guild_id": s.guild, "channel_id": s.channel,
+            "message_id": sent["id"], "data": {"custom_id": custom_id, "component_type": kind, "values": values}})
+    };
+    let (status, body) = s
+        .post_interaction(&s.user, select("who", 5, json!([s.user_id])))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let picked = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
+    let resolved = &picked["data"]["resolved"];
+    assert_eq!(resolved["users"][&s.user_id]["id"], s.user_id.as_str(), "{picked}");
+    assert!(resolved["members"][&s.user_id]["permissions"].is_string(), "{picked}");
+    assert!(resolved["members"][&s.user_id].get("user").is_none());
+
+    let (status, body) = s
+        .post_interaction(&s.user, select("any", 8, json!([s.channel])))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let picked = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
+    assert_eq!(picked["data"]["resolved"]["channels"][&s.channel]["type"], 0, "{picked}");
+
+    // The text channel is not among the voice channels "where" offers; an
+    // id that names no user; a value that is no id.
+    for (custom_id, kind, values) in [
+        ("where", 8, json!([s.channel])),
+        ("who", 5, json!(["1"])),
+        ("who", 5, json!(["me"])),
+    ] {
+        let (status, refused) = s
+            .post_interaction(&s.user, select(custom_id, kind, values.clone()))
+            .await;
+        assert_eq!(
+            (status, refused["code"].clone()),
+            (400, json!(50035)),
+            "{custom_id} {values}: {refused}"
+        );
+    }
 }

@@ -1007,6 +1007,11 @@ async fn components_count_only_with_with_components() {
         {"type": 2, "style": 5, "label": "Docs", "url": "https://example.com/docs"}]}]);
     let press = json!([{"type": 1, "components": [
         {"type": 2, "style": 1, "label": "Press", "custom_id": "press"}]}]);
+    // As stored and echoed: each component numbered in document order.
+    let link_kept = json!([{"type": 1, "id": 1, "components": [
+        {"type": 2, "id": 2, "style": 5, "label": "Docs", "url": "https://example.com/docs"}]}]);
+    let press_kept = json!([{"type": 1, "id": 1, "components": [
+        {"type": 2, "id": 2, "style": 1, "label": "Press", "custom_id": "press"}]}]);
     let execute = |hook: &Value, query: &str, components: &Value| {
         let path = format!("{}?wait=true{query}", token_path(hook));
         let body = json!({"content": "with parts", "components": components});
@@ -1019,7 +1024,7 @@ async fn components_count_only_with_with_components() {
     // Kept with it, and read back.
     let (status, sent) = execute(&hook, "&with_components=true", &link).await;
     assert_eq!(status, 200, "{sent}");
-    assert_eq!(sent["components"], link, "{sent}");
+    assert_eq!(sent["components"], link_kept, "{sent}");
     let (status, read) = node
         .call(
             "GET",
@@ -1033,7 +1038,7 @@ async fn components_count_only_with_with_components() {
         )
         .await;
     assert_eq!(status, 200, "{read}");
-    assert_eq!(read["components"], link);
+    assert_eq!(read["components"], link_kept);
     // Interactive ones: refused on a user's webhook, nothing stored.
     let before = g.history(&g.channel).await.len();
     let (status, refused) = execute(&hook, "&with_components=true", &press).await;
@@ -1083,7 +1088,7 @@ async fn components_count_only_with_with_components() {
     assert_eq!(owned["application_id"], app_id.as_str());
     let (status, sent) = execute(&owned, "&with_components=true", &press).await;
     assert_eq!(status, 200, "{sent}");
-    assert_eq!(sent["components"], press, "{sent}");
+    assert_eq!(sent["components"], press_kept, "{sent}");
     assert_eq!(sent["application_id"], app_id.as_str(), "{sent}");
 
     // Edits: components change only with the flag; `[]` clears them; the
@@ -1106,7 +1111,7 @@ async fn components_count_only_with_with_components() {
     };
     let (status, edited) = edit(&owned, &sent, "", json!([])).await;
     assert_eq!(status, 200, "{edited}");
-    assert_eq!(edited["components"], press, "ignored without the flag");
+    assert_eq!(edited["components"], press_kept, "ignored without the flag");
     let (status, edited) = edit(&owned, &sent, "?with_components=true", json!([])).await;
     assert_eq!(status, 200, "{edited}");
     assert_eq!(edited["components"], json!([]), "{edited}");

@@ -251,6 +251,31 @@ pub(crate) struct Form {
 }
 
 impl Form {
+    /// A form whose errors nest under `root` (a field's path in the body).
+    pub(crate) fn rooted(root: &[&str]) -> Self {
+        Self {
+            path: root.iter().map(|s| (*s).to_owned()).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Enters `segment` (the caller leaves it with [`Form::pop`]): for
+    /// walks that hold the form inside a larger borrow.
+    pub(crate) fn push(&mut self, segment: String) {
+        self.path.push(segment);
+    }
+
+    /// Leaves the segment [`Form::push`] entered.
+    pub(crate) fn pop(&mut self) {
+        self.path.pop();
+    }
+
+    /// Whether the segment above the current one is `segment` (an item
+    /// of an array field named `segment`).
+    pub(crate) fn parent_is(&self, segment: &str) -> bool {
+        self.path.len() >= 2 && self.path[self.path.len() - 2] == segment
+    }
+
     pub(crate) fn at<R>(
         &mut self,
         segment: impl Into<String>,
@@ -281,6 +306,38 @@ impl Form {
         if let Value::Array(list) = list {
             list.push(json!({"code": code, "message": message.into()}));
         }
+    }
+
+    /// Merges a refusal's nested errors (checked with an empty root) in
+    /// at the current path.
+    pub(crate) fn absorb(&mut self, body: ErrorBody) {
+        fn merge(into: &mut Map<String, Value>, from: Map<String, Value>) {
+            for (key, value) in from {
+                match (into.get_mut(&key), value) {
+                    (Some(Value::Object(a)), Value::Object(b)) => merge(a, b),
+                    (Some(Value::Array(a)), Value::Array(b)) => a.extend(b),
+                    (_, value) => {
+                        into.insert(key, value);
+                    }
+                }
+            }
+        }
+        let Some(Value::Object(errors)) = body.errors else {
+            return;
+        };
+        self.any = true;
+        let mut node = &mut self.errors;
+        for segment in &self.path {
+            let entry = node
+                .entry(segment.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !entry.is_object() {
+                *entry = Value::Object(Map::new());
+            }
+            let Value::Object(next) = entry else { return };
+            node = next;
+        }
+        merge(node, errors);
     }
 
     pub(crate) fn finish<T>(self, value: T) -> Result<T, ErrorBody> {

@@ -65,11 +65,12 @@ pub const MODAL: u8 = 9;
 pub const FLAG_EPHEMERAL: u64 = 1 << 6;
 /// Message flag `LOADING`: a deferred response ("is thinking…").
 pub const FLAG_LOADING: u64 = 1 << 7;
-/// Flags a response or followup may set: SUPPRESS_EMBEDS, EPHEMERAL and
-/// SUPPRESS_NOTIFICATIONS (Discord also allows VOICE_MESSAGE and
-/// IS_COMPONENTS_V2, which need attachments and components this server
-/// does not render, so they are refused).
-pub const RESPONSE_FLAGS: u64 = (1 << 2) | FLAG_EPHEMERAL | (1 << 12);
+/// Flags a response or followup may set: SUPPRESS_EMBEDS, EPHEMERAL,
+/// SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2 (Discord also allows
+/// IS_VOICE_MESSAGE, an uploaded audio attachment, and this server takes
+/// no uploads, so it is refused).
+pub const RESPONSE_FLAGS: u64 =
+    (1 << 2) | FLAG_EPHEMERAL | (1 << 12) | crate::components::FLAG_IS_COMPONENTS_V2;
 
 /// Message type of a slash command's response (`CHAT_INPUT_COMMAND`).
 pub const MESSAGE_CHAT_INPUT_COMMAND: u8 = 20;
@@ -261,6 +262,10 @@ pub struct ComponentData {
     /// What a select menu selected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub values: Option<Vec<String>>,
+    /// The users (with their members), roles and channels a user, role,
+    /// mentionable or channel select selected.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resolved: Option<Resolved>,
 }
 
 /// The data of a modal submit.
@@ -935,6 +940,7 @@ pub fn parse_component_data(
     });
     match parsed {
         (Some(custom_id), Some(component_type), Some(values)) => form.finish(ComponentData {
+            resolved: None,
             custom_id,
             component_type,
             values,
@@ -1247,31 +1253,24 @@ pub fn parse_callback(body: &Value, bounds: &CallbackBounds) -> Result<Callback,
                 f.length(&title, 1, bounds.modal_title_chars_max)
                     .then_some(title)
             });
-            let components = f.at("components", |f| match data.get("components") {
-                Some(Value::Array(items))
-                    if (1..=bounds.modal_components_max).contains(&items.len()) =>
-                {
-                    if items.iter().all(Value::is_object) {
-                        Some(items.clone())
-                    } else {
-                        f.error(
-                            "DICT_TYPE_CONVERT",
-                            "Only dictionaries may be used in a DictType.",
-                        );
-                        None
-                    }
-                }
-                _ => {
-                    f.error(
-                        "BASE_TYPE_BAD_LENGTH",
-                        format!(
-                            "Must be between 1 and {} in length.",
-                            bounds.modal_components_max
-                        ),
-                    );
+            // The modal's components under the modal's layout rules, their
+            // problems nested under `data.components` with the others.
+            let components = match crate::components::check(
+                data.get("components").unwrap_or(&Value::Null),
+                crate::components::Surface::Modal,
+                &crate::components::Bounds {
+                    custom_id_chars_max: bounds.custom_id_chars_max,
+                    modal_components_max: bounds.modal_components_max,
+                    ..crate::components::Bounds::default()
+                },
+                &[],
+            ) {
+                Ok(kept) => Some(kept),
+                Err(body) => {
+                    f.at("components", |f| f.absorb(body));
                     None
                 }
-            });
+            };
             Some((custom_id?, title?, components?))
         });
     }
@@ -1451,11 +1450,24 @@ mod tests {
             );
         }
         let modal = parse_callback(
-            &json!({"type": 9, "data": {"custom_id": "m", "title": "T", "components": [{"type": 1, "components": []}]}}),
+            &json!({"type": 9, "data": {"custom_id": "m", "title": "T", "components": [
+                {"type": 18, "label": "Q", "component": {"type": 4, "custom_id": "q", "style": 1}}]}}),
             &bounds,
         )
         .unwrap();
-        assert_eq!(modal.modal.unwrap().0, "m");
+        let (custom_id, _, components) = modal.modal.unwrap();
+        assert_eq!(custom_id, "m");
+        assert_eq!(components[0]["component"]["id"], 2);
+        // An empty row is refused where it is, under `data.components`.
+        let empty_row = parse_callback(
+            &json!({"type": 9, "data": {"custom_id": "m", "title": "T", "components": [{"type": 1, "components": []}]}}),
+            &bounds,
+        )
+        .unwrap_err();
+        assert_eq!(
+            empty_row.errors.unwrap()["data"]["components"]["0"]["components"]["_errors"][0]["code"],
+            "BASE_TYPE_BAD_LENGTH"
+        );
         assert!(
             parse_callback(
                 &json!({"type": 9, "data": {"custom_id": "m", "title": "T", "components": []}}),

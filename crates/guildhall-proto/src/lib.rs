@@ -12,6 +12,8 @@
 //! - [`shard`]: gateway sharding: which sessions hear a guild's events
 //!   (Discord's formula; events without a guild on shard 0 only).
 //! - [`commands`]: application commands: validation and wire objects.
+//! - [`components`]: message and modal components: the layout rules of
+//!   each surface, checked, and the tree as stored (ids filled in).
 //! - [`interactions`]: the Interaction object, what users send to create
 //!   one, callbacks and their bounds, `interaction_metadata`.
 //! - [`replies`]: a create body's `message_reference`, checked, with its
@@ -32,6 +34,7 @@
 pub mod bus;
 pub mod cluster;
 pub mod commands;
+pub mod components;
 pub mod embeds;
 pub mod error;
 pub mod etf;
