@@ -64,6 +64,28 @@ for reader in readers:
 for name, event in ready.items():
     if not event.wait(60):
         print(f"{name} never got READY")
+# The owner runs discord.py's /hello through the api-only node, which
+# holds the interaction; the bot answers through its own REST node
+# (gateway-api-1), which passes the callback on over NATS.
+interaction_ok = False
+try:
+    py_bot = bots["clusterpy"]
+    commands = call(api, "GET", f"/applications/{py_bot['application_id']}/commands", f"Bot {py_bot['token']}")
+    hello = next(c for c in commands if c["name"] == "hello")
+    call(api, "POST", "/interactions", owner["token"], {
+        "type": 2, "application_id": py_bot["application_id"], "guild_id": guild["id"], "channel_id": channel,
+        "session_id": "cluster", "nonce": "hello-1",
+        "data": {"id": hello["id"], "name": "hello", "type": 1, "version": hello["version"]}})
+    for _ in range(80):
+        history = call(api, "GET", f"/channels/{channel}/messages?limit=5", owner["token"])
+        answer = next((m for m in history if m["content"] == "hello from the cluster"), None)
+        if answer:
+            interaction_ok = answer.get("interaction_metadata", {}).get("name") == "hello"
+            break
+        threading.Event().wait(0.25)
+except Exception as error:  # reported below with the bots' output
+    print(f"cluster interaction: {error!r}")
+print(f"cluster interaction: {'ok' if interaction_ok else 'FAILED'}")
 # Posted through the api-only node: it reaches both gateway nodes.
 call(api, "POST", f"/channels/{channel}/messages", owner["token"], {"content": "!ping"})
 failures = []
@@ -78,7 +100,9 @@ for reader in readers:
 for name, process in processes.items():
     seen = next((json.loads(line) for line in reversed(lines[name]) if line.startswith("{")), {})
     ok = process.returncode == 0 and seen.get("guild") == "cluster guild" and seen.get("got_ping") \
-        and (seen.get("got_js") if name == "discord.py" else seen.get("got_py"))
+        and (seen.get("got_js") and seen.get("answered") if name == "discord.py" else seen.get("got_py"))
+    if name == "discord.py" and not interaction_ok:
+        ok = False
     print(f"cluster {name}: {'ok' if ok else 'FAILED'} {json.dumps(seen)}")
     if not ok:
         failures.append(name)

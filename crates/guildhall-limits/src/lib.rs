@@ -856,6 +856,20 @@ pub const INTERACTION_TOKEN_TTL_MS: u64 = 15 * 60 * 1_000;
 /// the sweep frees room.
 pub const INTERACTIONS_MAX: usize = 100_000;
 
+/// How long an api node waits for the api node that created an
+/// interaction to answer a callback or an interaction-webhook request
+/// passed on to it over the bus (a cluster whose load balancer sent the
+/// bot to another api node). When hit: the caller gets 503 with
+/// Retry-After (the creating node may be alive but slow; the bot retries
+/// within the interaction's deadline). Above a callback's own work (a
+/// store write and a publish) with room for a loaded node.
+pub const INTERACTION_FORWARD_TIMEOUT_MS: u64 = 2_500;
+
+/// Passed-on interaction requests an api node serves at once (each a task
+/// running the route). When hit: the request is answered 503 with
+/// Retry-After at once, never queued behind the others.
+pub const INTERACTION_FORWARDS_IN_FLIGHT_MAX: usize = 256;
+
 /// Interactions of one application awaiting their initial response at
 /// once. A bot that stops answering would otherwise fill the node's table
 /// with 3-second entries that only ever fail. When hit: POST /interactions
@@ -1428,6 +1442,10 @@ pub struct Limits {
     pub interaction_token_ttl_ms: u64,
     /// See [`INTERACTIONS_MAX`].
     pub interactions_max: usize,
+    /// See [`INTERACTION_FORWARD_TIMEOUT_MS`].
+    pub interaction_forward_timeout_ms: u64,
+    /// See [`INTERACTION_FORWARDS_IN_FLIGHT_MAX`].
+    pub interaction_forwards_in_flight_max: usize,
     /// See [`INTERACTIONS_PENDING_PER_APPLICATION_MAX`].
     pub interactions_pending_per_application_max: usize,
     /// See [`INTERACTIONS_PER_USER_PER_MINUTE_MAX`].
@@ -1719,6 +1737,8 @@ impl Default for Limits {
             interaction_response_deadline_ms: INTERACTION_RESPONSE_DEADLINE_MS,
             interaction_token_ttl_ms: INTERACTION_TOKEN_TTL_MS,
             interactions_max: INTERACTIONS_MAX,
+            interaction_forward_timeout_ms: INTERACTION_FORWARD_TIMEOUT_MS,
+            interaction_forwards_in_flight_max: INTERACTION_FORWARDS_IN_FLIGHT_MAX,
             interactions_pending_per_application_max: INTERACTIONS_PENDING_PER_APPLICATION_MAX,
             interactions_per_user_per_minute_max: INTERACTIONS_PER_USER_PER_MINUTE_MAX,
             interaction_users_max: INTERACTION_USERS_MAX,
@@ -2381,8 +2401,17 @@ impl Limits {
             "webhook_rate_limit_per_window",
             "must be at least 1",
         );
+        check(
+            self.interaction_forward_timeout_ms >= 1,
+            "interaction_forward_timeout_ms",
+            "must be at least 1",
+        );
         for (value, field) in [
             (self.interactions_max, "interactions_max"),
+            (
+                self.interaction_forwards_in_flight_max,
+                "interaction_forwards_in_flight_max",
+            ),
             (
                 self.interactions_pending_per_application_max,
                 "interactions_pending_per_application_max",
@@ -3050,6 +3079,8 @@ mod tests {
             "interaction_response_deadline_ms",
             "interaction_token_ttl_ms",
             "interactions_max",
+            "interaction_forward_timeout_ms",
+            "interaction_forwards_in_flight_max",
             "interactions_pending_per_application_max",
             "interactions_per_user_per_minute_max",
             "interaction_users_max",
@@ -3253,6 +3284,8 @@ mod tests {
             "interaction_response_deadline_ms" => l.interaction_response_deadline_ms = 0,
             "interaction_token_ttl_ms" => l.interaction_token_ttl_ms = 0,
             "interactions_max" => l.interactions_max = 0,
+            "interaction_forward_timeout_ms" => l.interaction_forward_timeout_ms = 0,
+            "interaction_forwards_in_flight_max" => l.interaction_forwards_in_flight_max = 0,
             "interactions_pending_per_application_max" => {
                 l.interactions_pending_per_application_max = 0
             }

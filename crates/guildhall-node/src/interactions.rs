@@ -21,8 +21,9 @@
 //! every bound (`interactions_max`, pending per application, each user's
 //! per-minute window), and its sweep (bounded per pass) forgets expired
 //! interactions and turns missed deadlines into INTERACTION_FAILURE for
-//! the invoking user's sessions. Tokens are 68 random characters, kept as
-//! SHA-256 digests and compared in constant time, like webhook tokens.
+//! the invoking user's sessions. Tokens are 68 random characters and the
+//! creating node's tag, kept as SHA-256 digests and compared in constant
+//! time, like webhook tokens.
 //!
 //! A response message is durable before the callback is answered and
 //! carries `interaction_metadata`, `webhook_id` and `application_id` (the
@@ -30,11 +31,12 @@
 //! stored with its one reader and goes to that user's sessions only
 //! (never the guild's stream, never history).
 //!
+//! The table is per node; a callback or webhook call that reaches another
+//! api node is passed on to this one (`interaction_forward`: the token
+//! names the creating node).
+//!
 //! Not here (yet): interactions in direct messages (50001), attachments
-//! and their options, a callback reaching
-//! another api node than the one that created the interaction (the table
-//! is per node: in a cluster, POST /interactions and its callbacks must
-//! reach the same node), `session_id` (the events go to every session of
+//! and their options, `session_id` (the events go to every session of
 //! the user), and several sessions of one bot each getting the event.
 
 use crate::api::{
@@ -578,7 +580,10 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
         _ => check_modal(&node, &app, &caller, &request, now).await?,
     };
     let id = node.shared.next_id().get() as i64;
-    let token = crate::auth::new_webhook_token().map_err(|_| ApiError::Internal)?;
+    // The token names this node: a callback that reaches another api node
+    // is passed on here (`interaction_forward`).
+    let token = crate::interaction_forward::new_token(node.takeovers.node_name())
+        .map_err(|_| ApiError::Internal)?;
     let user = wire_user(&caller);
     let extra = checked.metadata_extra;
     let metadata = InteractionMetadata {
@@ -1363,6 +1368,17 @@ async fn callback(
     Query(query): Query<CallbackQuery>,
     req: Request,
 ) -> ApiResult {
+    let req = match crate::interaction_forward::pass_on(
+        &node,
+        &token,
+        req,
+        ErrorCode::UnknownInteraction,
+    )
+    .await
+    {
+        Ok(answered) => return Ok(answered),
+        Err(req) => req,
+    };
     let id = parse_id(&raw_id).map_err(|_| ApiError::Code(ErrorCode::UnknownInteraction))?;
     let limits = &node.shared.limits;
     let body: Value = read_json(req, &node, limits.rest_body_bytes_max).await?;

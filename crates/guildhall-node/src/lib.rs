@@ -33,6 +33,7 @@ pub mod guilds;
 pub mod histogram;
 pub mod http;
 pub mod hub;
+pub mod interaction_forward;
 pub mod interactions;
 pub mod log;
 pub mod outbox;
@@ -217,6 +218,8 @@ pub struct Node {
     pub voice: Option<guildhall_voice::VoiceRole>,
     /// Interactions created on this node.
     pub interactions: interactions::Interactions,
+    /// Interaction requests passed between api nodes.
+    pub forwards: interaction_forward::Forwards,
 }
 
 impl Node {
@@ -653,6 +656,25 @@ async fn metrics(
         "counter",
         "Interactions whose deadline passed unanswered.",
         ix.failed_total.load(Ordering::Relaxed),
+    );
+    let forwards = &node.forwards.counters;
+    line(
+        "guildhall_interaction_forwards_passed_total",
+        "counter",
+        "Interaction requests passed on to the api node that created the interaction.",
+        forwards.passed_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interaction_forwards_served_total",
+        "counter",
+        "Interaction requests another api node passed on, run here.",
+        forwards.served_total.load(Ordering::Relaxed),
+    );
+    line(
+        "guildhall_interaction_forwards_failed_total",
+        "counter",
+        "Passed-on interaction requests unanswered in time, or refused (busy, malformed).",
+        forwards.failed_total.load(Ordering::Relaxed),
     );
     line(
         "guildhall_interactions",
@@ -1554,6 +1576,7 @@ pub async fn run(
         sfu,
         voice,
         interactions: interactions::Interactions::new(&config.limits),
+        forwards: interaction_forward::Forwards::new(&config.limits),
     });
     if let Some(serve_tls) = sfu_tls {
         tokio::spawn(serve_tls);
@@ -1594,6 +1617,18 @@ pub async fn run(
     let mut app = axum::Router::new();
     if config.runs(Role::Api) {
         app = app.nest("/api/v10", rest.clone()).nest("/api/v9", rest);
+        // The interaction requests other api nodes pass on: the same
+        // routes without the edge (the passing node applied it).
+        let passed_on = axum::Router::new()
+            .nest("/api/v10", api::routes())
+            .nest("/api/v9", api::routes())
+            .layer(axum::middleware::map_response(api::discord_error_bodies))
+            .with_state(node.clone());
+        roles.push(
+            interaction_forward::serve(node.clone(), passed_on)
+                .await
+                .map_err(bus_error)?,
+        );
     }
     let mut app = app
         .route("/metrics", axum::routing::get(metrics))

@@ -714,6 +714,13 @@ async fn execute(
     Query(query): Query<ExecuteQuery>,
     req: Request,
 ) -> ApiResult {
+    let req =
+        match crate::interaction_forward::pass_on(&node, &token, req, ErrorCode::UnknownWebhook)
+            .await
+        {
+            Ok(answered) => return Ok(answered),
+            Err(req) => req,
+        };
     if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
         // An interaction's followup (`thread_id` is ignored, as Discord
         // documents for interaction followups).
@@ -860,7 +867,16 @@ async fn get_message(
     State(node): State<AppState>,
     Path((id, token, message)): Path<(String, String, String)>,
     Query(query): Query<ExecuteQuery>,
+    req: Request,
 ) -> ApiResult {
+    let req =
+        match crate::interaction_forward::pass_on(&node, &token, req, ErrorCode::UnknownWebhook)
+            .await
+        {
+            Ok(answered) => return Ok(answered),
+            Err(req) => req,
+        };
+    drop(req);
     if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
         return crate::interactions::get(&node, &entry?, &message).await;
     }
@@ -878,6 +894,13 @@ async fn edit_message(
     Query(query): Query<ExecuteQuery>,
     req: Request,
 ) -> ApiResult {
+    let req =
+        match crate::interaction_forward::pass_on(&node, &token, req, ErrorCode::UnknownWebhook)
+            .await
+        {
+            Ok(answered) => return Ok(answered),
+            Err(req) => req,
+        };
     if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
         let entry = entry?;
         let body = read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?;
@@ -951,7 +974,16 @@ async fn delete_message(
     State(node): State<AppState>,
     Path((id, token, message)): Path<(String, String, String)>,
     Query(query): Query<ExecuteQuery>,
+    req: Request,
 ) -> ApiResult {
+    let req =
+        match crate::interaction_forward::pass_on(&node, &token, req, ErrorCode::UnknownWebhook)
+            .await
+        {
+            Ok(answered) => return Ok(answered),
+            Err(req) => req,
+        };
+    drop(req);
     if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
         return crate::interactions::delete(&node, &entry?, &message).await;
     }

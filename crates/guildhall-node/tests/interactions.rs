@@ -37,13 +37,20 @@ fn roll() -> Value {
     ]})
 }
 
-async fn setup_with(limits: Limits) -> Setup {
-    let node = TestNode::with_limits(Limits {
+fn test_limits(limits: Limits) -> Limits {
+    Limits {
         rest_rate_limit_per_window: 1_000_000,
         webhook_rate_limit_per_window: 1_000_000,
         ..limits
-    })
-    .await;
+    }
+}
+
+async fn setup_with(limits: Limits) -> Setup {
+    setup_on(TestNode::with_limits(test_limits(limits)).await).await
+}
+
+/// A user, their guild, a bot in it and its /roll, on `node`.
+async fn setup_on(node: TestNode) -> Setup {
     let (user, user_id) = node.register("alice").await;
     let (guild, channel) = node.guild(&user, "games").await;
     let (app_id, bot) = node.bot_in(&user, &guild).await;
@@ -1358,8 +1365,15 @@ async fn auto_populated_selects_resolve_their_values() {
     assert_eq!(status, 204, "{body}");
     let picked = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
     let resolved = &picked["data"]["resolved"];
-    assert_eq!(resolved["users"][&s.user_id]["id"], s.user_id.as_str(), "{picked}");
-    assert!(resolved["members"][&s.user_id]["permissions"].is_string(), "{picked}");
+    assert_eq!(
+        resolved["users"][&s.user_id]["id"],
+        s.user_id.as_str(),
+        "{picked}"
+    );
+    assert!(
+        resolved["members"][&s.user_id]["permissions"].is_string(),
+        "{picked}"
+    );
     assert!(resolved["members"][&s.user_id].get("user").is_none());
 
     let (status, body) = s
@@ -1367,7 +1381,10 @@ async fn auto_populated_selects_resolve_their_values() {
         .await;
     assert_eq!(status, 204, "{body}");
     let picked = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
-    assert_eq!(picked["data"]["resolved"]["channels"][&s.channel]["type"], 0, "{picked}");
+    assert_eq!(
+        picked["data"]["resolved"]["channels"][&s.channel]["type"], 0,
+        "{picked}"
+    );
 
     // The text channel is not among the voice channels "where" offers; an
     // id that names no user; a value that is no id.
@@ -1385,4 +1402,114 @@ async fn auto_populated_selects_resolve_their_values() {
             "{custom_id} {values}: {refused}"
         );
     }
+}
+
+/// In a cluster the bot's callback and its webhook calls may reach another
+/// api node than the one that created the interaction: that node passes
+/// them on over the bus to the creating one (the token names it), which
+/// answers on its own table: the callback, a followup, the @original edit,
+/// and a second callback refused as already acknowledged. A token naming
+/// a node nobody serves is an unknown interaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callbacks_reaching_another_api_node_are_passed_to_the_creating_one() {
+    use guildhall_cluster::{Bus, LocalBus, LocalRegistry, Registry};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let limits = test_limits(Limits::default());
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let a = TestNode::member_with(
+        "api-a",
+        1,
+        dir.path(),
+        registry.clone(),
+        bus.clone(),
+        limits.clone(),
+    )
+    .await;
+    // A's store is migrated before B opens the same file.
+    a.metric("guildhall_ring_members").await;
+    let b = TestNode::member_with("api-b", 2, dir.path(), registry, bus, limits).await;
+    let s = setup_on(a).await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let mut user = s.session(&s.user, USER_INTENTS).await;
+    let interaction = s.invoke(&mut bot).await;
+    let id = interaction["id"].as_str().unwrap();
+    let token = interaction["token"].as_str().unwrap();
+
+    let (status, body) = b
+        .call(
+            "POST",
+            &format!("/interactions/{id}/{token}/callback?with_response=true"),
+            None,
+            Some(json!({"type": 4, "data": {"content": "answered through b"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["resource"]["message"]["content"], "answered through b");
+    let shown = user.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(shown["d"]["content"], "answered through b");
+    let (status, again) = b
+        .call(
+            "POST",
+            &format!("/interactions/{id}/{token}/callback"),
+            None,
+            Some(json!({"type": 4, "data": {"content": "twice"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, again["code"].clone()),
+        (400, json!(40060)),
+        "{again}"
+    );
+    let hook = format!("/webhooks/{}/{token}", s.app_id);
+    let (status, followup) = b
+        .call("POST", &hook, None, Some(json!({"content": "more"})))
+        .await;
+    assert_eq!(status, 200, "{followup}");
+    assert_eq!(followup["content"], "more");
+    let (status, edited) = b
+        .call(
+            "PATCH",
+            &format!("{hook}/messages/@original"),
+            None,
+            Some(json!({"content": "edited through b"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["content"], "edited through b");
+    let (status, read) = b
+        .call("GET", &format!("{hook}/messages/@original"), None, None)
+        .await;
+    assert_eq!(
+        (status, read["content"].clone()),
+        (200, json!("edited through b"))
+    );
+    assert!(
+        b.metric("guildhall_interaction_forwards_passed_total")
+            .await
+            >= 5
+    );
+    assert!(
+        s.node
+            .metric("guildhall_interaction_forwards_served_total")
+            .await
+            >= 5
+    );
+
+    // A token of a node nobody serves: its interactions are gone with it.
+    let forged = format!("{}.{:016x}", &token[..68], 1u64);
+    let (status, gone) = b
+        .call(
+            "POST",
+            &format!("/interactions/{id}/{forged}/callback"),
+            None,
+            Some(json!({"type": 4, "data": {"content": "x"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, gone["code"].clone()),
+        (404, json!(10062)),
+        "{gone}"
+    );
 }

@@ -325,6 +325,95 @@ impl TakeoverReply {
     }
 }
 
+/// Subject on which the api node whose name hashes to `tag` (the tag an
+/// interaction token it issued ends with) serves the interaction requests
+/// other api nodes pass on to it: a bot's callback or interaction-webhook
+/// call that a load balancer sent elsewhere. The interactions live in the
+/// creating node's table, so that node answers them.
+pub fn interaction_forward_subject(tag: u64) -> String {
+    format!("api.{tag:016x}.interactions")
+}
+
+/// Longest path (with its query) a passed-on request may carry, in bytes.
+pub const FORWARD_PATH_BYTES_MAX: usize = 1_024;
+
+/// Methods a passed-on request may have (those of the routes passed on).
+const FORWARD_METHODS: [&str; 4] = ["GET", "POST", "PATCH", "DELETE"];
+
+/// A request an api node passes on to the api node that created the
+/// interaction it names. Only the interaction's routes are passed on
+/// (`/interactions/{id}/{token}/callback` and
+/// `/webhooks/{application_id}/{token}...`); the passing node has already
+/// applied its edge (rate limits, body bound), so the receiver runs the
+/// route alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardedRequest {
+    /// [`ENVELOPE_VERSION`].
+    pub v: u32,
+    /// HTTP method.
+    pub method: String,
+    /// Path and query, from `/api/v{n}/`.
+    pub path: String,
+    /// The JSON body (the routes take only JSON).
+    pub body: String,
+}
+
+/// The answer to a [`ForwardedRequest`]: what the route answered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardedResponse {
+    /// [`ENVELOPE_VERSION`].
+    pub v: u32,
+    /// HTTP status.
+    pub status: u16,
+    /// Its `Retry-After`, when it has one (a 429 or a 503).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<String>,
+    /// The body (JSON, or empty).
+    pub body: String,
+}
+
+impl ForwardedRequest {
+    /// Parses and checks a request: a known method, an interaction route's
+    /// path within [`FORWARD_PATH_BYTES_MAX`], a body within
+    /// `body_bytes_max`.
+    pub fn decode(bytes: &[u8], body_bytes_max: usize) -> Result<Self, EnvelopeError> {
+        let request: Self = serde_json::from_slice(bytes)?;
+        if request.v != ENVELOPE_VERSION {
+            return Err(EnvelopeError::Version(request.v));
+        }
+        if !FORWARD_METHODS.contains(&request.method.as_str()) {
+            return Err(EnvelopeError::Bounds("method"));
+        }
+        let route = request
+            .path
+            .strip_prefix("/api/v10/")
+            .or_else(|| request.path.strip_prefix("/api/v9/"));
+        let route_ok =
+            route.is_some_and(|r| r.starts_with("interactions/") || r.starts_with("webhooks/"));
+        if request.path.len() > FORWARD_PATH_BYTES_MAX || !route_ok {
+            return Err(EnvelopeError::Bounds("path"));
+        }
+        if request.body.len() > body_bytes_max {
+            return Err(EnvelopeError::Bounds("body"));
+        }
+        Ok(request)
+    }
+}
+
+impl ForwardedResponse {
+    /// Parses and checks an answer.
+    pub fn decode(bytes: &[u8]) -> Result<Self, EnvelopeError> {
+        let response: Self = serde_json::from_slice(bytes)?;
+        if response.v != ENVELOPE_VERSION {
+            return Err(EnvelopeError::Version(response.v));
+        }
+        if !(100..=599).contains(&response.status) {
+            return Err(EnvelopeError::Bounds("status"));
+        }
+        Ok(response)
+    }
+}
+
 /// Why an envelope was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum EnvelopeError {
@@ -485,6 +574,45 @@ mod tests {
             panic!("not a dispatch");
         };
         assert_eq!(data.get(), r#"{"content":"hé \"x\"","id":"1"}"#);
+    }
+
+    #[test]
+    fn forwarded_requests_carry_only_interaction_routes() {
+        let ok = |path: &str, method: &str| {
+            let bytes = serde_json::to_vec(&ForwardedRequest {
+                v: ENVELOPE_VERSION,
+                method: method.into(),
+                path: path.into(),
+                body: "{}".into(),
+            })
+            .unwrap();
+            ForwardedRequest::decode(&bytes, 16).is_ok()
+        };
+        assert!(ok("/api/v10/interactions/1/t/callback", "POST"));
+        assert!(ok("/api/v9/webhooks/1/t/messages/@original", "PATCH"));
+        assert!(!ok("/api/v10/users/@me", "GET"));
+        assert!(!ok("/metrics", "GET"));
+        assert!(!ok("/api/v10/webhooks/1/t", "PUT"));
+        assert!(!ok(
+            &format!("/api/v10/webhooks/{}", "x".repeat(2_000)),
+            "POST"
+        ));
+        let big = serde_json::to_vec(&ForwardedRequest {
+            v: ENVELOPE_VERSION,
+            method: "POST".into(),
+            path: "/api/v10/webhooks/1/t".into(),
+            body: "x".repeat(17),
+        })
+        .unwrap();
+        assert!(ForwardedRequest::decode(&big, 16).is_err());
+        let answer = serde_json::to_vec(&ForwardedResponse {
+            v: ENVELOPE_VERSION,
+            status: 700,
+            retry_after: None,
+            body: String::new(),
+        })
+        .unwrap();
+        assert!(ForwardedResponse::decode(&answer).is_err());
     }
 
     #[test]

@@ -536,6 +536,7 @@ fn interaction_has_the_documented_fields() {
         custom_id: "go".into(),
         component_type: 2,
         values: None,
+        resolved: None,
     }))
     .unwrap();
     assert_eq!(
