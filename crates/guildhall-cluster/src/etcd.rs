@@ -25,10 +25,10 @@
 //!   [`Registry::keep_alive`] call is one complete round trip, so the
 //!   node's dedicated renewal task (every TTL/3) is all a lease needs.
 
-use crate::registry::{LeaseId, Listing, Registry, RegistryError, Watch, WatchEvent};
+use crate::registry::{Claim, LeaseId, Listing, Registry, RegistryError, Watch, WatchEvent};
 use etcd_client::{
-    Client, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
-    Txn, TxnOp, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use futures_util::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -386,6 +386,45 @@ fn key_string(key: &[u8]) -> String {
 
 #[async_trait::async_trait]
 impl Registry for EtcdRegistry {
+    async fn claim(&self, key: &str, value: Vec<u8>, ttl_ms: u64) -> Result<Claim, RegistryError> {
+        let ttl_s = i64::try_from(ttl_ms.div_ceil(1_000).max(1)).unwrap_or(i64::MAX);
+        let timeout_ms = self.options.call_timeout_ms;
+        let granted = within(timeout_ms, self.main.lease_client().grant(ttl_s, None)).await?;
+        let id = granted.id();
+        let lease = LeaseId::try_from(id).map_err(|_| RegistryError::Unavailable)?;
+        // A key that was never created (or was deleted) has create
+        // revision 0: the put happens only then, in the same transaction
+        // as the check, and otherwise the holder is read back.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(id)),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let answer = within(timeout_ms, self.main.kv_client().txn(txn)).await;
+        let held = match answer {
+            Ok(answer) if answer.succeeded() => return Ok(Claim::Won(lease)),
+            Ok(answer) => answer
+                .op_responses()
+                .into_iter()
+                .find_map(|op| match op {
+                    TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value().to_vec()),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+            Err(e) => {
+                // As in put_with_lease: no orphan lease.
+                let _ = within(timeout_ms, self.main.lease_client().revoke(id)).await;
+                return Err(e);
+            }
+        };
+        // Lost: the lease holds nothing and is not kept.
+        let _ = within(timeout_ms, self.main.lease_client().revoke(id)).await;
+        Ok(Claim::Held(held))
+    }
+
     async fn put_with_lease(
         &self,
         key: &str,

@@ -26,5 +26,7 @@ pub mod view;
 pub use bus::{Bus, BusError, LocalBus, Subscription};
 pub use etcd::{EtcdOptions, EtcdRegistry};
 pub use nats::{NatsBus, NatsOptions};
-pub use registry::{LeaseId, Listing, LocalRegistry, Registry, RegistryError, Watch, WatchEvent};
+pub use registry::{
+    Claim, LeaseId, Listing, LocalRegistry, Registry, RegistryError, Watch, WatchEvent,
+};
 pub use view::RegistryView;

@@ -95,9 +95,23 @@ impl Watch {
     }
 }
 
+/// What [`Registry::claim`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was free and is now the claimant's, under this new lease.
+    Won(LeaseId),
+    /// Another value holds the key (its holder's): nothing was written.
+    Held(Vec<u8>),
+}
+
 /// A registry of leased keys.
 #[async_trait::async_trait]
 pub trait Registry: Send + Sync + std::fmt::Debug + 'static {
+    /// Puts `value` under `key` bound to a new lease of `ttl_ms` only if no
+    /// live entry holds `key`: one compare-and-put, so of two claimants of
+    /// one key exactly one wins (a snowflake worker id, which two processes
+    /// must never share).
+    async fn claim(&self, key: &str, value: Vec<u8>, ttl_ms: u64) -> Result<Claim, RegistryError>;
     /// Puts `value` under `key` bound to a new lease of `ttl_ms`, in one
     /// step: a half-written value cannot exist (seed 002).
     async fn put_with_lease(
@@ -277,6 +291,30 @@ fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, State> {
 
 #[async_trait::async_trait]
 impl Registry for LocalRegistry {
+    async fn claim(&self, key: &str, value: Vec<u8>, ttl_ms: u64) -> Result<Claim, RegistryError> {
+        let now = (self.inner.clock)();
+        let mut state = self.current();
+        if let Some((held, _)) = state.entries.get(key) {
+            return Ok(Claim::Held(held.clone()));
+        }
+        if state.entries.len() >= LOCAL_REGISTRY_ENTRIES_MAX {
+            return Err(RegistryError::Full);
+        }
+        state.next_lease += 1;
+        let lease = state.next_lease;
+        state
+            .leases
+            .insert(lease, (ttl_ms, now.saturating_add(ttl_ms)));
+        state
+            .entries
+            .insert(key.to_owned(), (value.clone(), Some(lease)));
+        state.changed(WatchEvent::Put {
+            key: key.to_owned(),
+            value,
+        });
+        Ok(Claim::Won(lease))
+    }
+
     async fn put_with_lease(
         &self,
         key: &str,

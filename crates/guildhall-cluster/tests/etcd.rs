@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use guildhall_cluster::{
-    EtcdOptions, EtcdRegistry, LeaseId, LocalRegistry, Registry, RegistryError, Watch, WatchEvent,
+    Claim, EtcdOptions, EtcdRegistry, LeaseId, LocalRegistry, Registry, RegistryError, Watch,
+    WatchEvent,
 };
 use guildhall_sandbox::{Service, Services};
 use std::process::Command;
@@ -501,6 +502,40 @@ async fn registry_contract(registry: Arc<dyn Registry>) {
     );
     quiet(&mut next_watch, 300).await;
     assert!(registry.list(prefix).await.unwrap().entries.is_empty());
+
+    // A claim: the first claimant wins under a new lease, the second is
+    // told who holds the key and writes nothing; once the lease ends the
+    // key is free again.
+    let key = "/contract/claims/7";
+    let Claim::Won(first) = registry
+        .claim(key, b"node-a".to_vec(), 30_000)
+        .await
+        .unwrap()
+    else {
+        panic!("a free key is won");
+    };
+    assert_eq!(
+        registry
+            .claim(key, b"node-b".to_vec(), 30_000)
+            .await
+            .unwrap(),
+        Claim::Held(b"node-a".to_vec())
+    );
+    let held = registry.list("/contract/claims/").await.unwrap();
+    assert_eq!(
+        held.entries.get(key).map(Vec::as_slice),
+        Some(&b"node-a"[..])
+    );
+    registry.keep_alive(first).await.unwrap();
+    registry.revoke(first).await.unwrap();
+    let Claim::Won(second) = registry
+        .claim(key, b"node-b".to_vec(), 30_000)
+        .await
+        .unwrap()
+    else {
+        panic!("a released key is won again");
+    };
+    registry.revoke(second).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -434,6 +434,15 @@ pub const PRESENCE_QUERY_TIMEOUT_MS: u64 = 250;
 /// unanswered. When hit (the time passes): loads ask again.
 pub const PRESENCE_QUERY_COOLOFF_MS: u64 = 5_000;
 
+/// Sessions' statuses a gateway node publishes again per second after the
+/// presence nodes changed (each user's statuses moved to the node the new
+/// ring places them on). A new presence node then fans each resynced user
+/// out to their guilds, a store read and a cast per user: 2,000 a second
+/// keeps that within one node's stride, and 10,000 sessions move in five
+/// seconds. When hit: the rest wait their turn (paced, never dropped by the
+/// pacing).
+pub const PRESENCE_RESYNC_PER_S: u64 = 2_000;
+
 /// Shards of the users role on a node: each owns the users whose id falls in its slice (id mod shards), with its own cache and mailbox.
 pub const USERS_SHARDS: usize = 4;
 
@@ -1392,6 +1401,8 @@ pub struct Limits {
     pub presence_query_timeout_ms: u64,
     /// See [`PRESENCE_QUERY_COOLOFF_MS`].
     pub presence_query_cooloff_ms: u64,
+    /// See [`PRESENCE_RESYNC_PER_S`].
+    pub presence_resync_per_s: u64,
     /// See [`USERS_LOADS_IN_FLIGHT_MAX`].
     pub users_loads_in_flight_max: usize,
     /// See [`USERS_SHARDS`].
@@ -1761,6 +1772,7 @@ impl Default for Limits {
             presence_queries_per_load_max: PRESENCE_QUERIES_PER_LOAD_MAX,
             presence_query_timeout_ms: PRESENCE_QUERY_TIMEOUT_MS,
             presence_query_cooloff_ms: PRESENCE_QUERY_COOLOFF_MS,
+            presence_resync_per_s: PRESENCE_RESYNC_PER_S,
             users_cache_entries_max: USERS_CACHE_ENTRIES_MAX,
             users_cache_ttl_ms: USERS_CACHE_TTL_MS,
             rest_rate_limit_per_window: REST_RATE_LIMIT_PER_WINDOW,
@@ -2229,6 +2241,7 @@ impl Limits {
             ),
             (self.presence_query_timeout_ms, "presence_query_timeout_ms"),
             (self.presence_query_cooloff_ms, "presence_query_cooloff_ms"),
+            (self.presence_resync_per_s, "presence_resync_per_s"),
         ] {
             check(value >= 1, name, "must be at least 1");
         }
@@ -3013,6 +3026,7 @@ mod tests {
             "presence_queries_per_load_max",
             "presence_query_timeout_ms",
             "presence_query_cooloff_ms",
+            "presence_resync_per_s",
             "users_shards",
             "users_shard_mailbox_max",
             "users_shard_cache_entries_max",
@@ -3218,6 +3232,7 @@ mod tests {
             "presence_queries_per_load_max" => l.presence_queries_per_load_max = 0,
             "presence_query_timeout_ms" => l.presence_query_timeout_ms = 0,
             "presence_query_cooloff_ms" => l.presence_query_cooloff_ms = 0,
+            "presence_resync_per_s" => l.presence_resync_per_s = 0,
             "users_shards" => l.users_shards = 0,
             "users_shard_mailbox_max" => l.users_shard_mailbox_max = 0,
             "users_shard_cache_entries_max" => l.users_shard_cache_entries_max = 0,

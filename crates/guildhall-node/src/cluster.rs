@@ -137,6 +137,15 @@ pub struct ClusterState {
     pub sfus: tokio::sync::watch::Sender<guildhall_voice::SfuList>,
     /// The slack of voice placement, permille (set at start).
     voice_epsilon_permille: AtomicU64,
+    /// Names of the presence nodes, by ring member id.
+    presence_nodes: RwLock<Arc<BTreeMap<MemberId, String>>>,
+    /// The ring of the presence nodes announced now: each user's statuses
+    /// live on one of them.
+    presence_ring: RwLock<Arc<Ring>>,
+    /// Bumped whenever the presence nodes change: gateway nodes publish
+    /// their sessions' statuses again (to their users' new presence
+    /// nodes) and presence nodes forget the users they no longer hold.
+    pub presence_changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for ClusterState {
@@ -176,6 +185,9 @@ impl Default for ClusterState {
             voice_nodes: RwLock::new(Arc::new(BTreeMap::new())),
             voice_ring: RwLock::new(Arc::new(Ring::new(0, &[], 1))),
             sfus: tokio::sync::watch::Sender::new(Arc::new(Vec::new())),
+            presence_nodes: RwLock::new(Arc::new(BTreeMap::new())),
+            presence_ring: RwLock::new(Arc::new(Ring::new(0, &[], 1))),
+            presence_changes: tokio::sync::watch::Sender::new(0),
             voice_epsilon_permille: AtomicU64::new(u64::from(
                 guildhall_limits::RING_LOAD_EPSILON_PERMILLE,
             )),
@@ -256,6 +268,49 @@ impl ClusterState {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&member)
             .cloned()
+    }
+
+    /// The presence node that holds `user_id`'s statuses; `None` while no
+    /// presence node is announced (publishers then use the shared subject
+    /// every presence node also serves).
+    pub fn presence_node_of(&self, user_id: i64) -> Option<String> {
+        let ring = self
+            .presence_ring
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let member = ring.primary(user_id as u64)?;
+        self.presence_nodes
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&member)
+            .cloned()
+    }
+
+    /// The presence nodes announced now: a new set rebuilds their ring and
+    /// bumps [`ClusterState::presence_changes`].
+    pub fn set_presence_nodes(&self, nodes: BTreeMap<MemberId, String>, vnodes: u32) {
+        {
+            let known = self
+                .presence_nodes
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if **known == nodes {
+                return;
+            }
+        }
+        let members: Vec<MemberId> = nodes.keys().copied().collect();
+        let generation = self.presence_changes.borrow().wrapping_add(1);
+        *self
+            .presence_ring
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Arc::new(Ring::new(generation, &members, vnodes));
+        *self
+            .presence_nodes
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(nodes);
+        self.presence_changes.send_modify(|n| *n += 1);
     }
 
     /// The voice nodes announced now: a new set recomputes voice placement.
@@ -769,6 +824,13 @@ pub async fn start(
             state.set_voice_nodes(
                 view.instances()
                     .filter(|a| a.roles.contains(&Role::Voice))
+                    .map(|a| (member_id_of(&a.node), a.node.clone()))
+                    .collect(),
+                vnodes,
+            );
+            state.set_presence_nodes(
+                view.instances()
+                    .filter(|a| a.roles.contains(&Role::Presence))
                     .map(|a| (member_id_of(&a.node), a.node.clone()))
                     .collect(),
                 vnodes,

@@ -863,8 +863,10 @@ impl Gateway {
     /// presence role, which fans the user's status out to their guilds.
     /// Never awaited: presence is off the session's critical path.
     fn presence(&self, slot: &Slot, status: Option<&str>) {
+        slot.set_presence(status);
         crate::presence::publish(
             self.bus.as_ref(),
+            &self.cluster,
             &self.presence,
             slot.user_id,
             &slot.id,

@@ -2341,6 +2341,7 @@ impl GuildDirectory {
             .max(1);
         let answer = crate::presence::query(
             self.bus.as_ref(),
+            &self.cluster,
             user_ids,
             limits.presence_query_users_max,
             limits.presence_queries_per_load_max,

@@ -253,6 +253,9 @@ pub struct Slot {
     state: Mutex<SlotState>,
     /// Woken as the owners confirm a move (see [`SlotState::moving`]).
     move_progress: Notify,
+    /// The status this session last published (`None`: none, or ended):
+    /// published again when its user's presence node changes.
+    presence: Mutex<Option<String>>,
 }
 
 /// Counters the node exports.
@@ -267,6 +270,22 @@ pub struct HubCounters {
 }
 
 impl Slot {
+    /// The status this session last published.
+    pub fn presence(&self) -> Option<String> {
+        self.presence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the status this session publishes.
+    pub fn set_presence(&self, status: Option<&str>) {
+        *self
+            .presence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = status.map(str::to_owned);
+    }
+
     /// Whether this session hears events of `guild_id` (`None`: an event
     /// without a guild) under its IDENTIFY's shard.
     pub fn receives(&self, guild_id: Option<i64>) -> bool {
@@ -604,6 +623,7 @@ impl Hub {
                 adopt_overflow: false,
             }),
             move_progress: Notify::new(),
+            presence: Mutex::new(None),
         });
         write(&self.sessions).insert(id.clone(), slot.clone());
         write(&self.by_user)
@@ -647,6 +667,7 @@ impl Hub {
                 adopt_overflow: false,
             }),
             move_progress: Notify::new(),
+            presence: Mutex::new(None),
         });
         sessions.insert(id, slot.clone());
         Some(slot)
@@ -737,6 +758,11 @@ impl Hub {
     /// A session by id.
     pub fn get(&self, id: &str) -> Option<Arc<Slot>> {
         read(&self.sessions).get(id).cloned()
+    }
+
+    /// Every session on this node (at most `sessions_per_node_max`).
+    pub fn slots(&self) -> Vec<Arc<Slot>> {
+        read(&self.sessions).values().cloned().collect()
     }
 
     /// Sessions of a user on this node.

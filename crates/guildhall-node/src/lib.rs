@@ -42,6 +42,7 @@ pub mod ratelimit;
 pub mod state;
 pub mod takeover;
 pub mod webhooks;
+pub mod worker_id;
 
 use guildhall_limits::Limits;
 use guildhall_proto::cluster::Role;
@@ -49,7 +50,7 @@ use guildhall_store::Store;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -176,6 +177,14 @@ pub enum NodeError {
     /// The limits.
     #[error("invalid limits: {0}")]
     Limits(String),
+    /// The snowflake worker id could not be held (another node holds it,
+    /// or the registry did not answer).
+    #[error("{0}")]
+    WorkerId(#[from] worker_id::WorkerIdError),
+    /// The worker id went to another node while this one was cut off from
+    /// the registry: the node stopped rather than mint its ids twice.
+    #[error("worker id {0} was taken by another node while this node was cut off; stopped")]
+    WorkerIdLost(u16),
 }
 
 /// The roles of one node and what they share.
@@ -785,6 +794,16 @@ async fn metrics(
             "guildhall_presence_queries_refused_total",
             "Status questions the presence role dropped (malformed, oversized).",
             &node.gateway.presence.queries_refused_total,
+        ),
+        (
+            "guildhall_presence_resynced_total",
+            "Sessions' statuses published again after the presence nodes changed.",
+            &node.gateway.presence.resynced_total,
+        ),
+        (
+            "guildhall_presence_handed_off_total",
+            "Users this presence node forgot because another now holds them.",
+            &node.gateway.presence.handed_off_total,
         ),
         (
             "guildhall_presence_queries_failed_total",
@@ -1420,6 +1439,29 @@ pub async fn run(
     })?;
     let addr = listener.local_addr().map_err(NodeError::Serve)?;
     let own_gateway_url = format!("ws://{addr}");
+    let registry: Arc<dyn guildhall_cluster::Registry> = config
+        .registry
+        .clone()
+        .unwrap_or_else(|| Arc::new(guildhall_cluster::LocalRegistry::default()));
+    // No id is minted before the worker id is this node's alone.
+    let worker_lease = worker_id::claim(
+        registry.as_ref(),
+        &config.node_name,
+        config.worker_id,
+        &config.limits,
+    )
+    .await?;
+    let worker_lost = Arc::new(tokio::sync::Notify::new());
+    let worker_held = Arc::new(AtomicU64::new(0));
+    let worker_keeper = worker_id::keep(
+        registry.clone(),
+        config.node_name.clone(),
+        config.worker_id,
+        worker_lease,
+        &config.limits,
+        worker_lost.clone(),
+        worker_held.clone(),
+    );
     let mut shared = state::Shared::new(
         store,
         config.limits.clone(),
@@ -1519,12 +1561,22 @@ pub async fn run(
                 bus.clone(),
                 shared.store.clone(),
                 guilds.clone(),
-                presence_counters,
+                presence_counters.clone(),
+                (cluster_state.clone(), config.node_name.clone()),
                 &config.limits,
             )
             .await
             .map_err(bus_error)?,
         );
+    }
+    if config.runs(Role::Gateway) {
+        roles.push(presence::start_resync(
+            bus.clone(),
+            hub.clone(),
+            cluster_state.clone(),
+            presence_counters.clone(),
+            &config.limits,
+        ));
     }
     let (sfu, sfu_tls) = if config.runs(Role::Sfu) {
         let (sfu, tls) = start_sfu(&config, addr, bus.clone()).await?;
@@ -1563,10 +1615,7 @@ pub async fn run(
         counters: api::ApiCounters::default(),
         admin_token,
         ready: AtomicBool::new(true),
-        registry: config
-            .registry
-            .clone()
-            .unwrap_or_else(|| Arc::new(guildhall_cluster::LocalRegistry::default())),
+        registry,
         cluster: cluster_state,
         bus,
         events: event_counters,
@@ -1678,12 +1727,25 @@ pub async fn run(
     tracing::info!(%addr, "guildhall serving");
     let drain_node = node.clone();
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        shutdown.await;
-        drain(&drain_node).await;
-        cluster::leave(drain_node.registry.as_ref(), &drain_node.cluster).await;
-        let _ = drained_tx.send(());
-    });
+    let worker_gone = Arc::new(AtomicBool::new(false));
+    {
+        let worker_gone = worker_gone.clone();
+        let keeper = worker_keeper.abort_handle();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = worker_lost.notified() => worker_gone.store(true, Ordering::Relaxed),
+            }
+            drain(&drain_node).await;
+            cluster::leave(drain_node.registry.as_ref(), &drain_node.cluster).await;
+            // The worker id last: nothing is minted after the drain (and
+            // its keeper stops first, or it would claim the id back).
+            keeper.abort();
+            let lease = worker_held.load(Ordering::Relaxed);
+            let _ = drain_node.registry.revoke(lease).await;
+            let _ = drained_tx.send(());
+        });
+    }
     let served = http::serve(
         listener,
         app,
@@ -1696,8 +1758,12 @@ pub async fn run(
     .await;
     reaper.abort();
     interaction_sweeper.abort();
+    worker_keeper.abort();
     for task in roles {
         task.abort();
+    }
+    if worker_gone.load(Ordering::Relaxed) {
+        return Err(NodeError::WorkerIdLost(config.worker_id));
     }
     served.map_err(NodeError::Serve)
 }

@@ -5,31 +5,37 @@
 //! A session publishes one bus message per change (op 3, READY, the session
 //! ending) and moves on: the publish never waits, and if the role is slow,
 //! stalled or absent the message is dropped and counted, so a presence
-//! outage degrades presence only. The role (`presence.updates`, queue group
-//! `presence`) keeps the status of every session of a user, bounded by
+//! outage degrades presence only.
+//!
+//! Each user's statuses live on one presence node: the one the ring of the
+//! presence nodes announced now places the user on. Publishers and askers
+//! send to that node's own subjects (`presence.{node}.updates`,
+//! `presence.{node}.query`), so with any number of presence processes every
+//! user's sessions meet in one place and a question gets the whole answer.
+//! When the presence nodes change, the state moves the way it was built:
+//! every gateway node publishes its sessions' statuses again (paced at
+//! `presence_resync_per_s`), to their users' new nodes, and each presence
+//! node forgets the users it no longer holds. One subject per node keeps
+//! each user's updates in order. Before any presence node is known (a
+//! node's first registry view) an update has nowhere to go and is dropped
+//! and counted; the view's arrival is a change, so the resync publishes it
+//! again.
+//!
+//! The role keeps the status of every session of a user, bounded by
 //! `presence_sessions_max`, and when the user's status as others see it
 //! changes, tells each of the user's guilds (at most `ready_guilds_max`)
 //! through the guild owners, which publish PRESENCE_UPDATE to sessions
 //! holding GUILD_PRESENCES. Those casts are dropped when an owner is busy:
 //! presence is the lowest criticality but typing and member-list sync.
 
+use crate::cluster::ClusterState;
 use crate::guilds::{GuildCall, GuildDirectory};
 use guildhall_cluster::{Bus, BusError};
 use guildhall_store::Store;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Subject of the presence role.
-pub const PRESENCE_SUBJECT: &str = "presence.updates";
-
-/// Queue group of the presence role.
-pub const PRESENCE_QUEUE_GROUP: &str = "presence";
-
-/// Subject where the presence role answers [`PresenceQuery`] (same queue
-/// group): a loading guild owner asks for its members' statuses.
-pub const PRESENCE_QUERY_SUBJECT: &str = "presence.query";
 
 /// A guild owner's question: the statuses of these users (at most
 /// `presence_query_users_max`).
@@ -51,27 +57,50 @@ pub struct PresenceStatuses {
     pub statuses: Vec<(i64, String)>,
 }
 
-/// Asks the presence role for the statuses of `user_ids`, in questions of
-/// at most `users_max` ids, at most `queries_max` of them, all at once,
-/// within `timeout`. `None` when any went unanswered (role slow, absent,
-/// or its answer malformed): the caller goes on without statuses.
+/// Subject of presence node `node`'s updates (the users it holds).
+pub fn updates_subject(node: &str) -> String {
+    format!("presence.{node}.updates")
+}
+
+/// Subject of presence node `node`'s questions ([`PresenceQuery`]: a
+/// loading guild owner asks for its members' statuses).
+pub fn query_subject(node: &str) -> String {
+    format!("presence.{node}.query")
+}
+
+/// Asks the presence role for the statuses of `user_ids`: each user of the
+/// presence node that holds them, in questions of at most `users_max` ids,
+/// at most `queries_max` questions in all, all at once, within `timeout`.
+/// `None` when any went unanswered (role slow, absent, or its answer
+/// malformed): the caller goes on without statuses.
 pub async fn query(
     bus: &dyn Bus,
+    cluster: &ClusterState,
     user_ids: &[i64],
     users_max: usize,
     queries_max: usize,
     timeout: std::time::Duration,
 ) -> Option<Vec<(i64, String)>> {
-    let questions = user_ids
-        .chunks(users_max.max(1))
+    // Grouped by the node that holds them (none known yet: nobody holds
+    // a status, nothing to ask).
+    let mut by_node: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for id in user_ids {
+        if let Some(node) = cluster.presence_node_of(*id) {
+            by_node.entry(node).or_default().push(*id);
+        }
+    }
+    let questions = by_node
+        .iter()
+        .flat_map(|(node, ids)| ids.chunks(users_max.max(1)).map(move |c| (node, c)))
         .take(queries_max)
-        .map(|chunk| {
+        .map(|(node, chunk)| {
             let question = PresenceQuery {
                 v: guildhall_proto::bus::ENVELOPE_VERSION,
                 user_ids: chunk.to_vec(),
             };
             let bytes = serde_json::to_vec(&question).unwrap_or_default();
-            bus.request(PRESENCE_QUERY_SUBJECT, bytes.into(), timeout)
+            let subject = query_subject(node);
+            async move { bus.request(&subject, bytes.into(), timeout).await }
         });
     let mut statuses = Vec::new();
     for answer in futures_util::future::join_all(questions).await {
@@ -110,11 +139,18 @@ pub struct PresenceCounters {
     pub queries_answered_total: AtomicU64,
     /// Status questions dropped (malformed, oversized, no inbox).
     pub queries_refused_total: AtomicU64,
+    /// Sessions' statuses published again after the presence nodes
+    /// changed.
+    pub resynced_total: AtomicU64,
+    /// Users a presence node forgot because another now holds them.
+    pub handed_off_total: AtomicU64,
 }
 
-/// Publishes a session's presence. Never waits; a refusal is counted.
+/// Publishes a session's presence to the presence node that holds its
+/// user. Never waits; a refusal is counted.
 pub fn publish(
     bus: &dyn Bus,
+    cluster: &ClusterState,
     counters: &PresenceCounters,
     user_id: i64,
     session_id: &str,
@@ -129,7 +165,11 @@ pub fn publish(
     let Ok(bytes) = serde_json::to_vec(&message) else {
         return;
     };
-    let counter = match bus.publish(PRESENCE_SUBJECT, None, bytes.into()) {
+    let Some(node) = cluster.presence_node_of(user_id) else {
+        counters.dropped_total.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let counter = match bus.publish(&updates_subject(&node), None, bytes.into()) {
         Ok(()) => &counters.published_total,
         Err(_) => &counters.dropped_total,
     };
@@ -145,28 +185,22 @@ fn visible(sessions: &[(String, String)]) -> &str {
     }
 }
 
-/// Runs this node's presence role.
+/// Runs this node's presence role (`node`: its name, whose subjects it
+/// serves).
 pub async fn serve(
     bus: Arc<dyn Bus>,
     store: Store,
     guilds: Arc<GuildDirectory>,
     counters: Arc<PresenceCounters>,
+    (cluster, node): (Arc<ClusterState>, String),
     limits: &guildhall_limits::Limits,
 ) -> Result<tokio::task::JoinHandle<()>, BusError> {
+    let capacity = limits.bus_subscription_messages_max;
     let mut updates = bus
-        .subscribe(
-            PRESENCE_SUBJECT,
-            Some(PRESENCE_QUEUE_GROUP),
-            limits.bus_subscription_messages_max,
-        )
+        .subscribe(&updates_subject(&node), None, capacity)
         .await?;
-    let mut queries = bus
-        .subscribe(
-            PRESENCE_QUERY_SUBJECT,
-            Some(PRESENCE_QUEUE_GROUP),
-            limits.bus_subscription_messages_max,
-        )
-        .await?;
+    let mut queries = bus.subscribe(&query_subject(&node), None, capacity).await?;
+    let mut changes = cluster.presence_changes.subscribe();
     let sessions_max = limits.presence_sessions_max;
     let guilds_max = limits.ready_guilds_max as i64;
     let query_users_max = limits.presence_query_users_max;
@@ -185,6 +219,27 @@ pub async fn serve(
                 question = queries.next() => {
                     let Some(question) = question else { break };
                     answer(bus.as_ref(), &users, &question, query_users_max, &counters);
+                    continue;
+                }
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    // Users another node holds now: their gateways publish
+                    // them there again; kept here they would answer stale.
+                    let before = users.len();
+                    users.retain(|user_id, entries| {
+                        let kept = cluster
+                            .presence_node_of(*user_id)
+                            .is_none_or(|owner| owner == node);
+                        if !kept {
+                            sessions -= entries.len();
+                        }
+                        kept
+                    });
+                    counters
+                        .handed_off_total
+                        .fetch_add((before - users.len()) as u64, Ordering::Relaxed);
                     continue;
                 }
             };
@@ -232,6 +287,53 @@ pub async fn serve(
             }
         }
     }))
+}
+
+/// On every gateway node: when the presence nodes change, publishes the
+/// status of every session here again, to its user's presence node now,
+/// at most `presence_resync_per_s` a second (a new presence node is not
+/// flooded, and a bus under load is not either). A change during a resync
+/// starts it over, since every status then has a newer home.
+pub fn start_resync(
+    bus: Arc<dyn Bus>,
+    hub: Arc<crate::hub::Hub>,
+    cluster: Arc<ClusterState>,
+    counters: Arc<PresenceCounters>,
+    limits: &guildhall_limits::Limits,
+) -> tokio::task::JoinHandle<()> {
+    // Batches of at most this many, spaced to the rate.
+    const BATCH_MAX: u64 = 100;
+    let per_s = limits.presence_resync_per_s.max(1);
+    let batch = BATCH_MAX.min(per_s);
+    let pause = std::time::Duration::from_micros(batch * 1_000_000 / per_s);
+    // Subscribed before the node serves: its first view (and every later
+    // change) is a change here, so what sessions published before it is
+    // published again.
+    let mut changes = cluster.presence_changes.subscribe();
+    tokio::spawn(async move {
+        'changes: while changes.changed().await.is_ok() {
+            let slots = hub.slots();
+            for chunk in slots.chunks(batch as usize) {
+                for slot in chunk {
+                    if let Some(status) = slot.presence() {
+                        publish(
+                            bus.as_ref(),
+                            &cluster,
+                            &counters,
+                            slot.user_id,
+                            &slot.id,
+                            Some(&status),
+                        );
+                        counters.resynced_total.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                if changes.has_changed().unwrap_or(false) {
+                    continue 'changes;
+                }
+            }
+        }
+    })
 }
 
 /// Answers one [`PresenceQuery`]: the asked users others see online, idle

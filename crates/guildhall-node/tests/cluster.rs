@@ -440,3 +440,47 @@ async fn a_token_reset_on_one_node_is_refused_on_every_node() {
     b.stop().await;
     a.stop().await;
 }
+
+/// Two processes must never mint the same snowflakes: a node holds its
+/// worker id in the registry (`/guildhall/workers/{id}`, its name), a
+/// second node configured with the same id refuses to start and names the
+/// holder, and once the holder leaves the id is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_id_is_held_by_one_node_at_a_time() {
+    use guildhall_node::worker_id::{WorkerIdError, worker_key};
+    let dir = tempfile::tempdir().unwrap();
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(Limits::default().bus_payload_bytes_max));
+    let holder = TestNode::member("holder", 5, dir.path(), registry.clone(), bus.clone()).await;
+    holder.metric("guildhall_ring_members").await;
+    let held = registry.list("/guildhall/workers/").await.unwrap();
+    assert_eq!(
+        held.entries.get(&worker_key(5)).map(Vec::as_slice),
+        Some(&b"holder"[..])
+    );
+
+    let intruder = guildhall_node::NodeConfig {
+        worker_id: 5,
+        node_name: "intruder".into(),
+        registry: Some(registry.clone()),
+        bus: Some(bus.clone()),
+        ..guildhall_node::NodeConfig::embedded(dir.path().to_owned())
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        guildhall_node::run(intruder, listener, std::future::pending()),
+    )
+    .await
+    .expect("refused at once, not served");
+    match refused {
+        Err(guildhall_node::NodeError::WorkerId(WorkerIdError::Taken { id, holder })) => {
+            assert_eq!((id, holder.as_str()), (5, "holder"));
+        }
+        other => panic!("a second holder of worker id 5: {other:?}"),
+    }
+
+    holder.stop().await;
+    let after = registry.list("/guildhall/workers/").await.unwrap();
+    assert!(after.entries.is_empty(), "{:?}", after.entries.keys());
+}

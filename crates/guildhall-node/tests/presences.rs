@@ -285,3 +285,156 @@ async fn member_requests_keep_discords_limits() {
     assert_eq!(carried.len(), 2, "{carried:?}");
     assert!(carried.contains(&ids[2].as_str()), "{carried:?}");
 }
+
+/// With two presence processes each user's statuses live on one of them
+/// (the ring of the presence nodes places the user), so a question about
+/// many users gets every answer; when one presence node goes, the gateway
+/// node publishes its sessions' statuses again to their users' new node,
+/// and the answers are whole again. Nodes in one process over one bus and
+/// registry; every wait is a bounded number of polls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_live_on_one_presence_node_each_and_move_when_it_goes() {
+    use guildhall_cluster::{Bus, LocalBus, LocalRegistry, Registry};
+    use guildhall_proto::cluster::Role;
+    use std::sync::Arc;
+    const USERS: usize = 12;
+    const POLLS_MAX: usize = 400;
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        rest_auth_rate_limit_per_window: 1_000_000,
+        http_connections_per_ip_max: 4_096,
+        ..Limits::default()
+    };
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let state = Arc::new(guildhall_node::cluster::ClusterState::default());
+    let front = TestNode::member_roles_with(
+        "front",
+        1,
+        dir.path(),
+        registry.clone(),
+        bus.clone(),
+        &[Role::Gateway, Role::Api, Role::Guilds, Role::Users],
+        limits.clone(),
+        Some(state.clone()),
+    )
+    .await;
+    front.metric("guildhall_ring_members").await;
+    let p1 = TestNode::member_roles_with(
+        "presence-1",
+        2,
+        dir.path(),
+        registry.clone(),
+        bus.clone(),
+        &[Role::Presence],
+        limits.clone(),
+        None,
+    )
+    .await;
+    let p2 = TestNode::member_roles_with(
+        "presence-2",
+        3,
+        dir.path(),
+        registry,
+        bus.clone(),
+        &[Role::Presence],
+        limits,
+        None,
+    )
+    .await;
+    // Both presence nodes known, and each holding some of the users.
+    let mut polls = 0;
+    let ids: Vec<i64> = (1..=USERS as i64).collect();
+    while state.presence_node_of(1).is_none()
+        || ids
+            .iter()
+            .filter_map(|id| state.presence_node_of(*id))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            < 2
+    {
+        polls += 1;
+        assert!(polls < POLLS_MAX, "the front never saw both presence nodes");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+
+    let mut sessions = Vec::new();
+    let mut user_ids = Vec::new();
+    for i in 0..USERS {
+        let (token, user_id) = front.register(&format!("user{i}")).await;
+        let mut client = Client::connect(&front.ws).await;
+        client.identify(&token, intents::GUILDS).await;
+        sessions.push(client);
+        user_ids.push(user_id.parse::<i64>().unwrap());
+    }
+    // The users are spread over both nodes (their ids are hashed: all
+    // twelve on one of two is a 1-in-2048 chance).
+    let held: std::collections::BTreeSet<String> = user_ids
+        .iter()
+        .filter_map(|id| state.presence_node_of(*id))
+        .collect();
+    println!("presence nodes holding the users: {held:?}");
+    let ask = || {
+        let bus = bus.clone();
+        let state = state.clone();
+        let user_ids = user_ids.clone();
+        async move {
+            guildhall_node::presence::query(
+                bus.as_ref(),
+                &state,
+                &user_ids,
+                1_000,
+                16,
+                std::time::Duration::from_millis(500),
+            )
+            .await
+            .unwrap_or_default()
+        }
+    };
+    let mut polls = 0;
+    loop {
+        let answers = ask().await;
+        if answers.len() == USERS {
+            assert!(answers.iter().all(|(_, s)| s == "online"), "{answers:?}");
+            break;
+        }
+        polls += 1;
+        assert!(
+            polls < POLLS_MAX,
+            "only {} of {USERS} statuses",
+            answers.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+
+    // presence-2 goes: its users move to presence-1 with their statuses.
+    p2.stop().await;
+    let mut polls = 0;
+    while state.presence_node_of(user_ids[0]).as_deref() != Some("presence-1")
+        || user_ids
+            .iter()
+            .any(|id| state.presence_node_of(*id).as_deref() != Some("presence-1"))
+    {
+        polls += 1;
+        assert!(polls < POLLS_MAX, "the front never saw presence-2 go");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let mut polls = 0;
+    loop {
+        let answers = ask().await;
+        if answers.len() == USERS {
+            break;
+        }
+        polls += 1;
+        assert!(
+            polls < POLLS_MAX,
+            "only {} of {USERS} statuses after the move",
+            answers.len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(front.metric("guildhall_presence_resynced_total").await >= 1);
+    drop(sessions);
+    drop(p1);
+}
