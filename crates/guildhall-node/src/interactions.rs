@@ -131,6 +131,9 @@ pub struct Entry {
     pub metadata: InteractionMetadata,
     /// The message type of its responses.
     pub message_kind: u8,
+    /// An autocomplete's: the type of the option being typed (its
+    /// choices must be values of that type).
+    pub autocomplete_kind: Option<u8>,
 }
 
 /// Why the table refused a new interaction.
@@ -601,6 +604,12 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
     };
     let mut member = grant.member.clone();
     member.user = Some(user);
+    let autocomplete_kind = match &checked.data {
+        InteractionData::Command(data) if request.kind == ix::AUTOCOMPLETE => {
+            data.options.as_deref().and_then(ix::focused_kind)
+        }
+        _ => None,
+    };
     let interaction = Interaction {
         id: sf(id),
         application_id: sf(app.id),
@@ -648,6 +657,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
         modal: None,
         metadata,
         message_kind: checked.message_kind,
+        autocomplete_kind,
     };
     // A sweep with every create: a node whose sweeper lags still frees
     // room before refusing for want of it.
@@ -1408,6 +1418,9 @@ async fn callback(
             ix::callback_not_allowed(entry.kind, callback.kind),
         ));
     }
+    if let (Some(choices), Some(kind)) = (&callback.choices, entry.autocomplete_kind) {
+        ix::check_choices(choices, kind).map_err(|e| invalid(&node, e))?;
+    }
     // The message is checked before the interaction is acknowledged: a
     // refused body leaves it answerable.
     let object = object_body(&node, Value::Object(callback.data.clone()))?;
@@ -1726,6 +1739,7 @@ mod tests {
                 target_message_id: None,
             },
             message_kind: 20,
+            autocomplete_kind: None,
         }
     }
 

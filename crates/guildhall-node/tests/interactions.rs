@@ -635,6 +635,27 @@ async fn autocomplete_answers_the_user() {
         .callback(&interaction, json!({"type": 4, "data": {"content": "no"}}))
         .await;
     assert_eq!((status, refused["code"].clone()), (400, json!(50035)));
+    // "colour" is a STRING option: a number is no value of it, nor is a
+    // string over 100 characters; refused where they are, still answerable.
+    let (status, refused) = s
+        .callback(
+            &interaction,
+            json!({"type": 8, "data": {"choices": [
+                {"name": "Red", "value": "red"}, {"name": "Seven", "value": 7},
+                {"name": "Long", "value": "x".repeat(101)}]}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    let at = &refused["errors"]["data"]["choices"];
+    assert_eq!(
+        at["1"]["value"]["_errors"][0]["code"], "BASE_TYPE_STRING",
+        "{refused}"
+    );
+    assert_eq!(
+        at["2"]["value"]["_errors"][0]["code"], "BASE_TYPE_BAD_LENGTH",
+        "{refused}"
+    );
+    assert!(at.get("0").is_none(), "{refused}");
     let choices = json!([{"name": "Red", "value": "red"}, {"name": "Rose", "value": "rose"}]);
     let (status, body) = s
         .callback(

@@ -241,6 +241,12 @@ impl CommandSpec {
     }
 }
 
+/// At most 32 characters of `value` as JSON, for an error message: a
+/// refusal never echoes a large body back.
+pub(crate) fn shown(value: &Value) -> String {
+    value.to_string().chars().take(32).collect()
+}
+
 /// Collects every problem of a body under its path, in Discord's nested
 /// `_errors` shape.
 #[derive(Default)]

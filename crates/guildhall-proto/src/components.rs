@@ -468,7 +468,7 @@ impl Check<'_> {
             let Some(n) = value.as_i64() else {
                 c.form.error(
                     "NUMBER_TYPE_COERCE",
-                    format!("Value \"{value:.32}\" is not int."),
+                    format!("Value \"{}\" is not int.", crate::commands::shown(value)),
                 );
                 return None;
             };

@@ -1316,6 +1316,66 @@ pub fn parse_callback(body: &Value, bounds: &CallbackBounds) -> Result<Callback,
     })
 }
 
+/// The type of the option being typed in an autocomplete's options.
+pub fn focused_kind(options: &[DataOption]) -> Option<u8> {
+    options.iter().find_map(|o| {
+        if o.focused == Some(true) {
+            Some(o.kind)
+        } else {
+            o.options.as_deref().and_then(focused_kind)
+        }
+    })
+}
+
+/// Checks an autocomplete result's `choices` against the type of the
+/// option being typed (`kind`): a STRING option's values are strings of
+/// 1 to 100 characters, an INTEGER's integers within Discord's ±2^53, a
+/// NUMBER's numbers (the bot's answer becomes the user's value, so a
+/// choice of the wrong type would be a value the command cannot take).
+/// Refusals at `data.choices.{i}.value`.
+pub fn check_choices(choices: &[Value], kind: u8) -> Result<(), ErrorBody> {
+    const SAFE_INTEGER_MAX: i64 = (1 << 53) - 1;
+    let mut form = Form::default();
+    form.at("data", |f| {
+        f.at("choices", |f| {
+            for (i, choice) in choices.iter().enumerate() {
+                let value = choice.get("value").unwrap_or(&Value::Null);
+                f.at(i.to_string(), |f| {
+                    f.at("value", |f| match kind {
+                        commands::STRING => {
+                            if let Some(text) = f.string(Some(value), true) {
+                                f.length(&text, 1, commands::CHOICE_CHARS_MAX);
+                            }
+                        }
+                        commands::INTEGER => {
+                            let ok = value.as_i64().is_some_and(|n| {
+                                (-SAFE_INTEGER_MAX..=SAFE_INTEGER_MAX).contains(&n)
+                            });
+                            if !ok {
+                                f.error(
+                                    "NUMBER_TYPE_COERCE",
+                                    format!("Value \"{}\" is not int.", commands::shown(value)),
+                                );
+                            }
+                        }
+                        commands::NUMBER if !value.is_number() => {
+                            f.error(
+                                "NUMBER_TYPE_COERCE",
+                                format!(
+                                    "Value \"{}\" is not a valid number.",
+                                    commands::shown(value)
+                                ),
+                            );
+                        }
+                        _ => {}
+                    })
+                });
+            }
+        })
+    });
+    form.finish(())
+}
+
 /// Whether callback `callback` may answer an interaction of type `kind`
 /// (Discord's "allowed by" column; `from_component`: a modal submit whose
 /// modal a component showed may update that component's message).
@@ -1410,6 +1470,36 @@ mod tests {
         .unwrap();
         assert_eq!(options[0].focused, Some(true));
         assert!(check_options(&spec(), &data(json!([])), true).is_err());
+    }
+
+    #[test]
+    fn autocomplete_choices_are_values_of_the_focused_option() {
+        let nested = vec![DataOption {
+            name: "sub".into(),
+            kind: commands::SUB_COMMAND,
+            value: None,
+            options: Some(vec![DataOption {
+                name: "n".into(),
+                kind: commands::INTEGER,
+                value: Some(json!("4")),
+                options: None,
+                focused: Some(true),
+            }]),
+            focused: None,
+        }];
+        assert_eq!(focused_kind(&nested), Some(commands::INTEGER));
+        let ints = [
+            json!({"name": "four", "value": 4}),
+            json!({"name": "big", "value": 1u64 << 60}),
+        ];
+        let refused = check_choices(&ints, commands::INTEGER).unwrap_err();
+        assert!(refused.errors.unwrap()["data"]["choices"]["1"]["value"].is_object());
+        assert!(check_choices(&ints[..1], commands::INTEGER).is_ok());
+        assert!(check_choices(&[json!({"name": "half", "value": 2.5})], commands::NUMBER).is_ok());
+        assert!(
+            check_choices(&[json!({"name": "half", "value": "2.5"})], commands::NUMBER).is_err()
+        );
+        assert!(check_choices(&[json!({"name": "s", "value": ""})], commands::STRING).is_err());
     }
 
     #[test]
