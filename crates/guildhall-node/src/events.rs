@@ -270,10 +270,15 @@ impl Partition {
             }
             NodeEventBody::Session {
                 session_id,
+                user_id,
                 name,
                 data,
             } => {
-                if let Some(slot) = self.hub.get(&session_id) {
+                if let Some(slot) = self
+                    .hub
+                    .get(&session_id)
+                    .filter(|slot| user_id.is_none_or(|user| slot.user_id == user))
+                {
                     let event = EncodedDispatch::from_json(&name, data.get());
                     slot.dispatch(&event, &self.hub.counters);
                 }

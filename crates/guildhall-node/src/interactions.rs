@@ -35,9 +35,13 @@
 //! api node is passed on to this one (`interaction_forward`: the token
 //! names the creating node).
 //!
+//! The user-side events go to the session the request named
+//! (`session_id`), or to every session of the user when it names none
+//! this cluster knows.
+//!
 //! Not here (yet): interactions in direct messages (50001), attachments
-//! and their options, `session_id` (the events go to every session of
-//! the user), and several sessions of one bot each getting the event.
+//! and their options, and several sessions of one bot each getting the
+//! event.
 
 use crate::api::{
     ApiError, ApiResult, AppState, Caller, check_content, is_pinned, ok, parse_id, publish_message,
@@ -134,6 +138,9 @@ pub struct Entry {
     /// An autocomplete's: the type of the option being typed (its
     /// choices must be values of that type).
     pub autocomplete_kind: Option<u8>,
+    /// The invoking client's session (`POST /interactions`'
+    /// `session_id`): the user-side events go to it alone.
+    pub session_id: Option<String>,
 }
 
 /// Why the table refused a new interaction.
@@ -487,15 +494,33 @@ pub async fn run_sweeper(node: std::sync::Arc<crate::Node>) {
 }
 
 fn user_event(node: &crate::Node, entry: &Entry, name: &str) {
-    node.to_users(
-        vec![entry.user_id],
-        0,
+    to_invoker(
+        node,
+        entry.user_id,
+        entry.session_id.as_deref(),
         name,
         &UserInteractionEvent {
             id: sf(entry.id),
             nonce: entry.nonce.clone(),
         },
     );
+}
+
+/// A user-side event of an interaction (its creation, success or failure,
+/// a modal, autocomplete choices): to the session that invoked it, as
+/// Discord sends them; to every session of the user when the request named
+/// none that this cluster knows.
+fn to_invoker(
+    node: &crate::Node,
+    user_id: i64,
+    session_id: Option<&str>,
+    name: &str,
+    data: &impl serde::Serialize,
+) {
+    if session_id.is_some_and(|session| node.to_session(user_id, session, name, data)) {
+        return;
+    }
+    node.to_users(vec![user_id], 0, name, data);
 }
 
 fn owners(guild_id: i64) -> BTreeMap<String, guildhall_proto::Snowflake> {
@@ -658,6 +683,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
         metadata,
         message_kind: checked.message_kind,
         autocomplete_kind,
+        session_id: request.session_id.clone(),
     };
     // A sweep with every create: a node whose sweeper lags still frees
     // room before refusing for want of it.
@@ -689,9 +715,10 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
         "INTERACTION_CREATE",
         &interaction,
     );
-    node.to_users(
-        vec![caller.id],
-        0,
+    to_invoker(
+        &node,
+        caller.id,
+        request.session_id.as_deref(),
         "INTERACTION_CREATE",
         &UserInteractionEvent {
             id: sf(id),
@@ -1546,9 +1573,10 @@ async fn respond(
             Ok((None, None))
         }
         (ix::AUTOCOMPLETE_RESULT, _) => {
-            node.to_users(
-                vec![entry.user_id],
-                0,
+            to_invoker(
+                node,
+                entry.user_id,
+                entry.session_id.as_deref(),
                 "APPLICATION_COMMAND_AUTOCOMPLETE_RESPONSE",
                 &ix::AutocompleteResponse {
                     id: sf(entry.id),
@@ -1577,9 +1605,10 @@ async fn respond(
                     });
                 })
             });
-            node.to_users(
-                vec![entry.user_id],
-                0,
+            to_invoker(
+                node,
+                entry.user_id,
+                entry.session_id.as_deref(),
                 "INTERACTION_MODAL_CREATE",
                 &ModalCreate {
                     id: sf(entry.id),
@@ -1740,6 +1769,7 @@ mod tests {
             },
             message_kind: 20,
             autocomplete_kind: None,
+            session_id: None,
         }
     }
 

@@ -272,6 +272,42 @@ impl Node {
         self.to_gateways(key, body);
     }
 
+    /// A dispatch for one session of `user_id` (the session a client named,
+    /// as `POST /interactions`' `session_id`), on the gateway node its id
+    /// names. False when the id names no live gateway node (malformed,
+    /// forged, its node gone): the caller then tells every session of the
+    /// user. A session of another user hears nothing.
+    pub fn to_session(
+        &self,
+        user_id: i64,
+        session_id: &str,
+        name: &str,
+        data: &impl serde::Serialize,
+    ) -> bool {
+        let Some(gateway) =
+            takeover::holder_tag(session_id).and_then(|tag| self.cluster.gateway_by_tag(tag))
+        else {
+            return false;
+        };
+        let Ok(data) = serde_json::value::to_raw_value(data) else {
+            return false;
+        };
+        let body = guildhall_proto::bus::NodeEventBody::Session {
+            session_id: session_id.to_owned(),
+            user_id: Some(user_id),
+            name: name.to_owned(),
+            data,
+        };
+        // On the user's partition, in order with their other events.
+        events::to_gateways(
+            self.bus.as_ref(),
+            &[gateway],
+            self.shared.limits.gateway_event_partitions,
+            user_id,
+            body,
+        ) == 0
+    }
+
     /// Publishes `body` to every gateway node (refusals are counted by the
     /// bus).
     pub fn to_gateways(&self, key: i64, body: guildhall_proto::bus::NodeEventBody) {

@@ -1534,3 +1534,46 @@ async fn callbacks_reaching_another_api_node_are_passed_to_the_creating_one() {
         "{gone}"
     );
 }
+
+/// The user-side events of an interaction (its INTERACTION_CREATE `{id,
+/// nonce}`, INTERACTION_SUCCESS) go to the session the client named in
+/// `session_id`, as Discord sends them, not to the user's other sessions;
+/// those see the response message like everyone in the channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_side_events_reach_the_invoking_session_only() {
+    let s = setup().await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let mut invoking = Client::connect(&s.node.ws).await;
+    let ready = invoking.identify(&s.user, USER_INTENTS).await;
+    let session_id = ready["d"]["session_id"].as_str().unwrap().to_owned();
+    invoking.dispatch("GUILD_CREATE").await;
+    let mut other = s.session(&s.user, USER_INTENTS).await;
+
+    let mut body = s.invoke_body(json!([{"name": "sides", "type": 4, "value": 6}]), "mine");
+    body["session_id"] = json!(session_id);
+    let (status, answer) = s.post_interaction(&s.user, body).await;
+    assert_eq!(status, 204, "{answer}");
+    let interaction = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
+    let created = invoking.dispatch("INTERACTION_CREATE").await;
+    assert_eq!(created["d"]["nonce"], "mine");
+    let (status, body) = s
+        .callback(
+            &interaction,
+            json!({"type": 4, "data": {"content": "rolled"}}),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let success = invoking.dispatch("INTERACTION_SUCCESS").await;
+    assert_eq!(success["d"]["id"], interaction["id"]);
+    // The other session: the response message, and nothing of the
+    // interaction's own events before it.
+    loop {
+        let frame = other.next().await.unwrap();
+        let name = frame["t"].as_str().unwrap_or_default().to_owned();
+        assert!(!name.starts_with("INTERACTION_"), "{frame}");
+        if name == "MESSAGE_CREATE" {
+            assert_eq!(frame["d"]["content"], "rolled");
+            break;
+        }
+    }
+}

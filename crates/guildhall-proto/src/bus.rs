@@ -72,6 +72,11 @@ pub enum NodeEventBody {
     Session {
         /// The session id.
         session_id: String,
+        /// The user the session must belong to (an id a client named:
+        /// another user's session hears nothing). Absent in envelopes of
+        /// older nodes and for ids the server chose.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user_id: Option<i64>,
         /// Event name.
         name: String,
         /// Event data.

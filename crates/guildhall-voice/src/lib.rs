@@ -1296,6 +1296,7 @@ impl Syncer {
         };
         let event = NodeEvent::new(NodeEventBody::Session {
             session_id: session_id.to_owned(),
+            user_id: None,
             name: "VOICE_SERVER_UPDATE".to_owned(),
             data,
         });

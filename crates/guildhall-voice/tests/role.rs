@@ -465,6 +465,7 @@ async fn a_dead_sfu_s_calls_are_replaced_and_every_participant_told() {
                 session_id,
                 name,
                 data,
+                ..
             } = event.body
             else {
                 panic!("not a session event");
