@@ -940,6 +940,33 @@ async fn resolve(
     Ok(())
 }
 
+/// `(custom_id, values)` of every submitted component of a modal that
+/// carries `values` (rows and labels walked; the shape was checked).
+fn submitted_values(components: &[Value]) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<&Value> = components.iter().collect();
+    // Bounded by the checked submission (at most 25 inputs, 4 deep).
+    while let Some(item) = stack.pop() {
+        if let (Some(id), Some(values)) = (
+            item.get("custom_id").and_then(Value::as_str),
+            item.get("values").and_then(Value::as_array),
+        ) {
+            let values = values
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            out.push((id.to_owned(), values));
+        }
+        if let Some(Value::Array(inner)) = item.get("components") {
+            stack.extend(inner.iter());
+        }
+        if let Some(inner) = item.get("component") {
+            stack.push(inner);
+        }
+    }
+    out
+}
+
 /// What an auto-populated select's `values` name: snowflakes, each a
 /// user, role, user-or-role or channel by the menu's type; anything else
 /// is 50035 on `data.values`.
@@ -1112,19 +1139,41 @@ async fn check_modal(
         .ok_or_else(unknown)?;
     // The modal the application showed this user, from the interaction
     // that showed it (its token still living).
-    let Some((modal, source, triggering, source_channel)) = node.interactions.with(|t| {
-        t.get(origin, now)
-            .filter(|e| e.user_id == caller.id && e.application_id == app.id)
-            .and_then(|e| {
-                e.modal
-                    .clone()
-                    .map(|m| (m, e.source_message_id, e.metadata.clone(), e.channel_id))
-            })
-    }) else {
+    let Some((modal, source, triggering, (source_channel, guild_id))) =
+        node.interactions.with(|t| {
+            t.get(origin, now)
+                .filter(|e| e.user_id == caller.id && e.application_id == app.id)
+                .and_then(|e| {
+                    e.modal.clone().map(|m| {
+                        (
+                            m,
+                            e.source_message_id,
+                            e.metadata.clone(),
+                            (e.channel_id, e.guild_id),
+                        )
+                    })
+                })
+        })
+    else {
         return Err(unknown());
     };
-    let data = ix::check_modal_submit(&request.data, &modal.custom_id, &modal.components)
+    let mut data = ix::check_modal_submit(&request.data, &modal.custom_id, &modal.components)
         .map_err(|e| invalid(node, e))?;
+    // The modal's auto-populated selects picked ids: resolved as a
+    // message's selects are (each must exist, in the guild).
+    let mut mentions = Vec::new();
+    for (custom_id, values) in submitted_values(&data.components) {
+        if let Some(found) =
+            ix::find_component(&modal.components, &custom_id).filter(|f| (5..=8).contains(&f.kind))
+        {
+            mentions.extend(select_mentions(node, &found, &values)?);
+        }
+    }
+    if !mentions.is_empty() {
+        let mut resolved = Resolved::default();
+        resolve(node, (guild_id, app.bot_user_id), &mentions, &mut resolved).await?;
+        data.resolved = (!resolved.is_empty()).then_some(resolved);
+    }
     // A modal a component showed carries the message that component is
     // on, as it is now ("for components or modals triggered by
     // components, the message they were attached to").

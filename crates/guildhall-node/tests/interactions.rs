@@ -1577,3 +1577,48 @@ async fn user_side_events_reach_the_invoking_session_only() {
         }
     }
 }
+
+/// A modal's user select (in a Label) picks ids: the submit carries what
+/// they name in `data.resolved`, and an id that names no user is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_modal_select_submit_resolves_its_values() {
+    let s = setup().await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let mut user = s.session(&s.user, USER_INTENTS).await;
+    let interaction = s.invoke(&mut bot).await;
+    let modal = json!({"custom_id": "pick", "title": "Pick someone", "components": [
+        {"type": 18, "label": "Who", "component": {"type": 5, "custom_id": "who"}}
+    ]});
+    let (status, body) = s
+        .callback(&interaction, json!({"type": 9, "data": modal}))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    user.dispatch("INTERACTION_MODAL_CREATE").await;
+    let submit = |values: Value| {
+        json!({"type": 5, "application_id": s.app_id, "guild_id": s.guild, "channel_id": s.channel,
+               "data": {"id": interaction["id"], "custom_id": "pick", "components": [
+                   {"type": 18, "component": {"type": 5, "custom_id": "who", "values": values}}]}})
+    };
+    let (status, refused) = s.post_interaction(&s.user, submit(json!(["1"]))).await;
+    assert_eq!(
+        (status, refused["code"].clone()),
+        (400, json!(50035)),
+        "{refused}"
+    );
+    let (status, body) = s
+        .post_interaction(&s.user, submit(json!([s.user_id])))
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let submitted = bot.dispatch("INTERACTION_CREATE").await["d"].clone();
+    assert_eq!(submitted["type"], 5);
+    let resolved = &submitted["data"]["resolved"];
+    assert_eq!(
+        resolved["users"][&s.user_id]["id"],
+        s.user_id.as_str(),
+        "{submitted}"
+    );
+    assert!(
+        resolved["members"][&s.user_id]["permissions"].is_string(),
+        "{submitted}"
+    );
+}

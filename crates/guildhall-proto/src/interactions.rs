@@ -276,6 +276,10 @@ pub struct ModalData {
     /// The submitted values, as the client sent them (checked against the
     /// modal shown).
     pub components: Vec<Value>,
+    /// What the modal's user, role, mentionable and channel selects
+    /// picked.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resolved: Option<Resolved>,
 }
 
 /// `interaction_metadata` of a message that answers an interaction.
@@ -1116,6 +1120,7 @@ pub fn check_modal_submit(
         Some(custom_id) => form.finish(ModalData {
             custom_id,
             components,
+            resolved: None,
         }),
         None => Err(form.finish(()).err().unwrap_or_else(empty_error)),
     }

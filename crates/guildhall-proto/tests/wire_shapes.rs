@@ -546,6 +546,7 @@ fn interaction_has_the_documented_fields() {
     let modal = serde_json::to_value(InteractionData::Modal(ModalData {
         custom_id: "m".into(),
         components: vec![],
+        resolved: None,
     }))
     .unwrap();
     assert_eq!(
