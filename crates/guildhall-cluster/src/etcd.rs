@@ -200,6 +200,21 @@ impl std::fmt::Debug for EtcdRegistry {
 }
 
 impl EtcdRegistry {
+    /// A new lease of at least `ttl_ms`: etcd's id and ours. etcd leases
+    /// are whole seconds: rounded up so a lease never lives shorter than
+    /// asked (etcd may raise it further to its minimum TTL).
+    async fn grant(&self, ttl_ms: u64) -> Result<(i64, LeaseId), RegistryError> {
+        let ttl_s = i64::try_from(ttl_ms.div_ceil(1_000).max(1)).unwrap_or(i64::MAX);
+        let granted = within(
+            self.options.call_timeout_ms,
+            self.main.lease_client().grant(ttl_s, None),
+        )
+        .await?;
+        let id = granted.id();
+        let lease = LeaseId::try_from(id).map_err(|_| RegistryError::Unavailable)?;
+        Ok((id, lease))
+    }
+
     /// Connects to `endpoints` (`http://host:port`): two connections, the
     /// main one and the keep-alive one, each checked with a status call.
     ///
@@ -387,11 +402,8 @@ fn key_string(key: &[u8]) -> String {
 #[async_trait::async_trait]
 impl Registry for EtcdRegistry {
     async fn claim(&self, key: &str, value: Vec<u8>, ttl_ms: u64) -> Result<Claim, RegistryError> {
-        let ttl_s = i64::try_from(ttl_ms.div_ceil(1_000).max(1)).unwrap_or(i64::MAX);
         let timeout_ms = self.options.call_timeout_ms;
-        let granted = within(timeout_ms, self.main.lease_client().grant(ttl_s, None)).await?;
-        let id = granted.id();
-        let lease = LeaseId::try_from(id).map_err(|_| RegistryError::Unavailable)?;
+        let (id, lease) = self.grant(ttl_ms).await?;
         // A key that was never created (or was deleted) has create
         // revision 0: the put happens only then, in the same transaction
         // as the check, and otherwise the holder is read back.
@@ -431,13 +443,8 @@ impl Registry for EtcdRegistry {
         value: Vec<u8>,
         ttl_ms: u64,
     ) -> Result<LeaseId, RegistryError> {
-        // etcd leases are whole seconds: round up so a lease never lives
-        // shorter than asked (etcd may raise it further to its minimum TTL).
-        let ttl_s = i64::try_from(ttl_ms.div_ceil(1_000).max(1)).unwrap_or(i64::MAX);
         let timeout_ms = self.options.call_timeout_ms;
-        let granted = within(timeout_ms, self.main.lease_client().grant(ttl_s, None)).await?;
-        let id = granted.id();
-        let lease = LeaseId::try_from(id).map_err(|_| RegistryError::Unavailable)?;
+        let (id, lease) = self.grant(ttl_ms).await?;
         // One transaction carries the whole value with its lease: etcd
         // applies it entirely or not at all, so no reader can see a key
         // half-written or without its lease (seed 002).

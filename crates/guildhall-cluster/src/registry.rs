@@ -177,6 +177,22 @@ impl State {
             .retain(|w| !key.starts_with(&w.prefix) || w.events.try_send(event.clone()).is_ok());
     }
 
+    /// A new lease of `ttl_ms` from `now_ms`, and `value` under `key`
+    /// bound to it (the caller checked the entry bound).
+    fn put_leased(&mut self, key: &str, value: Vec<u8>, ttl_ms: u64, now_ms: u64) -> LeaseId {
+        self.next_lease += 1;
+        let lease = self.next_lease;
+        self.leases
+            .insert(lease, (ttl_ms, now_ms.saturating_add(ttl_ms)));
+        self.entries
+            .insert(key.to_owned(), (value.clone(), Some(lease)));
+        self.changed(WatchEvent::Put {
+            key: key.to_owned(),
+            value,
+        });
+        lease
+    }
+
     fn expire(&mut self, now_ms: u64) {
         let expired: Vec<LeaseId> = self
             .leases
@@ -300,19 +316,7 @@ impl Registry for LocalRegistry {
         if state.entries.len() >= LOCAL_REGISTRY_ENTRIES_MAX {
             return Err(RegistryError::Full);
         }
-        state.next_lease += 1;
-        let lease = state.next_lease;
-        state
-            .leases
-            .insert(lease, (ttl_ms, now.saturating_add(ttl_ms)));
-        state
-            .entries
-            .insert(key.to_owned(), (value.clone(), Some(lease)));
-        state.changed(WatchEvent::Put {
-            key: key.to_owned(),
-            value,
-        });
-        Ok(Claim::Won(lease))
+        Ok(Claim::Won(state.put_leased(key, value, ttl_ms, now)))
     }
 
     async fn put_with_lease(
@@ -326,19 +330,7 @@ impl Registry for LocalRegistry {
         if !state.entries.contains_key(key) && state.entries.len() >= LOCAL_REGISTRY_ENTRIES_MAX {
             return Err(RegistryError::Full);
         }
-        state.next_lease += 1;
-        let lease = state.next_lease;
-        state
-            .leases
-            .insert(lease, (ttl_ms, now.saturating_add(ttl_ms)));
-        state
-            .entries
-            .insert(key.to_owned(), (value.clone(), Some(lease)));
-        state.changed(WatchEvent::Put {
-            key: key.to_owned(),
-            value,
-        });
-        Ok(lease)
+        Ok(state.put_leased(key, value, ttl_ms, now))
     }
 
     async fn put_under_lease(

@@ -22,6 +22,7 @@ use guildhall_proto::Snowflake;
 use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::intents;
+use guildhall_proto::interactions::{FLAG_SUPPRESS_EMBEDS, FLAG_SUPPRESS_NOTIFICATIONS};
 use guildhall_proto::mentions;
 use guildhall_proto::model::{Message, PartialEmoji, Reaction, ReactionCountDetails};
 use guildhall_proto::replies;
@@ -1457,10 +1458,6 @@ pub(crate) async fn edit_row(
 
 // ----- flags and components, as every message route takes them --------------
 
-/// Message flag SUPPRESS_EMBEDS.
-pub(crate) const FLAG_SUPPRESS_EMBEDS: u64 = 1 << 2;
-/// Message flag SUPPRESS_NOTIFICATIONS.
-pub(crate) const FLAG_SUPPRESS_NOTIFICATIONS: u64 = 1 << 12;
 /// Flags a new message may set: SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS
 /// and IS_COMPONENTS_V2. Discord also allows IS_VOICE_MESSAGE, which is
 /// an uploaded audio attachment, and this server takes no uploads, so it
@@ -1543,6 +1540,29 @@ pub(crate) fn checked_components(
         ApiError::Invalid(body)
     })?;
     Ok((!kept.is_empty()).then_some(kept))
+}
+
+/// A channel message's `components` from `author` (a create's or an
+/// edit's), checked as [`checked_components`] does. Discord refuses
+/// components from user accounts (50035); an empty list is none, from
+/// anyone.
+fn authored_components(
+    node: &crate::Node,
+    author: &UserRow,
+    raw: &Value,
+    flags: u64,
+) -> Result<Option<Vec<Value>>, ApiError> {
+    if !author.bot && raw.as_array().is_some_and(|items| !items.is_empty()) {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            "components",
+            "COMPONENT_USER_ACCOUNT",
+            "Only bots may send components.".into(),
+        ));
+    }
+    checked_components(node, raw, flags, &["components"])
 }
 
 /// What a message must hold as it will stand. A components-v2 message is
@@ -1978,27 +1998,7 @@ async fn create_message(
         body.allowed_mentions.as_ref(),
         mentions::Context::Message,
     )?;
-    let components = if body.components.is_empty() {
-        None
-    } else {
-        // Discord refuses components from user accounts.
-        if !author.bot {
-            node.counters
-                .bad_requests_total
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(ApiError::Field(
-                "components",
-                "COMPONENT_USER_ACCOUNT",
-                "Only bots may send components.".into(),
-            ));
-        }
-        checked_components(
-            &node,
-            &Value::Array(body.components),
-            flags,
-            &["components"],
-        )?
-    };
+    let components = authored_components(&node, &author, &Value::Array(body.components), flags)?;
     check_message_state(
         &node,
         flags,
@@ -2348,22 +2348,10 @@ async fn edit_message(
     let components = match body.components {
         None => None,
         Some(None) => Some(None),
-        Some(Some(raw)) => {
-            if !caller.bot && raw.as_array().is_some_and(|a| !a.is_empty()) {
-                node.counters
-                    .bad_requests_total
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(ApiError::Field(
-                    "components",
-                    "COMPONENT_USER_ACCOUNT",
-                    "Only bots may send components.".into(),
-                ));
-            }
-            Some(
-                checked_components(&node, &raw, flags, &["components"])?
-                    .map(|kept| Value::Array(kept).to_string()),
-            )
-        }
+        Some(Some(raw)) => Some(
+            authored_components(&node, &caller, &raw, flags)?
+                .map(|kept| Value::Array(kept).to_string()),
+        ),
     };
     let mentioning = Mentioning {
         allowed: allowed_mentions(

@@ -57,7 +57,7 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use guildhall_limits::Limits;
 use guildhall_proto::commands::{self, CommandSpec};
-use guildhall_proto::components::FLAG_IS_COMPONENTS_V2;
+use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::ErrorCode;
 use guildhall_proto::interactions::{
     self as ix, CallbackBounds, CallbackInteraction, CallbackResource, CallbackResponse,
@@ -986,9 +986,9 @@ fn select_mentions(
             ));
         };
         mentions.push(match found.kind {
-            5 => Mention::User(id),
-            6 => Mention::Role(id),
-            7 => Mention::Mentionable(id),
+            components::USER_SELECT => Mention::User(id),
+            components::ROLE_SELECT => Mention::Role(id),
+            components::MENTIONABLE_SELECT => Mention::Mentionable(id),
             _ => Mention::Channel(id),
         });
     }
@@ -1060,7 +1060,7 @@ async fn check_component(
     // resolved (and must exist, in this guild, of the channel types the
     // menu offers), as Discord resolves them for the application.
     let resolved = match (found.kind, &values, channel.guild_id) {
-        (5..=8, Some(values), Some(guild_id)) => {
+        (kind, Some(values), Some(guild_id)) if components::auto_populated(kind) => {
             let mentions = select_mentions(node, &found, values)?;
             let mut resolved = Resolved::default();
             resolve(node, (guild_id, app.bot_user_id), &mentions, &mut resolved).await?;
@@ -1163,8 +1163,8 @@ async fn check_modal(
     // message's selects are (each must exist, in the guild).
     let mut mentions = Vec::new();
     for (custom_id, values) in submitted_values(&data.components) {
-        if let Some(found) =
-            ix::find_component(&modal.components, &custom_id).filter(|f| (5..=8).contains(&f.kind))
+        if let Some(found) = ix::find_component(&modal.components, &custom_id)
+            .filter(|f| components::auto_populated(f.kind))
         {
             mentions.extend(select_mentions(node, &found, &values)?);
         }

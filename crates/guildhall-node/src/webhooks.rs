@@ -41,11 +41,10 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-/// Message flags a webhook may set: SUPPRESS_EMBEDS,
-/// SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2, as Discord documents.
-const EXECUTE_FLAGS: u64 = crate::api::FLAG_SUPPRESS_EMBEDS
-    | crate::api::FLAG_SUPPRESS_NOTIFICATIONS
-    | guildhall_proto::components::FLAG_IS_COMPONENTS_V2;
+/// Message flags a webhook may set: those of any new message
+/// (SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2), as
+/// Discord documents for execute.
+const EXECUTE_FLAGS: u64 = crate::api::CREATE_FLAGS;
 
 /// Substrings Discord refuses in a webhook's name, case-insensitively.
 const NAME_FORBIDDEN: [&str; 2] = ["clyde", "discord"];

@@ -293,7 +293,9 @@ impl Form {
         result
     }
 
-    pub(crate) fn error(&mut self, code: &str, message: impl Into<String>) {
+    /// Runs `f` on the errors object at the current path (created on the
+    /// way), and marks the form as refused.
+    fn with_here(&mut self, f: impl FnOnce(&mut Map<String, Value>)) {
         self.any = true;
         let mut node = &mut self.errors;
         for segment in &self.path {
@@ -306,12 +308,19 @@ impl Form {
             let Value::Object(next) = entry else { return };
             node = next;
         }
-        let list = node
-            .entry("_errors")
-            .or_insert_with(|| Value::Array(vec![]));
-        if let Value::Array(list) = list {
-            list.push(json!({"code": code, "message": message.into()}));
-        }
+        f(node);
+    }
+
+    pub(crate) fn error(&mut self, code: &str, message: impl Into<String>) {
+        let error = json!({"code": code, "message": message.into()});
+        self.with_here(|node| {
+            if let Value::Array(list) = node
+                .entry("_errors")
+                .or_insert_with(|| Value::Array(vec![]))
+            {
+                list.push(error);
+            }
+        });
     }
 
     /// Merges a refusal's nested errors (checked with an empty root) in
@@ -331,19 +340,7 @@ impl Form {
         let Some(Value::Object(errors)) = body.errors else {
             return;
         };
-        self.any = true;
-        let mut node = &mut self.errors;
-        for segment in &self.path {
-            let entry = node
-                .entry(segment.clone())
-                .or_insert_with(|| Value::Object(Map::new()));
-            if !entry.is_object() {
-                *entry = Value::Object(Map::new());
-            }
-            let Value::Object(next) = entry else { return };
-            node = next;
-        }
-        merge(node, errors);
+        self.with_here(|node| merge(node, errors));
     }
 
     pub(crate) fn finish<T>(self, value: T) -> Result<T, ErrorBody> {
@@ -383,6 +380,48 @@ impl Form {
                 None
             }
         }
+    }
+
+    /// BASE_TYPE_REQUIRED at the current path.
+    pub(crate) fn required(&mut self) {
+        self.error("BASE_TYPE_REQUIRED", "This field is required");
+    }
+
+    /// A list field: absent or null is `None` (and BASE_TYPE_REQUIRED when
+    /// `required`), anything but an array BASE_TYPE_ARRAY.
+    pub(crate) fn list<'v>(
+        &mut self,
+        value: Option<&'v Value>,
+        required: bool,
+    ) -> Option<&'v [Value]> {
+        match value {
+            None | Some(Value::Null) => {
+                if required {
+                    self.required();
+                }
+                None
+            }
+            Some(Value::Array(items)) => Some(items),
+            Some(_) => {
+                self.error(
+                    "BASE_TYPE_ARRAY",
+                    "Could not interpret the value as a list.",
+                );
+                None
+            }
+        }
+    }
+
+    /// An object, else DICT_TYPE_CONVERT.
+    pub(crate) fn dict<'v>(&mut self, value: &'v Value) -> Option<&'v Map<String, Value>> {
+        let dict = value.as_object();
+        if dict.is_none() {
+            self.error(
+                "DICT_TYPE_CONVERT",
+                "Only dictionaries may be used in a DictType.",
+            );
+        }
+        dict
     }
 
     pub(crate) fn boolean(&mut self, value: Option<&Value>) -> Option<bool> {

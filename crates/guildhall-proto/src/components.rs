@@ -71,6 +71,15 @@ pub const CHECKBOX_GROUP: u8 = 22;
 /// Component type `CHECKBOX` (modals only).
 pub const CHECKBOX: u8 = 23;
 
+/// Whether components of type `kind` are selects the client fills in
+/// (users, roles, mentionables, channels): their values are ids.
+pub fn auto_populated(kind: u8) -> bool {
+    matches!(
+        kind,
+        USER_SELECT | ROLE_SELECT | MENTIONABLE_SELECT | CHANNEL_SELECT
+    )
+}
+
 /// Button style `LINK`: a `url`, no `custom_id`, no interaction.
 pub const BUTTON_LINK: u64 = 5;
 /// Button style `PREMIUM`: an SKU to buy.
@@ -169,11 +178,7 @@ pub fn check(
         ids: HashSet::new(),
         text_chars: 0,
     };
-    let Value::Array(items) = components else {
-        check.form.error(
-            "BASE_TYPE_ARRAY",
-            "Could not interpret the value as a list.",
-        );
+    let Some(items) = check.form.list(Some(components), true) else {
         return check.form.finish(vec![]);
     };
     let (top, max): (&[u8], usize) = match surface {
@@ -347,17 +352,11 @@ impl Check<'_> {
 
     /// One component, whose type must be among `allowed`.
     fn component(&mut self, item: &Value, allowed: &[u8]) -> Option<Map<String, Value>> {
-        let Some(map) = item.as_object() else {
-            self.form.error(
-                "DICT_TYPE_CONVERT",
-                "Only dictionaries may be used in a DictType.",
-            );
-            return None;
-        };
+        let map = self.form.dict(item)?;
         self.count += 1;
         let kind = self.form_at("type", |c| match map.get("type") {
             None | Some(Value::Null) => {
-                c.form.error("BASE_TYPE_REQUIRED", "This field is required");
+                c.form.required();
                 None
             }
             Some(value) => {
@@ -556,30 +555,20 @@ impl Check<'_> {
         allowed: &[u8],
         (min, max): (usize, usize),
     ) -> Vec<Value> {
-        let kept = self.form_at(key, |c| match map.get(key) {
-            Some(Value::Array(items)) => {
-                if !c.length_ok(items.len(), min, max) {
-                    return vec![];
+        let kept = self.form_at(key, |c| {
+            let Some(items) = c.form.list(map.get(key), true) else {
+                return vec![];
+            };
+            if !c.length_ok(items.len(), min, max) {
+                return vec![];
+            }
+            let mut kept = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                if let Some(child) = c.form_at(i, |c| c.component(item, allowed)) {
+                    kept.push(Value::Object(child));
                 }
-                let mut kept = Vec::with_capacity(items.len());
-                for (i, item) in items.iter().enumerate() {
-                    if let Some(child) = c.form_at(i, |c| c.component(item, allowed)) {
-                        kept.push(Value::Object(child));
-                    }
-                }
-                kept
             }
-            None | Some(Value::Null) => {
-                c.form.error("BASE_TYPE_REQUIRED", "This field is required");
-                vec![]
-            }
-            Some(_) => {
-                c.form.error(
-                    "BASE_TYPE_ARRAY",
-                    "Could not interpret the value as a list.",
-                );
-                vec![]
-            }
+            kept
         });
         out.insert(key.into(), Value::Array(kept.clone()));
         kept
@@ -595,7 +584,7 @@ impl Check<'_> {
     ) {
         let kept = self.form_at(key, |c| match map.get(key) {
             None | Some(Value::Null) => {
-                c.form.error("BASE_TYPE_REQUIRED", "This field is required");
+                c.form.required();
                 None
             }
             Some(item) => c.component(item, allowed),
@@ -646,11 +635,7 @@ impl Check<'_> {
             return;
         };
         self.form_at("emoji", |c| {
-            let Some(emoji) = value.as_object() else {
-                c.form.error(
-                    "DICT_TYPE_CONVERT",
-                    "Only dictionaries may be used in a DictType.",
-                );
+            let Some(emoji) = c.form.dict(value) else {
                 return;
             };
             let id = match emoji.get("id") {
@@ -687,7 +672,7 @@ impl Check<'_> {
     fn button(&mut self, map: &Map<String, Value>, out: &mut Map<String, Value>) {
         let style = self.form_at("style", |c| match map.get("style") {
             None | Some(Value::Null) => {
-                c.form.error("BASE_TYPE_REQUIRED", "This field is required");
+                c.form.required();
                 None
             }
             Some(v) => c.form.small_int(Some(v), &[1, 2, 3, 4, 5, 6]),
@@ -863,19 +848,9 @@ impl Check<'_> {
     ) -> Vec<(String, bool)> {
         let mut seen = Vec::new();
         let kept = self.form_at("options", |c| {
-            let items = match map.get("options") {
-                Some(Value::Array(items)) => items,
-                None | Some(Value::Null) => {
-                    c.form.error("BASE_TYPE_REQUIRED", "This field is required");
-                    return vec![];
-                }
-                Some(_) => {
-                    c.form.error(
-                        "BASE_TYPE_ARRAY",
-                        "Could not interpret the value as a list.",
-                    );
-                    return vec![];
-                }
+            let items = match c.form.list(map.get("options"), true) {
+                Some(items) => items,
+                None => return vec![],
             };
             if !c.length_ok(items.len(), min, max) {
                 return vec![];
@@ -883,11 +858,7 @@ impl Check<'_> {
             let mut kept = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 c.form_at(i, |c| {
-                    let Some(option) = item.as_object() else {
-                        c.form.error(
-                            "DICT_TYPE_CONVERT",
-                            "Only dictionaries may be used in a DictType.",
-                        );
+                    let Some(option) = c.form.dict(item) else {
                         return;
                     };
                     let mut o = Map::new();
@@ -924,11 +895,7 @@ impl Check<'_> {
             return;
         };
         self.form_at("channel_types", |c| {
-            let Some(items) = value.as_array() else {
-                c.form.error(
-                    "BASE_TYPE_ARRAY",
-                    "Could not interpret the value as a list.",
-                );
+            let Some(items) = c.form.list(Some(value), false) else {
                 return;
             };
             if !c.length_ok(items.len(), 0, CHANNEL_TYPES.len()) {
@@ -964,11 +931,7 @@ impl Check<'_> {
             Select::String => &[],
         };
         self.form_at("default_values", |c| {
-            let Some(items) = value.as_array() else {
-                c.form.error(
-                    "BASE_TYPE_ARRAY",
-                    "Could not interpret the value as a list.",
-                );
+            let Some(items) = c.form.list(Some(value), false) else {
                 return;
             };
             if items.len() as u64 > max {
@@ -1022,7 +985,7 @@ impl Check<'_> {
         self.custom_id(map, out);
         let style = self.form_at("style", |c| match map.get("style") {
             None | Some(Value::Null) => {
-                c.form.error("BASE_TYPE_REQUIRED", "This field is required");
+                c.form.required();
                 None
             }
             Some(v) => c.form.small_int(Some(v), &[1, 2]),
@@ -1076,18 +1039,11 @@ impl Check<'_> {
     fn media(&mut self, map: &Map<String, Value>, out: &mut Map<String, Value>, key: &str) {
         self.form_at(key, |c| {
             let media = match map.get(key) {
-                Some(Value::Object(media)) => media,
-                None | Some(Value::Null) => {
-                    c.form.error("BASE_TYPE_REQUIRED", "This field is required");
-                    return;
-                }
-                Some(_) => {
-                    c.form.error(
-                        "DICT_TYPE_CONVERT",
-                        "Only dictionaries may be used in a DictType.",
-                    );
-                    return;
-                }
+                None | Some(Value::Null) => return c.form.required(),
+                Some(media) => match c.form.dict(media) {
+                    Some(media) => media,
+                    None => return,
+                },
             };
             c.form_at("url", |c| {
                 let Some(url) = c.form.string(media.get("url"), true) else {
@@ -1129,19 +1085,9 @@ impl Check<'_> {
 
     fn gallery(&mut self, map: &Map<String, Value>, out: &mut Map<String, Value>) {
         let kept = self.form_at("items", |c| {
-            let items = match map.get("items") {
-                Some(Value::Array(items)) => items,
-                None | Some(Value::Null) => {
-                    c.form.error("BASE_TYPE_REQUIRED", "This field is required");
-                    return vec![];
-                }
-                Some(_) => {
-                    c.form.error(
-                        "BASE_TYPE_ARRAY",
-                        "Could not interpret the value as a list.",
-                    );
-                    return vec![];
-                }
+            let items = match c.form.list(map.get("items"), true) {
+                Some(items) => items,
+                None => return vec![],
             };
             if !c.length_ok(items.len(), 1, GALLERY_ITEMS_MAX) {
                 return vec![];
@@ -1149,11 +1095,7 @@ impl Check<'_> {
             let mut kept = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 c.form_at(i, |c| {
-                    let Some(item) = item.as_object() else {
-                        c.form.error(
-                            "DICT_TYPE_CONVERT",
-                            "Only dictionaries may be used in a DictType.",
-                        );
+                    let Some(item) = c.form.dict(item) else {
                         return;
                     };
                     let mut o = Map::new();
@@ -1179,7 +1121,7 @@ impl Check<'_> {
                     .and_then(|f| f.get("url"))
                     .and_then(Value::as_str);
                 match url {
-                    None => c.form.error("BASE_TYPE_REQUIRED", "This field is required"),
+                    None => c.form.required(),
                     Some(url) if url.starts_with("attachment://") => c
                         .form
                         .error("ATTACHMENT_NOT_FOUND", "Attachment data not found"),
@@ -1256,11 +1198,7 @@ impl Check<'_> {
             return;
         };
         self.form_at("file_types", |c| {
-            let Some(items) = value.as_array() else {
-                c.form.error(
-                    "BASE_TYPE_ARRAY",
-                    "Could not interpret the value as a list.",
-                );
+            let Some(items) = c.form.list(Some(value), false) else {
                 return;
             };
             if !c.length_ok(items.len(), 0, GROUP_OPTIONS_MAX) {

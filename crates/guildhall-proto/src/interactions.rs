@@ -61,6 +61,10 @@ pub const AUTOCOMPLETE_RESULT: u8 = 8;
 /// Callback `MODAL`.
 pub const MODAL: u8 = 9;
 
+/// Message flag `SUPPRESS_EMBEDS`: no embeds are shown.
+pub const FLAG_SUPPRESS_EMBEDS: u64 = 1 << 2;
+/// Message flag `SUPPRESS_NOTIFICATIONS`: no push notification.
+pub const FLAG_SUPPRESS_NOTIFICATIONS: u64 = 1 << 12;
 /// Message flag `EPHEMERAL`: only the invoking user sees the message.
 pub const FLAG_EPHEMERAL: u64 = 1 << 6;
 /// Message flag `LOADING`: a deferred response ("is thinking…").
@@ -69,24 +73,27 @@ pub const FLAG_LOADING: u64 = 1 << 7;
 /// SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2 (Discord also allows
 /// IS_VOICE_MESSAGE, an uploaded audio attachment, and this server takes
 /// no uploads, so it is refused).
-pub const RESPONSE_FLAGS: u64 =
-    (1 << 2) | FLAG_EPHEMERAL | (1 << 12) | crate::components::FLAG_IS_COMPONENTS_V2;
+pub const RESPONSE_FLAGS: u64 = FLAG_SUPPRESS_EMBEDS
+    | FLAG_EPHEMERAL
+    | FLAG_SUPPRESS_NOTIFICATIONS
+    | crate::components::FLAG_IS_COMPONENTS_V2;
 
 /// Message type of a slash command's response (`CHAT_INPUT_COMMAND`).
 pub const MESSAGE_CHAT_INPUT_COMMAND: u8 = 20;
 /// Message type of a context-menu command's response.
 pub const MESSAGE_CONTEXT_MENU_COMMAND: u8 = 23;
 
-/// Component type `ACTION_ROW`.
-pub const COMPONENT_ACTION_ROW: u8 = 1;
+/// Component type `ACTION_ROW` (the component types are
+/// [`crate::components`]').
+pub const COMPONENT_ACTION_ROW: u8 = crate::components::ACTION_ROW;
 /// Component type `BUTTON`.
-pub const COMPONENT_BUTTON: u8 = 2;
+pub const COMPONENT_BUTTON: u8 = crate::components::BUTTON;
 /// Component type `STRING_SELECT`.
-pub const COMPONENT_STRING_SELECT: u8 = 3;
+pub const COMPONENT_STRING_SELECT: u8 = crate::components::STRING_SELECT;
 /// Component type `TEXT_INPUT` (modals only).
-pub const COMPONENT_TEXT_INPUT: u8 = 4;
+pub const COMPONENT_TEXT_INPUT: u8 = crate::components::TEXT_INPUT;
 /// Component type `LABEL` (modals: one inner `component`).
-pub const COMPONENT_LABEL: u8 = 18;
+pub const COMPONENT_LABEL: u8 = crate::components::LABEL;
 
 /// Deepest component nesting walked (container → section → accessory is
 /// three; anything deeper is not a layout Discord accepts).
