@@ -31,9 +31,6 @@ install_missing() {
   command -v etcd >/dev/null || need+=(etcd-server)
   command -v etcdctl >/dev/null || need+=(etcd-client)
   [[ -x "$NATS_BIN" ]] || need+=(nats-server)
-  command -v protoc >/dev/null || need+=(protobuf-compiler)
-  # etcd-client's build needs the well-known .proto files as well as protoc.
-  [[ -f /usr/include/google/protobuf/empty.proto ]] || need+=(libprotobuf-dev)
   [[ -n "$PG_BIN" ]] || need+=(postgresql)
   command -v curl >/dev/null || need+=(curl)
   # The voice conformance stage and the SFU's TLS test make a throwaway
