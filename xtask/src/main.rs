@@ -2,6 +2,9 @@
 //! `xtask` pattern): `cargo xtask ci` is the one command CI and developers
 //! run to check everything.
 
+#[cfg(test)]
+mod tidy;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};

@@ -14,7 +14,6 @@
 //! - [`compress`]: gateway compression (the URL's query, the writer's deflate).
 //! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
-//! - [`auth`]: passwords and tokens.
 //! - [`http`]: the accept loop and every connection's bounds.
 //!
 //! [`run`] takes a bound listener and a shutdown future (so tests and the
@@ -22,24 +21,22 @@
 //! this node with every role over the in-process bus and registry; cluster
 //! mode passes other transports in [`NodeConfig`], not other code.
 
+// Moved to guildhall-common (shared below the roles); re-exported while
+// the role modules here still name them by their old paths.
+pub use guildhall_common::{auth, cluster, histogram, log, outbox, state, throttled};
+
 pub mod api;
-pub mod auth;
-pub mod cluster;
 pub mod commands;
 pub mod compress;
 pub mod events;
 pub mod gateway;
 pub mod guilds;
-pub mod histogram;
 pub mod http;
 pub mod hub;
 pub mod interaction_forward;
 pub mod interactions;
-pub mod log;
-pub mod outbox;
 pub mod presence;
 pub mod ratelimit;
-pub mod state;
 pub mod takeover;
 pub mod webhooks;
 pub mod worker_id;

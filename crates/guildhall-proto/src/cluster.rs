@@ -216,6 +216,18 @@ impl Announcement {
     }
 }
 
+/// One live SFU, as a node's registry view provides it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SfuInstance {
+    /// The SFU's node name (its subjects are named after it).
+    pub node: String,
+    /// What it announces.
+    pub info: SfuInfo,
+}
+
+/// The live SFUs; the view replaces the list whenever it changes.
+pub type SfuList = std::sync::Arc<Vec<SfuInstance>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,7 +36,6 @@ use guildhall_control::breaker::Breaker;
 use guildhall_control::log_throttle::{LogThrottle, Verdict};
 use guildhall_control::spawn::{SpawnBudget, SpawnConfig, SpawnKind, SpawnRefusal};
 use guildhall_proto::bus::{NodeEvent, NodeEventBody, gateway_events_subject, partition_of};
-use guildhall_proto::cluster::SfuInfo;
 use guildhall_proto::voice::{
     SfuEnvelope, SfuRefusal, SfuReply, SfuRequest, VoiceEnvelope, VoiceRefusal, VoiceReply,
     VoiceRequest, decode_reply, encode_reply, sfu_control_subject, sfu_requests_subject,
@@ -49,17 +48,9 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
-/// One live SFU, as the node's registry view provides it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SfuInstance {
-    /// The SFU's node name (its subjects are named after it).
-    pub node: String,
-    /// What it announces.
-    pub info: SfuInfo,
-}
-
-/// The live SFUs; the node replaces the list whenever its view changes.
-pub type SfuList = Arc<Vec<SfuInstance>>;
+/// The live SFUs the role places calls on: the discovery view's list,
+/// defined in proto so the view needs no role crate.
+pub use guildhall_proto::cluster::{SfuInstance, SfuList};
 
 /// Names the gateway node holding a session (`None`: unknown, ended).
 pub type GatewayOfSession = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;

@@ -134,7 +134,7 @@ pub struct ClusterState {
     pub voice_nodes: RwLock<Arc<BTreeMap<MemberId, String>>>,
     /// The live SFU nodes and what they announce (the voice role chooses
     /// among them by capacity and load).
-    pub sfus: tokio::sync::watch::Sender<guildhall_voice::SfuList>,
+    pub sfus: tokio::sync::watch::Sender<guildhall_proto::cluster::SfuList>,
     /// The slack of voice placement, permille (set at start).
     voice_epsilon_permille: AtomicU64,
     /// Names of the presence nodes, by ring member id.
@@ -361,9 +361,9 @@ impl ClusterState {
     /// The live SFUs announced now (changed only when they differ, so the
     /// voice role wakes for real changes).
     fn set_sfus(&self, sfus: Vec<(String, guildhall_proto::cluster::SfuInfo)>) {
-        let mut sfus: Vec<guildhall_voice::SfuInstance> = sfus
+        let mut sfus: Vec<guildhall_proto::cluster::SfuInstance> = sfus
             .into_iter()
-            .map(|(node, info)| guildhall_voice::SfuInstance { node, info })
+            .map(|(node, info)| guildhall_proto::cluster::SfuInstance { node, info })
             .collect();
         sfus.sort_unstable_by(|a, b| a.node.cmp(&b.node));
         self.sfus.send_if_modified(|current| {

@@ -1,0 +1,23 @@
+//! What every role of a node shares, below the roles: a role crate depends
+//! on this crate and on `guildhall-proto`, never on another role.
+//!
+//! - [`state`]: the store, the id generator, the limits and the clock
+//!   (read here, at the edge, and passed as `now_ms` to everything pure).
+//! - [`cluster`]: discovery. The node's announcement and lease in the
+//!   registry, the validated view of the others, the membership table and
+//!   ring built from it, and placement: what each role asks to route
+//!   (`ClusterState::owner_of`, `presence_node_of`, `gateway_infos`, the
+//!   SFUs).
+//! - [`log`]: the process-wide log throttle and [`throttled!`], which every
+//!   line that can fire per request or per event goes through (seed 000).
+//! - [`histogram`]: fixed-bucket latency histograms for `/metrics`.
+//! - [`outbox`]: guild events held for redelivery until an owner confirms
+//!   their fanout (pure: time is an argument).
+//! - [`auth`]: passwords (a fail-fast permit pool) and tokens.
+
+pub mod auth;
+pub mod cluster;
+pub mod histogram;
+pub mod log;
+pub mod outbox;
+pub mod state;
