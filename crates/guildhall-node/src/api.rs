@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use guildhall_proto::Snowflake;
 use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
+use guildhall_proto::guilds::{ChannelRecord, RoleRecord};
 use guildhall_proto::intents;
 use guildhall_proto::interactions::{FLAG_SUPPRESS_EMBEDS, FLAG_SUPPRESS_NOTIFICATIONS};
 use guildhall_proto::mentions;
@@ -947,7 +948,7 @@ async fn oauth2_authorize(
         .user(app.bot_user_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    node.guilds.add_member(guild_id, bot).await?;
+    node.guilds.add_member(guild_id, &bot).await?;
     ok(&json!({"location": format!("https://discord.com/oauth2/authorized?guild_id={guild_id}")}))
 }
 
@@ -1078,7 +1079,7 @@ async fn create_channel(
     }
     // The owner checks MANAGE_CHANNELS and the guild's channel count, then
     // stores the channel.
-    let channel = ChannelRow {
+    let channel = ChannelRecord {
         id: node.shared.next_id().get() as i64,
         guild_id: Some(guild_id),
         kind: i64::from(body.kind),
@@ -2684,7 +2685,7 @@ async fn create_role(
         1,
         node.shared.limits.role_name_chars_max,
     )?;
-    let role = RoleRow {
+    let role = RoleRecord {
         id: node.shared.next_id().get() as i64,
         guild_id,
         name,
@@ -4050,7 +4051,7 @@ async fn accept_invite(
         return Err(ApiError::Code(ErrorCode::UnknownInvite));
     }
     let guild_id = invite.guild_id;
-    node.guilds.add_member(guild_id, caller).await?;
+    node.guilds.add_member(guild_id, &caller).await?;
     ok(&invite_json(&node, &invite.code, false).await?)
 }
 

@@ -16,6 +16,8 @@
 //!   each surface, checked, and the tree as stored (ids filled in).
 //! - [`interactions`]: the Interaction object, what users send to create
 //!   one, callbacks and their bounds, `interaction_metadata`.
+//! - [`guilds`], [`users`]: the request/reply envelopes and subjects of
+//!   those roles, which other roles call over the bus.
 //! - [`replies`]: a create body's `message_reference`, checked, with its
 //!   refusals nested at the field.
 //! - [`error`]: REST error bodies with Discord's JSON error codes.
@@ -39,6 +41,7 @@ pub mod embeds;
 pub mod error;
 pub mod etf;
 pub mod gateway;
+pub mod guilds;
 pub mod intents;
 pub mod interactions;
 pub mod mentions;

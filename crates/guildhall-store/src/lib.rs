@@ -75,14 +75,13 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// A user row.
 // Serde for the bus (a guild owner receives new members' rows); the
 // password hash never leaves the store that way.
-#[derive(Clone, Debug, FromRow, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
 pub struct UserRow {
     /// Id.
     pub id: i64,
     /// Unique name.
     pub username: String,
     /// Argon2 PHC string; none for bots.
-    #[serde(skip)]
     pub password_hash: Option<String>,
     /// A bot user.
     pub bot: bool,
@@ -90,6 +89,80 @@ pub struct UserRow {
     pub global_name: Option<String>,
     /// Created at, Unix ms.
     pub created_ms: i64,
+}
+
+// Rows derive no serde: what travels on the bus is proto's records, built
+// from rows here (a user's record leaves the password hash behind).
+
+impl From<&UserRow> for guildhall_proto::users::UserRecord {
+    fn from(row: &UserRow) -> Self {
+        Self {
+            id: row.id,
+            username: row.username.clone(),
+            bot: row.bot,
+            global_name: row.global_name.clone(),
+            created_ms: row.created_ms,
+        }
+    }
+}
+
+impl From<guildhall_proto::users::UserRecord> for UserRow {
+    fn from(record: guildhall_proto::users::UserRecord) -> Self {
+        Self {
+            id: record.id,
+            username: record.username,
+            password_hash: None,
+            bot: record.bot,
+            global_name: record.global_name,
+            created_ms: record.created_ms,
+        }
+    }
+}
+
+impl From<guildhall_proto::guilds::ChannelRecord> for ChannelRow {
+    fn from(record: guildhall_proto::guilds::ChannelRecord) -> Self {
+        let guildhall_proto::guilds::ChannelRecord {
+            id,
+            guild_id,
+            kind,
+            name,
+            position,
+            topic,
+        } = record;
+        Self {
+            id,
+            guild_id,
+            kind,
+            name,
+            position,
+            topic,
+        }
+    }
+}
+
+impl From<guildhall_proto::guilds::RoleRecord> for RoleRow {
+    fn from(record: guildhall_proto::guilds::RoleRecord) -> Self {
+        let guildhall_proto::guilds::RoleRecord {
+            id,
+            guild_id,
+            name,
+            permissions,
+            position,
+            color,
+            hoist,
+            mentionable,
+        } = record;
+        Self {
+            id,
+            guild_id,
+            name,
+            permissions,
+            position,
+            color,
+            hoist,
+            mentionable,
+        }
+    }
 }
 
 /// An application row.
@@ -140,7 +213,7 @@ pub struct GuildRow {
 }
 
 /// A channel row.
-#[derive(Clone, Debug, FromRow, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
 pub struct ChannelRow {
     /// Id.
     pub id: i64,
@@ -157,7 +230,7 @@ pub struct ChannelRow {
 }
 
 /// A role row.
-#[derive(Clone, Debug, FromRow, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
 pub struct RoleRow {
     /// Id (the guild's id for `@everyone`).
     pub id: i64,

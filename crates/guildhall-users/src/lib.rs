@@ -54,26 +54,13 @@ fn now_ms() -> u64 {
 
 /// What goes on the bus for a store row: no password hash field exists.
 pub fn record_of(row: &UserRow) -> UserRecord {
-    UserRecord {
-        id: row.id,
-        username: row.username.clone(),
-        bot: row.bot,
-        global_name: row.global_name.clone(),
-        created_ms: row.created_ms,
-    }
+    UserRecord::from(row)
 }
 
 /// A user from the bus as the row type callers work with (no hash: the
 /// users role never sends one).
 pub fn row_of(record: UserRecord) -> UserRow {
-    UserRow {
-        id: record.id,
-        username: record.username,
-        password_hash: None,
-        bot: record.bot,
-        global_name: record.global_name,
-        created_ms: record.created_ms,
-    }
+    UserRow::from(record)
 }
 
 /// Answers `reply` (best effort: a caller that gave up has no inbox left).

@@ -1,0 +1,537 @@
+//! The guilds role's bus envelopes: what other roles ask a guild's owner
+//! ([`GuildRequest`] on [`guild_requests_subject`]), what it answers
+//! ([`GuildReply`]), and a new owner's question to gateway nodes (which
+//! sessions follow a guild, [`follows_subject`]).
+//!
+//! They live here, not in the role, so a caller depends on the contract
+//! and never on the role's code. What they carry are wire objects and
+//! records ([`ChannelRecord`], [`RoleRecord`], [`UserRecord`]), never a
+//! store row: a row's shape is the store's to change, and a row with a
+//! password hash must not be one derive away from the bus.
+
+use crate::model::{self, Channel, Member, Role};
+use crate::users::UserRecord;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// A channel as a guild change carries it (a new channel's fields).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelRecord {
+    /// Id (chosen by the caller).
+    pub id: i64,
+    /// Guild (none for DMs).
+    pub guild_id: Option<i64>,
+    /// Channel type.
+    pub kind: i64,
+    /// Name.
+    pub name: String,
+    /// Position.
+    pub position: i64,
+    /// Topic.
+    pub topic: Option<String>,
+}
+
+/// A role as a guild change carries it (a new role's fields).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleRecord {
+    /// Id (chosen by the caller; the guild's id for `@everyone`).
+    pub id: i64,
+    /// Guild.
+    pub guild_id: i64,
+    /// Name.
+    pub name: String,
+    /// Permission bits.
+    pub permissions: i64,
+    /// Position.
+    pub position: i64,
+    /// Colour.
+    pub color: i64,
+    /// Hoisted.
+    pub hoist: bool,
+    /// Mentionable.
+    pub mentionable: bool,
+}
+
+/// Why a guild request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum GuildError {
+    /// No such guild.
+    #[error("unknown guild")]
+    UnknownGuild,
+    /// No such channel in the guild.
+    #[error("unknown channel")]
+    UnknownChannel,
+    /// The user is not a member, or may not see the channel.
+    #[error("missing access")]
+    MissingAccess,
+    /// The member lacks a permission (or ranks too low).
+    #[error("missing permissions")]
+    MissingPermissions,
+    /// No such role.
+    #[error("unknown role")]
+    UnknownRole,
+    /// No such member.
+    #[error("unknown member")]
+    UnknownMember,
+    /// A name of the wrong length.
+    #[error("invalid name")]
+    InvalidName,
+    /// The guild holds `guild_roles_max` roles, or a new one would not fit
+    /// its GUILD_CREATE.
+    #[error("maximum number of roles")]
+    MaxRoles,
+    /// The guild holds `guild_channels_max` channels, or a new one would
+    /// not fit its GUILD_CREATE.
+    #[error("maximum number of channels")]
+    MaxChannels,
+    /// An edit would grow the guild's roles and channels past what its
+    /// GUILD_CREATE can carry.
+    #[error("guild at its size limit")]
+    SizeLimit(Grown),
+    /// The owner is busy or gone: retry later.
+    #[error("overloaded")]
+    Overloaded,
+    /// The store failed.
+    #[error("store")]
+    Store,
+}
+
+/// The field whose growth an edit was refused for ([`GuildError::SizeLimit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Grown {
+    /// A name (of the guild, a role or a channel).
+    Name,
+    /// A channel's topic.
+    Topic,
+}
+
+impl Grown {
+    /// The body field it names.
+    pub fn key(self) -> &'static str {
+        match self {
+            Grown::Name => "name",
+            Grown::Topic => "topic",
+        }
+    }
+}
+
+/// The `channel_id` of an [`GuildCall::Authorize`] that asks about the
+/// guild as a whole (no channel has id 0: ids are snowflakes).
+pub const GUILD_WIDE: i64 = 0;
+
+/// What an authorised sender needs to build its message.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SendGrant {
+    /// The guild.
+    pub guild_id: i64,
+    /// The author as a partial member (no `user`).
+    pub member: Member,
+    /// The user's permissions in the guild (an interaction's
+    /// `member.permissions` and `app_permissions`).
+    #[serde(default)]
+    pub permissions: u64,
+}
+
+/// An event for a guild's subscribers, its data encoded once.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Outgoing {
+    /// Set by the caller that publishes (the guild directory): the owner confirms a retry of an
+    /// id it fanned out already without fanning it out again (0: none).
+    #[serde(default)]
+    pub publish_id: u64,
+    /// Event name.
+    pub name: String,
+    /// The intent a session needs to receive it.
+    pub required_intent: u64,
+    /// Event data.
+    pub data: Box<RawValue>,
+    /// The data for sessions without MESSAGE_CONTENT (messages only).
+    pub blanked: Option<Box<RawValue>>,
+    /// Users who receive `data` regardless (author, mentioned users).
+    pub content_exempt: Vec<i64>,
+}
+
+/// A new owner's question to a gateway node: which of your sessions follow
+/// this guild? (Subject [`follows_subject`].)
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FollowsAsk {
+    /// The guild.
+    pub guild_id: i64,
+}
+
+/// A session that follows a guild, as a gateway node reports it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Follower {
+    /// The session.
+    pub session_id: String,
+    /// Its user.
+    pub user_id: i64,
+    /// Its intents.
+    pub intents: u64,
+    /// Its `large_threshold` (absent from a node that predates it:
+    /// Discord's default).
+    #[serde(default = "default_large_threshold")]
+    pub large_threshold: u32,
+}
+
+fn default_large_threshold() -> u32 {
+    crate::gateway::LARGE_THRESHOLD_DEFAULT
+}
+
+/// Subject where `node`'s gateway answers [`FollowsAsk`].
+pub fn follows_subject(node: &str) -> String {
+    format!("gw.{node}.follows")
+}
+
+/// A request to a guild's owner, as it travels on the bus (subject
+/// `guilds.<owner node>`). The answer, when the caller waits for one, is a
+/// [`GuildAnswer`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum GuildCall {
+    /// Subscribe a session: its GUILD_CREATE, then the guild's events, in
+    /// its node's stream.
+    Subscribe {
+        /// The session's gateway node.
+        node: String,
+        /// The session.
+        session_id: String,
+        /// Its user.
+        user_id: i64,
+        /// Its intents.
+        intents: u64,
+        /// Its `large_threshold` (absent from a node that predates it:
+        /// Discord's default).
+        #[serde(default = "default_large_threshold")]
+        large_threshold: u32,
+    },
+    /// A session moves from gateway node `from` to `to` (a RESUME there):
+    /// `from`'s stream gets `Moved` (the last event it records for the
+    /// session is the one before), `to`'s gets `Adopt` (or a fresh
+    /// GUILD_CREATE when `from` held no subscription), and every later
+    /// event goes to `to` only. The owner's mailbox orders this against
+    /// every publish, so each event goes to exactly one of the two nodes.
+    Move {
+        /// The node giving the session away.
+        from: String,
+        /// The node taking it.
+        to: String,
+        /// The session.
+        session_id: String,
+        /// Its user.
+        user_id: i64,
+        /// Its intents.
+        intents: u64,
+        /// Its `large_threshold` (absent from a node that predates it:
+        /// Discord's default).
+        #[serde(default = "default_large_threshold")]
+        large_threshold: u32,
+    },
+    /// A session is gone: stop counting it.
+    Unsubscribe {
+        /// The session's gateway node.
+        node: String,
+        /// The session.
+        session_id: String,
+    },
+    /// May `user_id` use `channel_id` with `need` permissions?
+    Authorize {
+        /// Who.
+        user_id: i64,
+        /// Which channel; [`GUILD_WIDE`] for a permission on the guild as a
+        /// whole (GET /guilds/{id}/webhooks names no channel).
+        channel_id: i64,
+        /// Required bits.
+        need: u64,
+    },
+    /// Fan an event out.
+    Publish(Outgoing),
+    /// A user joined (invite or bot authorisation).
+    AddMember {
+        /// The user.
+        user: UserRecord,
+    },
+    /// The guild as `user_id`'s GUILD_CREATE shows it.
+    Snapshot {
+        /// Who asks (must be a member).
+        user_id: i64,
+    },
+    /// The guild object of GET /guilds/{id}: no members, channels or
+    /// voice states, so its size is bounded by the roles alone.
+    Guild {
+        /// Who asks (must be a member).
+        user_id: i64,
+    },
+    /// Members, for op 8 and REST: `query` prefix, at most `limit`.
+    Members {
+        /// Who asks (must be a member).
+        user_id: i64,
+        /// Username prefix.
+        query: String,
+        /// Specific users.
+        user_ids: Vec<i64>,
+        /// Only users with a higher id (paging; 0 for all).
+        after: i64,
+        /// Most members.
+        limit: usize,
+    },
+    /// A change by `actor`, checked against their permissions.
+    Change {
+        /// Who asks.
+        actor: i64,
+        /// What.
+        change: GuildChange,
+    },
+    /// A member's presence changed (best effort: dropped when busy).
+    Presence {
+        /// Who.
+        user_id: i64,
+        /// online, idle, dnd, invisible, offline.
+        status: String,
+    },
+    /// Op 4: join, move or leave a voice channel.
+    Voice {
+        /// Who.
+        user_id: i64,
+        /// Their gateway session.
+        session_id: String,
+        /// The channel (None: leave).
+        channel_id: Option<i64>,
+        /// Muted by self.
+        self_mute: bool,
+        /// Deafened by self.
+        self_deaf: bool,
+    },
+    /// The roles of the guild.
+    Roles {
+        /// Who asks (must be a member).
+        user_id: i64,
+    },
+    /// The channels of the guild.
+    Channels {
+        /// Who asks (must be a member).
+        user_id: i64,
+    },
+}
+
+/// What a guild owner answers.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum GuildAnswer {
+    /// To `Authorize`.
+    Granted(SendGrant),
+    /// To `AddMember`: whether the user was new.
+    Added(bool),
+    /// To `Snapshot`.
+    Guild(Box<model::Guild>),
+    /// To `Guild`.
+    RestGuild(serde_json::Value),
+    /// To `Members`.
+    Members(MemberPage),
+    /// To `Change`.
+    Changed(Changed),
+    /// To `Voice`: the voice state.
+    Voice(serde_json::Value),
+    /// To `Roles`.
+    Roles(Vec<Role>),
+    /// To `Channels`.
+    Channels(Vec<Channel>),
+    /// To `Publish`: the dispatch went out to every stream (on the bus
+    /// ahead of this answer).
+    Published,
+}
+
+/// A change to a guild.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum GuildChange {
+    /// Create a channel (id chosen by the caller).
+    CreateChannel {
+        /// The channel.
+        channel: ChannelRecord,
+    },
+    /// Rename, re-topic or move a channel.
+    UpdateChannel {
+        /// Which.
+        channel_id: i64,
+        /// New name.
+        name: Option<String>,
+        /// New topic (Some(None) clears it).
+        topic: Option<Option<String>>,
+        /// New position.
+        position: Option<i64>,
+    },
+    /// Delete a channel.
+    DeleteChannel {
+        /// Which.
+        channel_id: i64,
+    },
+    /// Create a role (id chosen by the caller).
+    CreateRole {
+        /// The role.
+        role: RoleRecord,
+    },
+    /// Change a role.
+    UpdateRole {
+        /// Which.
+        role_id: i64,
+        /// New name.
+        name: Option<String>,
+        /// New permission bits.
+        permissions: Option<i64>,
+        /// New colour.
+        color: Option<i64>,
+        /// Hoisted.
+        hoist: Option<bool>,
+        /// Mentionable.
+        mentionable: Option<bool>,
+    },
+    /// Delete a role.
+    DeleteRole {
+        /// Which.
+        role_id: i64,
+    },
+    /// Change a member's nickname and/or roles.
+    UpdateMember {
+        /// Whom.
+        member_id: i64,
+        /// New nickname (Some(None) clears it).
+        nick: Option<Option<String>>,
+        /// New role set.
+        roles: Option<Vec<i64>>,
+    },
+    /// Give or take one role.
+    MemberRole {
+        /// Whom.
+        member_id: i64,
+        /// Which role.
+        role_id: i64,
+        /// Give (true) or take (false).
+        add: bool,
+    },
+    /// Kick a member (or leave, when actor is the member).
+    RemoveMember {
+        /// Whom.
+        member_id: i64,
+    },
+    /// Rename the guild.
+    UpdateGuild {
+        /// New name.
+        name: String,
+    },
+    /// Delete the guild (owner only).
+    DeleteGuild,
+}
+
+/// One page of members, and how many match the filter in all (so a
+/// caller paging through them knows the chunk count up front).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MemberPage {
+    /// Members of this page, by user id.
+    pub members: Vec<Member>,
+    /// Members matching the filter, all pages together.
+    pub matching: usize,
+    /// The statuses of this page's members who are not offline (op 8's
+    /// `presences`).
+    #[serde(default)]
+    pub statuses: Vec<(i64, String)>,
+}
+
+/// What a change produced.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Changed {
+    /// A channel (updated or deleted).
+    Channel(Channel),
+    /// A role.
+    Role(Role),
+    /// A member.
+    Member(Member),
+    /// The guild (GUILD_UPDATE's payload).
+    Guild(serde_json::Value),
+    /// Nothing to return.
+    Nothing,
+}
+
+/// A guild request on the bus.
+#[derive(Serialize, Deserialize)]
+pub struct GuildRequest {
+    /// Envelope version ([`crate::bus::ENVELOPE_VERSION`]).
+    pub v: u32,
+    /// The guild.
+    pub guild_id: i64,
+    /// What is asked.
+    pub call: GuildCall,
+    /// Forwards so far (absent: 0, a request straight from its caller).
+    #[serde(default)]
+    pub hops: u32,
+}
+
+/// A guild owner's answer on the bus.
+#[derive(Serialize, Deserialize)]
+pub struct GuildReply {
+    /// Envelope version ([`crate::bus::ENVELOPE_VERSION`]).
+    pub v: u32,
+    /// The answer.
+    pub result: Result<GuildAnswer, GuildError>,
+}
+
+/// Subject of the guilds role on `node`.
+pub fn guild_requests_subject(node: &str) -> String {
+    format!("guilds.{node}.requests")
+}
+
+impl GuildError {
+    /// Whether the same request may succeed later, at the same owner or a
+    /// new one (busy, gone, too slow, a store failure); the rest are
+    /// answers that asking again does not change.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, GuildError::Overloaded | GuildError::Store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    /// A gateway node that predates `large_threshold` sends none on a
+    /// subscription, a move or a follower list: the owner reads Discord's
+    /// default, and a node that sends one has it kept.
+    #[test]
+    fn calls_without_a_large_threshold_read_as_the_default() {
+        let default = crate::gateway::LARGE_THRESHOLD_DEFAULT;
+        let subscribe: GuildCall = serde_json::from_str(
+            r#"{"Subscribe":{"node":"a","session_id":"s","user_id":1,"intents":1}}"#,
+        )
+        .unwrap();
+        let GuildCall::Subscribe {
+            large_threshold, ..
+        } = subscribe
+        else {
+            panic!("not a subscription");
+        };
+        assert_eq!(large_threshold, default);
+        let moved: GuildCall = serde_json::from_str(
+            r#"{"Move":{"from":"a","to":"b","session_id":"s","user_id":1,"intents":1}}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(moved, GuildCall::Move { large_threshold, .. } if large_threshold == default)
+        );
+        let followers: Vec<Follower> =
+            serde_json::from_str(r#"[{"session_id":"s","user_id":1,"intents":1}]"#).unwrap();
+        assert_eq!(followers[0].large_threshold, default);
+        let kept = serde_json::to_vec(&GuildCall::Subscribe {
+            node: "a".into(),
+            session_id: "s".into(),
+            user_id: 1,
+            intents: 1,
+            large_threshold: 200,
+        })
+        .unwrap();
+        assert!(matches!(
+            serde_json::from_slice(&kept).unwrap(),
+            GuildCall::Subscribe {
+                large_threshold: 200,
+                ..
+            }
+        ));
+    }
+}
