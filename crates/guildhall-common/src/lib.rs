@@ -14,10 +14,17 @@
 //! - [`outbox`]: guild events held for redelivery until an owner confirms
 //!   their fanout (pure: time is an argument).
 //! - [`auth`]: passwords (a fail-fast permit pool) and tokens.
+//! - [`gateways`]: "send to these gateways", how any role reaches sessions
+//!   outside a guild's stream, and the session id format that names a
+//!   session's gateway node.
+//! - [`presence`]: the presence role's clients (a session's status, a
+//!   loading owner's question) and their counters.
 
 pub mod auth;
 pub mod cluster;
+pub mod gateways;
 pub mod histogram;
 pub mod log;
 pub mod outbox;
+pub mod presence;
 pub mod state;

@@ -53,34 +53,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-/// Publishes `body` to every gateway node in the view, on the partition of
-/// `key`; returns how many publishes the bus refused. For what has no
-/// guild stream: user events, and joins (whose sessions are wherever the
-/// user's sessions are).
-pub fn to_gateways(
-    bus: &dyn Bus,
-    gateways: &[String],
-    partitions: usize,
-    key: i64,
-    body: NodeEventBody,
-) -> u64 {
-    let Ok(bytes) = NodeEvent::new(body).encode() else {
-        return 1;
-    };
-    let bytes = bytes::Bytes::from(bytes);
-    let partition = guildhall_proto::bus::partition_of(key, partitions);
-    gateways
-        .iter()
-        .filter(|node| {
-            bus.publish(
-                &gateway_events_subject(node, partition),
-                None,
-                bytes.clone(),
-            )
-            .is_err()
-        })
-        .count() as u64
-}
+pub use guildhall_common::gateways::to_gateways;
 
 /// Counters of this node's event streams, read by `/metrics`.
 #[derive(Debug, Default)]

@@ -206,7 +206,7 @@ pub struct Gateway {
     /// The bus (presence messages).
     pub bus: Arc<dyn guildhall_cluster::Bus>,
     /// Presence counters.
-    pub presence: Arc<crate::presence::PresenceCounters>,
+    pub presence: Arc<guildhall_common::presence::PresenceCounters>,
     /// What the node knows of the cluster (READY's `resume_gateway_url`).
     pub cluster: Arc<crate::cluster::ClusterState>,
     /// Cross-node RESUME.
@@ -864,7 +864,7 @@ impl Gateway {
     /// Never awaited: presence is off the session's critical path.
     fn presence(&self, slot: &Slot, status: Option<&str>) {
         slot.set_presence(status);
-        crate::presence::publish(
+        guildhall_common::presence::publish(
             self.bus.as_ref(),
             &self.cluster,
             &self.presence,

@@ -1228,7 +1228,7 @@ impl GuildOwner {
     /// Tells every gateway node that `user_id` joined, so its sessions there
     /// subscribe (the owner does not know where a user's sessions are).
     fn announce_join(&self, user_id: i64) {
-        let refused = crate::events::to_gateways(
+        let refused = guildhall_common::gateways::to_gateways(
             self.bus.as_ref(),
             &self.cluster.gateways(),
             self.shared.limits.gateway_event_partitions,
@@ -1932,7 +1932,7 @@ impl GuildDirectory {
             .presence_query_timeout_ms
             .min(limits.guild_reply_timeout_ms / 2)
             .max(1);
-        let answer = crate::presence::query(
+        let answer = guildhall_common::presence::query(
             self.bus.as_ref(),
             &self.cluster,
             user_ids,

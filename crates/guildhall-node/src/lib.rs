@@ -255,25 +255,11 @@ impl Node {
         name: &str,
         data: &impl serde::Serialize,
     ) {
-        let Ok(data) = serde_json::value::to_raw_value(data) else {
-            return;
-        };
-        let key = user_ids.first().copied().unwrap_or(0);
-        let body = guildhall_proto::bus::NodeEventBody::Users {
-            user_ids,
-            guild_id,
-            required_intent,
-            name: name.to_owned(),
-            data,
-        };
-        self.to_gateways(key, body);
+        self.gateways()
+            .to_users_in(guild_id, user_ids, required_intent, name, data);
     }
 
-    /// A dispatch for one session of `user_id` (the session a client named,
-    /// as `POST /interactions`' `session_id`), on the gateway node its id
-    /// names. False when the id names no live gateway node (malformed,
-    /// forged, its node gone): the caller then tells every session of the
-    /// user. A session of another user hears nothing.
+    /// See [`guildhall_common::gateways::Gateways::to_session`].
     pub fn to_session(
         &self,
         user_id: i64,
@@ -281,40 +267,22 @@ impl Node {
         name: &str,
         data: &impl serde::Serialize,
     ) -> bool {
-        let Some(gateway) =
-            takeover::holder_tag(session_id).and_then(|tag| self.cluster.gateway_by_tag(tag))
-        else {
-            return false;
-        };
-        let Ok(data) = serde_json::value::to_raw_value(data) else {
-            return false;
-        };
-        let body = guildhall_proto::bus::NodeEventBody::Session {
-            session_id: session_id.to_owned(),
-            user_id: Some(user_id),
-            name: name.to_owned(),
-            data,
-        };
-        // On the user's partition, in order with their other events.
-        events::to_gateways(
-            self.bus.as_ref(),
-            &[gateway],
-            self.shared.limits.gateway_event_partitions,
-            user_id,
-            body,
-        ) == 0
+        self.gateways().to_session(user_id, session_id, name, data)
     }
 
     /// Publishes `body` to every gateway node (refusals are counted by the
     /// bus).
     pub fn to_gateways(&self, key: i64, body: guildhall_proto::bus::NodeEventBody) {
-        events::to_gateways(
-            self.bus.as_ref(),
-            &self.cluster.gateways(),
-            self.shared.limits.gateway_event_partitions,
-            key,
-            body,
-        );
+        self.gateways().to_all(key, body);
+    }
+
+    /// The gateways, as the api role reaches sessions.
+    pub fn gateways(&self) -> guildhall_common::gateways::Gateways<'_> {
+        guildhall_common::gateways::Gateways {
+            bus: self.bus.as_ref(),
+            cluster: &self.cluster,
+            partitions: self.shared.limits.gateway_event_partitions,
+        }
     }
 }
 

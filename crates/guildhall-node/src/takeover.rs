@@ -49,38 +49,15 @@ use guildhall_proto::bus::{
     TakeoverRequest, TakeoverStep, session_takeover_subject,
 };
 use guildhall_proto::gateway::EncodedDispatch;
-use guildhall_ring::hash::member_id_of;
 use guildhall_session::replay::ReplayError;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-/// Hex digits of a session id's random part.
-const SESSION_RANDOM_HEX: usize = 32;
-/// Hex digits of a session id's holder tag.
-const SESSION_TAG_HEX: usize = 16;
-
-/// A new session id for a session held by `node`.
-pub fn new_session_id(node: &str) -> Result<String, getrandom::Error> {
-    Ok(format!(
-        "{}{:016x}",
-        crate::auth::random_hex()?,
-        member_id_of(node).0
-    ))
-}
-
-/// The holder tag of a session id of ours; `None` for anything else (a
-/// forged or foreign id).
-pub fn holder_tag(session_id: &str) -> Option<u64> {
-    let lowercase_hex = session_id
-        .bytes()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if session_id.len() != SESSION_RANDOM_HEX + SESSION_TAG_HEX || !lowercase_hex {
-        return None;
-    }
-    u64::from_str_radix(&session_id[SESSION_RANDOM_HEX..], 16).ok()
-}
+// The session id format (the holder's tag in it) is shared: other roles
+// read it to reach one session.
+pub use guildhall_common::gateways::{holder_tag, new_session_id};
 
 /// Counters of cross-node RESUMEs, read by `/metrics`.
 #[derive(Debug, Default)]
@@ -493,31 +470,5 @@ impl Takeovers {
             let _ = self.guilds.subscribe(guild_id, slot).await;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn session_ids_name_their_holder_and_forged_ones_nothing() {
-        let id = new_session_id("gw-a").unwrap();
-        assert_eq!(id.len(), 48);
-        assert!(
-            id.bytes()
-                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
-        );
-        assert_eq!(holder_tag(&id), Some(member_id_of("gw-a").0));
-        for forged in [
-            "",
-            "abc",
-            &id[..47],
-            &id.to_uppercase(),
-            &format!("{}g", &id[..47]),
-        ] {
-            assert_eq!(holder_tag(forged), None, "{forged}");
-        }
     }
 }

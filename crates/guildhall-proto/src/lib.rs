@@ -16,7 +16,7 @@
 //!   each surface, checked, and the tree as stored (ids filled in).
 //! - [`interactions`]: the Interaction object, what users send to create
 //!   one, callbacks and their bounds, `interaction_metadata`.
-//! - [`guilds`], [`users`]: the request/reply envelopes and subjects of
+//! - [`guilds`], [`users`], [`presence`]: the request/reply envelopes and subjects of
 //!   those roles, which other roles call over the bus.
 //! - [`replies`]: a create body's `message_reference`, checked, with its
 //!   refusals nested at the field.
@@ -46,6 +46,7 @@ pub mod intents;
 pub mod interactions;
 pub mod mentions;
 pub mod model;
+pub mod presence;
 pub mod replies;
 pub mod shard;
 pub mod snowflake;
