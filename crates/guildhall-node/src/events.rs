@@ -38,8 +38,9 @@
 //! re-subscribed by the resync path, one interval later, within the same
 //! task permits.
 
-use crate::guilds::{Follower, FollowsAsk, GuildDirectory, follows_subject};
+use crate::guilds::{Follower, FollowsAsk, follows_subject};
 use crate::hub::{GuildEvent, Hub};
+use crate::subscriptions::Subscriptions;
 use guildhall_cluster::{Bus, BusError, Subscription};
 use guildhall_proto::bus::{
     NodeEvent, NodeEventBody, StreamBody, StreamCheck, StreamEvent, StreamPosition,
@@ -99,7 +100,7 @@ struct Stream {
 
 struct Partition {
     hub: Arc<Hub>,
-    guilds: Arc<GuildDirectory>,
+    subscriptions: Arc<Subscriptions>,
     counters: Arc<EventCounters>,
     streams: HashMap<i64, Stream>,
     streams_max: usize,
@@ -122,7 +123,7 @@ pub async fn start(
     node_name: &str,
     limits: &guildhall_limits::Limits,
     hub: Arc<Hub>,
-    guilds: Arc<GuildDirectory>,
+    subscriptions: Arc<Subscriptions>,
     counters: Arc<EventCounters>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, BusError> {
     let mut tasks = Vec::new();
@@ -137,7 +138,7 @@ pub async fn start(
             .await?;
         let partition = Partition {
             hub: hub.clone(),
-            guilds: guilds.clone(),
+            subscriptions: subscriptions.clone(),
             counters: counters.clone(),
             streams: HashMap::new(),
             streams_max: limits.guild_owners_max,
@@ -270,7 +271,7 @@ impl Partition {
                     if !slot.receives(Some(guild_id)) {
                         continue;
                     }
-                    let _ = self.guilds.subscribe(guild_id, &slot).await;
+                    let _ = self.subscriptions.subscribe(guild_id, &slot).await;
                     self.counters
                         .joined_subscriptions_total
                         .fetch_add(1, Ordering::Relaxed);
@@ -436,8 +437,11 @@ impl Partition {
             self.counters
                 .resync_tasks_peak
                 .fetch_max(running, Ordering::Relaxed);
-            let (hub, guilds, counters) =
-                (self.hub.clone(), self.guilds.clone(), self.counters.clone());
+            let (hub, subscriptions, counters) = (
+                self.hub.clone(),
+                self.subscriptions.clone(),
+                self.counters.clone(),
+            );
             let awaiting_only = self.awaiting_only.remove(&guild_id);
             tokio::spawn(async move {
                 // After a gap, whatever re-subscribed meanwhile is dropped
@@ -450,7 +454,7 @@ impl Partition {
                 };
                 counters.resyncs_total.fetch_add(1, Ordering::Relaxed);
                 for slot in slots {
-                    let _ = guilds.subscribe(guild_id, &slot).await;
+                    let _ = subscriptions.subscribe(guild_id, &slot).await;
                 }
                 counters.resync_tasks.fetch_sub(1, Ordering::Relaxed);
                 drop(permit);
@@ -476,16 +480,16 @@ mod tests {
         let hub = Arc::new(Hub::new(&limits));
         let bus: Arc<dyn Bus> = Arc::new(guildhall_cluster::LocalBus::new(1 << 20));
         let cluster = Arc::new(crate::cluster::ClusterState::default());
-        let guilds = Arc::new(GuildDirectory::new(
-            shared,
-            hub.clone(),
+        let guilds = Arc::new(crate::guilds::GuildDirectory::new(
+            shared.clone(),
             bus,
             cluster,
             "n".into(),
         ));
+        let subscriptions = Arc::new(Subscriptions::new(shared, hub.clone(), guilds, "n".into()));
         Partition {
             hub,
-            guilds,
+            subscriptions,
             counters: Arc::new(EventCounters::default()),
             streams: HashMap::new(),
             streams_max: 16,

@@ -197,6 +197,8 @@ pub struct Gateway {
     pub hub: Arc<Hub>,
     /// Guild owners.
     pub guilds: Arc<GuildDirectory>,
+    /// This node's sessions' guild subscriptions.
+    pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// Token resolution.
     pub users: Arc<guildhall_users::Users>,
     /// Counters.
@@ -591,7 +593,7 @@ impl Gateway {
         // Each guild's owner queues its GUILD_CREATE, then subscribes: no
         // event of the guild can overtake it. One that does not arrive is
         // asked for again off this path (the session is never held up).
-        self.guilds.subscribe_ready(&slot, guild_ids).await;
+        self.subscriptions.subscribe_ready(&slot, guild_ids).await;
         Ok(slot)
     }
 

@@ -16,11 +16,10 @@
 //! during a load reach the new owner in arrival order, before any later one.
 
 use crate::cluster::ClusterState;
-use crate::hub::{Hub, Slot};
 use crate::outbox::Outbox;
 use crate::state::{Shared, sf};
 use guildhall_cluster::Bus;
-use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
+use guildhall_control::retry::backoff_full_jitter_ms;
 use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_proto::bus::{
     NodeEvent, NodeEventBody, StreamBody, StreamEvent, gateway_events_subject, partition_of,
@@ -1667,20 +1666,6 @@ pub struct LoadCounters {
     pub refused_total: AtomicU64,
 }
 
-/// Counters of READY subscriptions retried, read by `/metrics`.
-#[derive(Debug, Default)]
-pub struct SubscribeCounters {
-    /// Subscriptions asked for again (GUILD_CREATE had not arrived).
-    pub retries_total: AtomicU64,
-    /// Retries the retry budget refused.
-    pub retries_refused_total: AtomicU64,
-    /// Subscriptions still without GUILD_CREATE after
-    /// `guild_subscribe_attempts_max` attempts.
-    pub gave_up_total: AtomicU64,
-    /// Sessions not watched for retries at `guild_subscribe_retry_tasks_max`.
-    pub tasks_refused_total: AtomicU64,
-}
-
 /// Guilds being loaded: one load per guild (single-flight), the requests
 /// that arrived meanwhile numbered in arrival order.
 struct Loads {
@@ -1709,7 +1694,6 @@ impl OwnerHandle {
 /// Finds guild owners, starting them on first use.
 pub struct GuildDirectory {
     shared: Arc<Shared>,
-    hub: Arc<Hub>,
     bus: Arc<dyn Bus>,
     cluster: Arc<ClusterState>,
     node_name: String,
@@ -1717,13 +1701,6 @@ pub struct GuildDirectory {
     pub counters: Arc<FanoutCounters>,
     /// Load counters.
     pub loads: LoadCounters,
-    /// READY subscription retry counters.
-    pub subscribes: SubscribeCounters,
-    // Retries of READY subscriptions may add only a share of first attempts
-    // (a guild node that is down must not be hit by every session again).
-    subscribe_budget: std::sync::Mutex<RetryBudget>,
-    // Sessions being watched for retries (`guild_subscribe_retry_tasks_max`).
-    subscribe_tasks: Arc<tokio::sync::Semaphore>,
     /// Redelivery counters.
     pub outbox_counters: OutboxCounters,
     // Events whose owner did not confirm their fanout, held until one does
@@ -1748,28 +1725,16 @@ impl GuildDirectory {
     /// A directory for this node.
     pub fn new(
         shared: Arc<Shared>,
-        hub: Arc<Hub>,
         bus: Arc<dyn Bus>,
         cluster: Arc<ClusterState>,
         node_name: String,
     ) -> Self {
         Self {
-            hub,
             bus,
             cluster,
             node_name,
             counters: Arc::new(FanoutCounters::default()),
             loads: LoadCounters::default(),
-            subscribes: SubscribeCounters::default(),
-            subscribe_budget: std::sync::Mutex::new(RetryBudget::new(
-                shared.limits.retry_budget_ratio_permille,
-                shared.limits.retry_budget_floor_per_s,
-                shared.limits.retry_budget_window_ms,
-                guildhall_limits::RETRY_BUDGET_BUCKETS,
-            )),
-            subscribe_tasks: Arc::new(tokio::sync::Semaphore::new(
-                shared.limits.guild_subscribe_retry_tasks_max,
-            )),
             outbox_counters: OutboxCounters::default(),
             outbox: std::sync::Mutex::new(Outbox::new(
                 shared.limits.fanout_outbox_bytes_max,
@@ -2176,143 +2141,6 @@ impl GuildDirectory {
                 }
             }
         }
-    }
-
-    /// Has this node's `slot` follow `guild_id`: recorded here first (so a
-    /// stream resync can ask again), then asked of the guild's owner, whose
-    /// GUILD_CREATE arrives in the guild's stream to this node. A guild of
-    /// another shard than the session's is not asked for at all.
-    pub async fn subscribe(&self, guild_id: i64, slot: &Arc<Slot>) -> Result<(), GuildError> {
-        if !self.hub.want(guild_id, slot) {
-            return Ok(());
-        }
-        self.cast(
-            guild_id,
-            GuildCall::Subscribe {
-                node: self.node_name.clone(),
-                session_id: slot.id.clone(),
-                user_id: slot.user_id,
-                intents: slot.intents,
-                large_threshold: slot.large_threshold,
-            },
-        )
-        .await
-    }
-
-    fn lock_budget(&self) -> std::sync::MutexGuard<'_, RetryBudget> {
-        self.subscribe_budget
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Subscribes `slot` to the guilds its READY listed as unavailable.
-    /// Discord's model: each becomes available with its GUILD_CREATE. A
-    /// subscription is a cast, so a lost or refused one (owner's node busy
-    /// or unreachable, load failed) shows only as a GUILD_CREATE that never
-    /// comes; a task watches for that and asks again, with full-jitter
-    /// backoff, at most `guild_subscribe_attempts_max` attempts in all and
-    /// within the node's retry budget. Returns without waiting for any of it.
-    pub async fn subscribe_ready(self: &Arc<Self>, slot: &Arc<Slot>, guild_ids: Vec<i64>) {
-        {
-            let mut budget = self.lock_budget();
-            let now = crate::state::now_ms();
-            for _ in &guild_ids {
-                budget.on_first_attempt(now);
-            }
-        }
-        for guild_id in &guild_ids {
-            if let Err(error) = self.subscribe(*guild_id, slot).await {
-                crate::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
-            }
-        }
-        if guild_ids.is_empty() || self.shared.limits.guild_subscribe_attempts_max <= 1 {
-            return;
-        }
-        let Ok(permit) = self.subscribe_tasks.clone().try_acquire_owned() else {
-            self.subscribes
-                .tasks_refused_total
-                .fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let (directory, slot) = (self.clone(), slot.clone());
-        tokio::spawn(async move {
-            directory.retry_subscriptions(&slot, guild_ids).await;
-            drop(permit);
-        });
-    }
-
-    /// Waits for the GUILD_CREATEs of `pending`, asking again for those
-    /// that do not come. Each wait is `guild_reply_timeout_ms` (how long any
-    /// guild request may take) plus a full-jitter backoff, so sessions that
-    /// failed together do not retry together.
-    async fn retry_subscriptions(&self, slot: &Arc<Slot>, mut pending: Vec<i64>) {
-        let limits = &self.shared.limits;
-        let mut attempts = 1;
-        loop {
-            let jitter_ms = backoff_full_jitter_ms(
-                attempts - 1,
-                limits.backoff_base_ms,
-                limits.backoff_cap_ms,
-                crate::auth::random_unit(),
-            );
-            tokio::time::sleep(Duration::from_millis(
-                limits.guild_reply_timeout_ms.saturating_add(jitter_ms),
-            ))
-            .await;
-            pending.retain(|guild_id| self.hub.awaiting(*guild_id, &slot.id));
-            if pending.is_empty() || self.hub.get(&slot.id).is_none() {
-                return;
-            }
-            if attempts >= limits.guild_subscribe_attempts_max {
-                self.subscribes
-                    .gave_up_total
-                    .fetch_add(pending.len() as u64, Ordering::Relaxed);
-                return;
-            }
-            attempts += 1;
-            for guild_id in &pending {
-                if !self.lock_budget().try_retry(crate::state::now_ms()) {
-                    self.subscribes
-                        .retries_refused_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                self.subscribes
-                    .retries_total
-                    .fetch_add(1, Ordering::Relaxed);
-                let _ = self.subscribe(*guild_id, slot).await;
-            }
-        }
-    }
-
-    /// Asks the owner of `guild_id` to move `slot`'s subscription from this
-    /// node to `to` (see [`GuildCall::Move`]).
-    pub async fn move_session(
-        &self,
-        guild_id: i64,
-        slot: &Slot,
-        to: &str,
-    ) -> Result<(), GuildError> {
-        self.cast(
-            guild_id,
-            GuildCall::Move {
-                from: self.node_name.clone(),
-                to: to.to_owned(),
-                session_id: slot.id.clone(),
-                user_id: slot.user_id,
-                intents: slot.intents,
-                large_threshold: slot.large_threshold,
-            },
-        )
-        .await
-    }
-
-    /// Tells the owner of `guild_id` that a session of this node is gone.
-    pub async fn unsubscribe(&self, guild_id: i64, session_id: String) {
-        let node = self.node_name.clone();
-        let _ = self
-            .cast(guild_id, GuildCall::Unsubscribe { node, session_id })
-            .await;
     }
 
     /// This node's name.

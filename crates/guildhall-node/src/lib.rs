@@ -37,6 +37,7 @@ pub mod interaction_forward;
 pub mod interactions;
 pub mod presence;
 pub mod ratelimit;
+pub mod subscriptions;
 pub mod takeover;
 pub mod webhooks;
 pub mod worker_id;
@@ -1029,22 +1030,22 @@ async fn metrics(
         (
             "guildhall_guild_subscribe_retries_total",
             "READY subscriptions asked for again (no GUILD_CREATE yet).",
-            &node.guilds.subscribes.retries_total,
+            &node.gateway.subscriptions.counters.retries_total,
         ),
         (
             "guildhall_guild_subscribe_retries_refused_total",
             "READY subscription retries refused by the retry budget.",
-            &node.guilds.subscribes.retries_refused_total,
+            &node.gateway.subscriptions.counters.retries_refused_total,
         ),
         (
             "guildhall_guild_subscribe_gave_up_total",
             "READY subscriptions without GUILD_CREATE after every attempt.",
-            &node.guilds.subscribes.gave_up_total,
+            &node.gateway.subscriptions.counters.gave_up_total,
         ),
         (
             "guildhall_guild_subscribe_tasks_refused_total",
             "Sessions not watched for retries at guild_subscribe_retry_tasks_max.",
-            &node.guilds.subscribes.tasks_refused_total,
+            &node.gateway.subscriptions.counters.tasks_refused_total,
         ),
         (
             "guildhall_sessions_taken_total",
@@ -1480,9 +1481,14 @@ pub async fn run(
     let cluster_state = config.cluster_state.clone().unwrap_or_default();
     let guilds = Arc::new(guilds::GuildDirectory::new(
         shared.clone(),
-        hub.clone(),
         bus.clone(),
         cluster_state.clone(),
+        config.node_name.clone(),
+    ));
+    let subscriptions = Arc::new(subscriptions::Subscriptions::new(
+        shared.clone(),
+        hub.clone(),
+        guilds.clone(),
         config.node_name.clone(),
     ));
     let bus_error = |e: guildhall_cluster::BusError| {
@@ -1508,7 +1514,7 @@ pub async fn run(
                 &config.node_name,
                 &config.limits,
                 hub.clone(),
-                guilds.clone(),
+                subscriptions.clone(),
                 event_counters.clone(),
             )
             .await
@@ -1517,7 +1523,7 @@ pub async fn run(
     }
     let takeovers = Arc::new(takeover::Takeovers::new(
         hub.clone(),
-        guilds.clone(),
+        subscriptions.clone(),
         bus.clone(),
         cluster_state.clone(),
         config.node_name.clone(),
@@ -1542,6 +1548,7 @@ pub async fn run(
         shared: shared.clone(),
         hub: hub.clone(),
         guilds: guilds.clone(),
+        subscriptions: subscriptions.clone(),
         users: users.clone(),
         counters: gateway::GatewayCounters::default(),
         admission: gateway::Admission::new(&config.limits),
@@ -1718,7 +1725,10 @@ pub async fn run(
                     // The session is gone for good: its presence too.
                     node.gateway.presence_gone(&slot);
                     for guild_id in guild_ids {
-                        node.guilds.unsubscribe(guild_id, slot.id.clone()).await;
+                        node.gateway
+                            .subscriptions
+                            .unsubscribe(guild_id, slot.id.clone())
+                            .await;
                     }
                 }
             }

@@ -40,8 +40,8 @@
 //! the session is between the two nodes reaches neither (documented in
 //! ARCHITECTURE.md as open).
 
-use crate::guilds::GuildDirectory;
 use crate::hub::{Hub, Slot};
+use crate::subscriptions::Subscriptions;
 use guildhall_cluster::bus::Message;
 use guildhall_cluster::{Bus, BusError};
 use guildhall_proto::bus::{
@@ -80,7 +80,7 @@ pub struct TakeoverCounters {
 /// Both sides of a takeover on this node.
 pub struct Takeovers {
     hub: Arc<Hub>,
-    guilds: Arc<GuildDirectory>,
+    subscriptions: Arc<Subscriptions>,
     bus: Arc<dyn Bus>,
     cluster: Arc<crate::cluster::ClusterState>,
     node_name: String,
@@ -98,7 +98,7 @@ impl Takeovers {
     /// Takeovers for this node.
     pub fn new(
         hub: Arc<Hub>,
-        guilds: Arc<GuildDirectory>,
+        subscriptions: Arc<Subscriptions>,
         bus: Arc<dyn Bus>,
         cluster: Arc<crate::cluster::ClusterState>,
         node_name: String,
@@ -106,7 +106,7 @@ impl Takeovers {
     ) -> Self {
         Self {
             hub,
-            guilds,
+            subscriptions,
             bus,
             cluster,
             node_name,
@@ -255,7 +255,7 @@ impl Takeovers {
         }
         for guild_id in &guilds {
             if self
-                .guilds
+                .subscriptions
                 .move_session(*guild_id, &slot, &request.to_node)
                 .await
                 .is_err()
@@ -280,7 +280,9 @@ impl Takeovers {
         // no slot: the taker has it from here on.
         self.hub.forget(&slot.id);
         for guild_id in &unconfirmed {
-            self.guilds.unsubscribe(*guild_id, slot.id.clone()).await;
+            self.subscriptions
+                .unsubscribe(*guild_id, slot.id.clone())
+                .await;
         }
         self.counters
             .unconfirmed_guilds_total
@@ -429,7 +431,7 @@ impl Takeovers {
             // The owners may already send the session here: tell them it
             // is gone, and forget it.
             for guild_id in self.hub.forget(session_id) {
-                self.guilds
+                self.subscriptions
                     .unsubscribe(guild_id, session_id.to_owned())
                     .await;
             }
@@ -467,7 +469,7 @@ impl Takeovers {
         }
         self.hub.adopted(slot);
         for guild_id in handoff.resubscribe {
-            let _ = self.guilds.subscribe(guild_id, slot).await;
+            let _ = self.subscriptions.subscribe(guild_id, slot).await;
         }
         Ok(())
     }
