@@ -84,7 +84,6 @@ const CROSS_ROLE_ALLOWED: &[(&str, &str)] = &[
     ("interaction_forward", "Node"),
     ("interactions", "Node"),
     ("interactions", "guilds"),
-    ("presence", "guilds"),
     ("presence", "hub"),
     ("subscriptions", "guilds"),
     ("webhooks", "Node"),

@@ -17,12 +17,15 @@
 //! - [`gateways`]: "send to these gateways", how any role reaches sessions
 //!   outside a guild's stream, and the session id format that names a
 //!   session's gateway node.
+//! - [`guilds`]: the guilds role's client (`cast` and `call` to a guild's
+//!   owner over the bus).
 //! - [`presence`]: the presence role's clients (a session's status, a
 //!   loading owner's question) and their counters.
 
 pub mod auth;
 pub mod cluster;
 pub mod gateways;
+pub mod guilds;
 pub mod histogram;
 pub mod log;
 pub mod outbox;

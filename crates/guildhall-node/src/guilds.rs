@@ -19,6 +19,7 @@ use crate::cluster::ClusterState;
 use crate::outbox::Outbox;
 use crate::state::{Shared, sf};
 use guildhall_cluster::Bus;
+use guildhall_common::guilds::GuildsClient;
 use guildhall_control::retry::backoff_full_jitter_ms;
 use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_proto::bus::{
@@ -158,9 +159,6 @@ pub struct FanoutCounters {
     pub pulled_sessions_total: AtomicU64,
     /// Gateway nodes that did not answer a new owner's question in time.
     pub pulls_failed_total: AtomicU64,
-    /// Requests refused at once because their owner's node is still on the
-    /// ring but no longer announced (its lease ended).
-    pub owner_gone_total: AtomicU64,
     /// Publishes confirmed without a fanout: a retry of an id this owner
     /// had fanned out already.
     pub publish_repeats_total: AtomicU64,
@@ -1694,6 +1692,7 @@ impl OwnerHandle {
 /// Finds guild owners, starting them on first use.
 pub struct GuildDirectory {
     shared: Arc<Shared>,
+    client: Arc<GuildsClient>,
     bus: Arc<dyn Bus>,
     cluster: Arc<ClusterState>,
     node_name: String,
@@ -1730,6 +1729,12 @@ impl GuildDirectory {
         node_name: String,
     ) -> Self {
         Self {
+            client: Arc::new(GuildsClient::new(
+                bus.clone(),
+                cluster.clone(),
+                node_name.clone(),
+                shared.limits.guild_reply_timeout_ms,
+            )),
             bus,
             cluster,
             node_name,
@@ -2158,50 +2163,33 @@ impl GuildDirectory {
             .count()
     }
 
-    /// The node whose guilds role owns `guild_id`: its place on the ring
-    /// (this node until the first view of the registry arrives).
-    fn owner_node(&self, guild_id: i64) -> String {
-        self.cluster
-            .owner_of(guild_id)
-            .unwrap_or_else(|| self.node_name.clone())
+    /// Sends `call` to the owner of `guild_id` without waiting for an
+    /// answer (see [`GuildsClient::cast`]).
+    pub async fn cast(&self, guild_id: i64, call: GuildCall) -> Result<(), GuildError> {
+        self.client.cast(guild_id, call)
     }
 
-    /// [`GuildDirectory::owner_node`], refused at once (`Overloaded`) when
-    /// that node's lease has ended but membership has not removed it yet:
-    /// nobody would answer, and the caller should not wait
-    /// `guild_reply_timeout_ms` to learn it.
-    fn live_owner_node(&self, guild_id: i64) -> Result<String, GuildError> {
-        let node = self.owner_node(guild_id);
-        if self.cluster.guild_node_live(&node) {
-            Ok(node)
-        } else {
-            self.counters
-                .owner_gone_total
-                .fetch_add(1, Ordering::Relaxed);
-            Err(GuildError::Overloaded)
-        }
+    /// The client other roles reach this node's view of the owners with.
+    pub fn client(&self) -> &Arc<GuildsClient> {
+        &self.client
+    }
+
+    /// Sends `call` to the owner of `guild_id` and waits for its answer
+    /// (see [`GuildsClient::call`]).
+    pub async fn call(&self, guild_id: i64, call: GuildCall) -> Result<GuildAnswer, GuildError> {
+        self.client.call(guild_id, call).await
     }
 
     fn request_bytes(&self, guild_id: i64, call: GuildCall) -> Result<bytes::Bytes, GuildError> {
-        let request = GuildRequest {
-            v: guildhall_proto::bus::ENVELOPE_VERSION,
-            guild_id,
-            call,
-            hops: 0,
-        };
-        serde_json::to_vec(&request)
-            .map(Into::into)
-            .map_err(|_| GuildError::Overloaded)
+        guildhall_common::guilds::request_bytes(guild_id, call)
     }
 
-    /// Sends `call` to the owner of `guild_id` without waiting for an
-    /// answer; refused at once when the owner's node cannot take it.
-    pub async fn cast(&self, guild_id: i64, call: GuildCall) -> Result<(), GuildError> {
-        let subject = guild_requests_subject(&self.live_owner_node(guild_id)?);
-        let bytes = self.request_bytes(guild_id, call)?;
-        self.bus
-            .publish(&subject, None, bytes)
-            .map_err(|_| GuildError::Overloaded)
+    async fn call_bytes(
+        &self,
+        guild_id: i64,
+        bytes: bytes::Bytes,
+    ) -> Result<GuildAnswer, GuildError> {
+        self.client.call_bytes(guild_id, bytes).await
     }
 
     /// Hands `event` to the owner of `guild_id` for fanout and waits for
@@ -2355,40 +2343,6 @@ impl GuildDirectory {
                     outbox.failed(guild_id, crate::state::now_ms(), backoff_ms);
                     return;
                 }
-            }
-        }
-    }
-
-    /// Sends `call` to the owner of `guild_id` and waits at most
-    /// `guild_reply_timeout_ms` for its answer.
-    pub async fn call(&self, guild_id: i64, call: GuildCall) -> Result<GuildAnswer, GuildError> {
-        let bytes = self.request_bytes(guild_id, call)?;
-        self.call_bytes(guild_id, bytes).await
-    }
-
-    /// [`GuildDirectory::call`] with the request encoded already.
-    async fn call_bytes(
-        &self,
-        guild_id: i64,
-        bytes: bytes::Bytes,
-    ) -> Result<GuildAnswer, GuildError> {
-        let subject = guild_requests_subject(&self.live_owner_node(guild_id)?);
-        let timeout = Duration::from_millis(self.shared.limits.guild_reply_timeout_ms);
-        let message = self
-            .bus
-            .request(&subject, bytes, timeout)
-            .await
-            .map_err(|_| GuildError::Overloaded)?;
-        match serde_json::from_slice::<GuildReply>(&message.payload) {
-            Ok(reply) if reply.v == guildhall_proto::bus::ENVELOPE_VERSION => reply.result,
-            _ => {
-                crate::throttled!(
-                    warn,
-                    "guilds.bad_reply",
-                    guild_id,
-                    "undecodable guild reply"
-                );
-                Err(GuildError::Overloaded)
             }
         }
     }

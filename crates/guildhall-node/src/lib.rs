@@ -995,7 +995,7 @@ async fn metrics(
         (
             "guildhall_guild_owner_gone_total",
             "Guild requests refused at once: their owner's node is on the ring but its lease ended.",
-            &node.guilds.counters.owner_gone_total,
+            &node.guilds.client().counters.owner_gone_total,
         ),
         (
             "guildhall_placement_truncated_total",
@@ -1568,7 +1568,7 @@ pub async fn run(
             presence::serve(
                 bus.clone(),
                 shared.store.clone(),
-                guilds.clone(),
+                guilds.client().clone(),
                 presence_counters.clone(),
                 (cluster_state.clone(), config.node_name.clone()),
                 &config.limits,

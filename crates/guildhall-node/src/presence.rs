@@ -29,7 +29,8 @@
 //! presence is the lowest criticality but typing and member-list sync.
 
 use crate::cluster::ClusterState;
-use crate::guilds::{GuildCall, GuildDirectory};
+use guildhall_common::guilds::GuildsClient;
+use guildhall_proto::guilds::GuildCall;
 // The clients other roles call (publish, query) and the counters they
 // share with the role live below the roles; the envelopes in proto.
 use guildhall_cluster::{Bus, BusError};
@@ -56,7 +57,7 @@ fn visible(sessions: &[(String, String)]) -> &str {
 pub async fn serve(
     bus: Arc<dyn Bus>,
     store: Store,
-    guilds: Arc<GuildDirectory>,
+    guilds: Arc<GuildsClient>,
     counters: Arc<PresenceCounters>,
     (cluster, node): (Arc<ClusterState>, String),
     limits: &guildhall_limits::Limits,
@@ -149,7 +150,9 @@ pub async fn serve(
                     user_id: update.user_id,
                     status: after.clone(),
                 };
-                let _ = guilds.cast(guild_id, call).await;
+                // Best effort: presence is the lowest criticality, and the
+                // next change or a load's question mends a lost one.
+                let _ = guilds.cast(guild_id, call);
             }
         }
     }))
