@@ -1437,3 +1437,50 @@ impl Gateway {
         self.counters.sockets_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// The gateway side of presence, on every gateway node: when the presence nodes change, publishes the
+/// status of every session here again, to its user's presence node now,
+/// at most `presence_resync_per_s` a second (a new presence node is not
+/// flooded, and a bus under load is not either). A change during a resync
+/// starts it over, since every status then has a newer home.
+pub fn start_presence_resync(
+    bus: Arc<dyn guildhall_cluster::Bus>,
+    hub: Arc<Hub>,
+    cluster: Arc<crate::cluster::ClusterState>,
+    counters: Arc<guildhall_common::presence::PresenceCounters>,
+    limits: &guildhall_limits::Limits,
+) -> tokio::task::JoinHandle<()> {
+    // Batches of at most this many, spaced to the rate.
+    const BATCH_MAX: u64 = 100;
+    let per_s = limits.presence_resync_per_s.max(1);
+    let batch = BATCH_MAX.min(per_s);
+    let pause = std::time::Duration::from_micros(batch * 1_000_000 / per_s);
+    // Subscribed before the node serves: its first view (and every later
+    // change) is a change here, so what sessions published before it is
+    // published again.
+    let mut changes = cluster.presence_changes.subscribe();
+    tokio::spawn(async move {
+        'changes: while changes.changed().await.is_ok() {
+            let slots = hub.slots();
+            for chunk in slots.chunks(batch as usize) {
+                for slot in chunk {
+                    if let Some(status) = slot.presence() {
+                        guildhall_common::presence::publish(
+                            bus.as_ref(),
+                            &cluster,
+                            &counters,
+                            slot.user_id,
+                            &slot.id,
+                            Some(&status),
+                        );
+                        counters.resynced_total.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                if changes.has_changed().unwrap_or(false) {
+                    continue 'changes;
+                }
+            }
+        }
+    })
+}

@@ -12,7 +12,6 @@
 //! - [`interactions`]: interactions (`POST /interactions`, callbacks, the
 //!   interaction's webhook).
 //! - [`compress`]: gateway compression (the URL's query, the writer's deflate).
-//! - [`presence`]: each user's status, off every session's critical path.
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`http`]: the accept loop and every connection's bounds.
 //!
@@ -24,6 +23,8 @@
 // Moved to guildhall-common (shared below the roles); re-exported while
 // the role modules here still name them by their old paths.
 pub use guildhall_common::{auth, cluster, histogram, log, outbox, state, throttled};
+// The presence role's crate, under its old path while callers use it.
+pub use guildhall_presence as presence;
 
 pub mod api;
 pub mod commands;
@@ -35,7 +36,6 @@ pub mod http;
 pub mod hub;
 pub mod interaction_forward;
 pub mod interactions;
-pub mod presence;
 pub mod ratelimit;
 pub mod subscriptions;
 pub mod takeover;
@@ -1578,7 +1578,7 @@ pub async fn run(
         );
     }
     if config.runs(Role::Gateway) {
-        roles.push(presence::start_resync(
+        roles.push(gateway::start_presence_resync(
             bus.clone(),
             hub.clone(),
             cluster_state.clone(),

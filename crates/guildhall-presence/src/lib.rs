@@ -1,4 +1,5 @@
-//! The presence role: each user's status, fed by their sessions, fanned out
+//! The presence role (a crate of its own: it depends on `guildhall-common`
+//! and on no other role): each user's status, fed by their sessions, fanned out
 //! to their guilds. Never on a session's critical path (seed 001: sessions
 //! stalled and buffered without bound behind a stalled presence service).
 //!
@@ -28,7 +29,7 @@
 //! holding GUILD_PRESENCES. Those casts are dropped when an owner is busy:
 //! presence is the lowest criticality but typing and member-list sync.
 
-use crate::cluster::ClusterState;
+use guildhall_common::cluster::ClusterState;
 use guildhall_common::guilds::GuildsClient;
 use guildhall_proto::guilds::GuildCall;
 // The clients other roles call (publish, query) and the counters they
@@ -111,7 +112,7 @@ pub async fn serve(
                 }
             };
             let Ok(update) = serde_json::from_slice::<PresenceMessage>(&message.payload) else {
-                crate::throttled!(
+                guildhall_common::throttled!(
                     warn,
                     "presence.malformed",
                     "malformed presence message dropped"
@@ -158,53 +159,6 @@ pub async fn serve(
     }))
 }
 
-/// On every gateway node: when the presence nodes change, publishes the
-/// status of every session here again, to its user's presence node now,
-/// at most `presence_resync_per_s` a second (a new presence node is not
-/// flooded, and a bus under load is not either). A change during a resync
-/// starts it over, since every status then has a newer home.
-pub fn start_resync(
-    bus: Arc<dyn Bus>,
-    hub: Arc<crate::hub::Hub>,
-    cluster: Arc<ClusterState>,
-    counters: Arc<PresenceCounters>,
-    limits: &guildhall_limits::Limits,
-) -> tokio::task::JoinHandle<()> {
-    // Batches of at most this many, spaced to the rate.
-    const BATCH_MAX: u64 = 100;
-    let per_s = limits.presence_resync_per_s.max(1);
-    let batch = BATCH_MAX.min(per_s);
-    let pause = std::time::Duration::from_micros(batch * 1_000_000 / per_s);
-    // Subscribed before the node serves: its first view (and every later
-    // change) is a change here, so what sessions published before it is
-    // published again.
-    let mut changes = cluster.presence_changes.subscribe();
-    tokio::spawn(async move {
-        'changes: while changes.changed().await.is_ok() {
-            let slots = hub.slots();
-            for chunk in slots.chunks(batch as usize) {
-                for slot in chunk {
-                    if let Some(status) = slot.presence() {
-                        publish(
-                            bus.as_ref(),
-                            &cluster,
-                            &counters,
-                            slot.user_id,
-                            &slot.id,
-                            Some(&status),
-                        );
-                        counters.resynced_total.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                tokio::time::sleep(pause).await;
-                if changes.has_changed().unwrap_or(false) {
-                    continue 'changes;
-                }
-            }
-        }
-    })
-}
-
 /// Answers one [`PresenceQuery`]: the asked users others see online, idle
 /// or dnd. A question that does not decode, asks for more than
 /// `users_max` users or has no inbox is dropped and counted (its asker
@@ -223,7 +177,7 @@ fn answer(
         counters
             .queries_refused_total
             .fetch_add(1, Ordering::Relaxed);
-        crate::throttled!(
+        guildhall_common::throttled!(
             warn,
             "presence.query_refused",
             "malformed or oversized presence query dropped"
