@@ -2180,18 +2180,6 @@ impl GuildDirectory {
         self.client.call(guild_id, call).await
     }
 
-    fn request_bytes(&self, guild_id: i64, call: GuildCall) -> Result<bytes::Bytes, GuildError> {
-        guildhall_common::guilds::request_bytes(guild_id, call)
-    }
-
-    async fn call_bytes(
-        &self,
-        guild_id: i64,
-        bytes: bytes::Bytes,
-    ) -> Result<GuildAnswer, GuildError> {
-        self.client.call_bytes(guild_id, bytes).await
-    }
-
     /// Hands `event` to the owner of `guild_id` for fanout and waits for
     /// its confirmation. An event the owner does not confirm (gone, paused,
     /// busy) is held and offered again until an owner does (see
@@ -2205,11 +2193,11 @@ impl GuildDirectory {
         let id = event.publish_id;
         // Encoded once: what is sent is what is held and sent again (the
         // bytes are shared, not copied).
-        let request = self.request_bytes(guild_id, GuildCall::Publish(event))?;
+        let request = guildhall_common::guilds::request_bytes(guild_id, GuildCall::Publish(event))?;
         if self.lock_outbox().holds(guild_id) {
             return self.hold(guild_id, id, request);
         }
-        match self.call_bytes(guild_id, request.clone()).await {
+        match self.client.call_bytes(guild_id, request.clone()).await {
             Ok(GuildAnswer::Published) => Ok(()),
             Err(error) if !retryable(error) => Err(error),
             _ => self.hold(guild_id, id, request),
@@ -2311,7 +2299,7 @@ impl GuildDirectory {
             let Some(request) = head else {
                 return;
             };
-            match self.call_bytes(guild_id, request).await {
+            match self.client.call_bytes(guild_id, request).await {
                 Ok(GuildAnswer::Published) => {
                     self.outbox_counters
                         .delivered_total

@@ -52,22 +52,12 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// What goes on the bus for a store row: no password hash field exists.
-pub fn record_of(row: &UserRow) -> UserRecord {
-    UserRecord::from(row)
-}
-
-/// A user from the bus as the row type callers work with (no hash: the
-/// users role never sends one).
-pub fn row_of(record: UserRecord) -> UserRow {
-    UserRow::from(record)
-}
-
 /// Answers `reply` (best effort: a caller that gave up has no inbox left).
 fn answer(bus: &dyn guildhall_cluster::Bus, reply: &str, result: Result<Vec<UserRow>, UsersError>) {
     let envelope = UsersReply {
         v: guildhall_proto::bus::ENVELOPE_VERSION,
-        result: result.map(|rows| rows.iter().map(record_of).collect()),
+        // A record has no password hash field: the store's conversion leaves it.
+        result: result.map(|rows| rows.iter().map(UserRecord::from).collect()),
     };
     if let Ok(bytes) = serde_json::to_vec(&envelope) {
         let _ = bus.publish(reply, None, bytes.into());
@@ -88,7 +78,7 @@ pub async fn ask(
     match serde_json::from_slice::<UsersReply>(&message.payload) {
         Ok(reply) if reply.v == guildhall_proto::bus::ENVELOPE_VERSION => reply
             .result
-            .map(|records| records.into_iter().map(row_of).collect()),
+            .map(|records| records.into_iter().map(UserRow::from).collect()),
         _ => Err(UsersError::Overloaded),
     }
 }
