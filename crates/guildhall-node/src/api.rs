@@ -948,7 +948,7 @@ async fn oauth2_authorize(
         .user(app.bot_user_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    node.guilds.add_member(guild_id, &bot).await?;
+    node.guilds.add_member(guild_id, (&bot).into()).await?;
     ok(&json!({"location": format!("https://discord.com/oauth2/authorized?guild_id={guild_id}")}))
 }
 
@@ -4051,7 +4051,7 @@ async fn accept_invite(
         return Err(ApiError::Code(ErrorCode::UnknownInvite));
     }
     let guild_id = invite.guild_id;
-    node.guilds.add_member(guild_id, &caller).await?;
+    node.guilds.add_member(guild_id, (&caller).into()).await?;
     ok(&invite_json(&node, &invite.code, false).await?)
 }
 

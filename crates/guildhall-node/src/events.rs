@@ -480,11 +480,11 @@ mod tests {
         let hub = Arc::new(Hub::new(&limits));
         let bus: Arc<dyn Bus> = Arc::new(guildhall_cluster::LocalBus::new(1 << 20));
         let cluster = Arc::new(crate::cluster::ClusterState::default());
-        let guilds = Arc::new(crate::guilds::GuildDirectory::new(
-            shared.clone(),
+        let guilds = Arc::new(guildhall_common::guilds::GuildsClient::new(
             bus,
             cluster,
             "n".into(),
+            &limits,
         ));
         let subscriptions = Arc::new(Subscriptions::new(shared, hub.clone(), guilds, "n".into()));
         Partition {

@@ -33,12 +33,13 @@
 //! session a slow consumer, while the writer keeps draining.
 
 use crate::compress::{Deflater, Stream, Transport, WireQuery};
-use crate::guilds::{GuildCall, GuildDirectory, MemberPage, wire_user};
+use crate::guilds::{GuildCall, MemberPage, wire_user};
 use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Inlet, Outlet, Slot};
 use crate::state::{Shared, now_ms, sf};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
+use guildhall_common::guilds::GuildsClient;
 use guildhall_control::admission::{Decision, HandshakeAdmission, HandshakeBounds};
 use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
 use guildhall_proto::bus::TakeoverRefusal;
@@ -196,7 +197,7 @@ pub struct Gateway {
     /// This node's sessions.
     pub hub: Arc<Hub>,
     /// Guild owners.
-    pub guilds: Arc<GuildDirectory>,
+    pub guilds: Arc<GuildsClient>,
     /// This node's sessions' guild subscriptions.
     pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// Token resolution.

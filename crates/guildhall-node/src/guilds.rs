@@ -16,11 +16,9 @@
 //! during a load reach the new owner in arrival order, before any later one.
 
 use crate::cluster::ClusterState;
-use crate::outbox::Outbox;
 use crate::state::{Shared, sf};
 use guildhall_cluster::Bus;
 use guildhall_common::guilds::GuildsClient;
-use guildhall_control::retry::backoff_full_jitter_ms;
 use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_proto::bus::{
     NodeEvent, NodeEventBody, StreamBody, StreamEvent, gateway_events_subject, partition_of,
@@ -37,7 +35,6 @@ use guildhall_proto::guilds::{GuildReply, GuildRequest};
 use guildhall_proto::intents;
 use guildhall_proto::model::{self, Channel, Member, Role, RoleColors, User};
 use guildhall_proto::timestamp::format_unix_ms;
-use guildhall_proto::users::UserRecord;
 use guildhall_store::{ChannelRow, GuildState, MemberRow, RoleRow, UserRow};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -162,27 +159,6 @@ pub struct FanoutCounters {
     /// Publishes confirmed without a fanout: a retry of an id this owner
     /// had fanned out already.
     pub publish_repeats_total: AtomicU64,
-    /// Loads whose status question to the presence role went unanswered
-    /// (the owner went on with every member offline but the ones it hears
-    /// of afterwards).
-    pub presence_queries_failed_total: AtomicU64,
-    /// Loads that asked no statuses while the presence role cooled off.
-    pub presence_queries_skipped_total: AtomicU64,
-}
-
-/// The redelivery outbox's counters (an API node's), read by `/metrics`.
-#[derive(Debug, Default)]
-pub struct OutboxCounters {
-    /// Events held because their owner did not confirm the fanout.
-    pub held_total: AtomicU64,
-    /// Held events an owner later confirmed.
-    pub delivered_total: AtomicU64,
-    /// Attempts at a held event that failed again (backed off).
-    pub retries_failed_total: AtomicU64,
-    /// Events dropped: the outbox was full, the event grew older than
-    /// `fanout_outbox_event_age_ms_max`, or its guild is gone. Their
-    /// messages are in history; live sessions missed their dispatch.
-    pub dropped_total: AtomicU64,
 }
 
 /// Builds the wire user of a row.
@@ -1700,13 +1676,6 @@ pub struct GuildDirectory {
     pub counters: Arc<FanoutCounters>,
     /// Load counters.
     pub loads: LoadCounters,
-    /// Redelivery counters.
-    pub outbox_counters: OutboxCounters,
-    // Events whose owner did not confirm their fanout, held until one does
-    // (see `crate::outbox`). Held only for non-waiting steps.
-    outbox: std::sync::Mutex<Outbox<bytes::Bytes>>,
-    // Wakes the outbox driver when a guild gets its first held event.
-    outbox_wake: tokio::sync::Notify,
     // Loaded owners, read without awaiting: requests to a loaded guild never
     // wait behind the load of another one.
     owners: std::sync::RwLock<HashMap<i64, OwnerHandle>>,
@@ -1714,10 +1683,6 @@ pub struct GuildDirectory {
     // non-waiting steps (a lookup, a queue push, handing the queue to a
     // loaded owner), never across an await; distinct guilds load at once.
     loading: std::sync::Mutex<Loads>,
-    // Until when loads ask the presence role nothing (ms since the epoch):
-    // set `presence_query_cooloff_ms` ahead when a question goes
-    // unanswered, so an outage of presence delays one load, not each.
-    presence_quiet_until_ms: AtomicU64,
 }
 
 impl GuildDirectory {
@@ -1727,26 +1692,15 @@ impl GuildDirectory {
         bus: Arc<dyn Bus>,
         cluster: Arc<ClusterState>,
         node_name: String,
+        client: Arc<GuildsClient>,
     ) -> Self {
         Self {
-            client: Arc::new(GuildsClient::new(
-                bus.clone(),
-                cluster.clone(),
-                node_name.clone(),
-                shared.limits.guild_reply_timeout_ms,
-            )),
+            client,
             bus,
             cluster,
             node_name,
             counters: Arc::new(FanoutCounters::default()),
             loads: LoadCounters::default(),
-            outbox_counters: OutboxCounters::default(),
-            outbox: std::sync::Mutex::new(Outbox::new(
-                shared.limits.fanout_outbox_bytes_max,
-                shared.limits.fanout_outbox_event_age_ms_max,
-            )),
-            outbox_wake: tokio::sync::Notify::new(),
-            presence_quiet_until_ms: AtomicU64::new(0),
             owners: std::sync::RwLock::new(HashMap::new()),
             loading: std::sync::Mutex::new(Loads {
                 flights: SingleFlight::new(
@@ -1884,54 +1838,6 @@ impl GuildDirectory {
         Ok(handle)
     }
 
-    /// The statuses of `user_ids` (of `guild_id`) that are not offline, as
-    /// the presence role knows them; nothing while it cools off after a
-    /// question it left unanswered.
-    async fn ask_presence(&self, guild_id: i64, user_ids: &[i64]) -> Vec<(i64, String)> {
-        let limits = &self.shared.limits;
-        let now = crate::state::now_ms();
-        if now < self.presence_quiet_until_ms.load(Ordering::Relaxed) {
-            self.counters
-                .presence_queries_skipped_total
-                .fetch_add(1, Ordering::Relaxed);
-            return vec![];
-        }
-        // A load asks inside its caller's wait, beside the pull: never
-        // longer than the pull may take.
-        let timeout_ms = limits
-            .presence_query_timeout_ms
-            .min(limits.guild_reply_timeout_ms / 2)
-            .max(1);
-        let answer = guildhall_common::presence::query(
-            self.bus.as_ref(),
-            &self.cluster,
-            user_ids,
-            limits.presence_query_users_max,
-            limits.presence_queries_per_load_max,
-            Duration::from_millis(timeout_ms),
-        )
-        .await;
-        match answer {
-            Some(statuses) => statuses,
-            None => {
-                self.counters
-                    .presence_queries_failed_total
-                    .fetch_add(1, Ordering::Relaxed);
-                self.presence_quiet_until_ms.store(
-                    now.saturating_add(limits.presence_query_cooloff_ms),
-                    Ordering::Relaxed,
-                );
-                crate::throttled!(
-                    warn,
-                    "guilds.presence_query_failed",
-                    guild_id,
-                    "presence role did not answer: members read as offline"
-                );
-                vec![]
-            }
-        }
-    }
-
     /// A new owner asks every gateway node which of its sessions follow the
     /// guild, and at the same time the presence role for its members'
     /// statuses (the GUILD_CREATEs it then sends carry them; asked beside
@@ -1963,7 +1869,7 @@ impl GuildDirectory {
         let subjects: Vec<String> = gateways.iter().map(|n| follows_subject(n)).collect();
         let user_ids: Vec<i64> = owner.members.keys().copied().collect();
         let (statuses, answers) = tokio::join!(
-            self.ask_presence(owner.guild.id, &user_ids),
+            self.client.ask_presence(owner.guild.id, &user_ids),
             futures_util::future::join_all(subjects.iter().map(|subject| self.bus.request(
                 subject,
                 ask.clone(),
@@ -2163,176 +2069,9 @@ impl GuildDirectory {
             .count()
     }
 
-    /// Sends `call` to the owner of `guild_id` without waiting for an
-    /// answer (see [`GuildsClient::cast`]).
-    pub async fn cast(&self, guild_id: i64, call: GuildCall) -> Result<(), GuildError> {
-        self.client.cast(guild_id, call)
-    }
-
     /// The client other roles reach this node's view of the owners with.
     pub fn client(&self) -> &Arc<GuildsClient> {
         &self.client
-    }
-
-    /// Sends `call` to the owner of `guild_id` and waits for its answer
-    /// (see [`GuildsClient::call`]).
-    pub async fn call(&self, guild_id: i64, call: GuildCall) -> Result<GuildAnswer, GuildError> {
-        self.client.call(guild_id, call).await
-    }
-
-    /// Hands `event` to the owner of `guild_id` for fanout and waits for
-    /// its confirmation. An event the owner does not confirm (gone, paused,
-    /// busy) is held and offered again until an owner does (see
-    /// [`crate::outbox`]), and so is one for a guild with events held
-    /// already, behind them. `Err` only for a guild that cannot take
-    /// events (unknown) or when the outbox is full; either way the event's
-    /// data is durable already, and a refusal is counted.
-    pub async fn publish(&self, guild_id: i64, mut event: Outgoing) -> Result<(), GuildError> {
-        // 0 means "no id"; a draw of 0 (one in 2^64) just loses the dedupe.
-        event.publish_id = crate::auth::random_u64();
-        let id = event.publish_id;
-        // Encoded once: what is sent is what is held and sent again (the
-        // bytes are shared, not copied).
-        let request = guildhall_common::guilds::request_bytes(guild_id, GuildCall::Publish(event))?;
-        if self.lock_outbox().holds(guild_id) {
-            return self.hold(guild_id, id, request);
-        }
-        match self.client.call_bytes(guild_id, request.clone()).await {
-            Ok(GuildAnswer::Published) => Ok(()),
-            Err(error) if !retryable(error) => Err(error),
-            _ => self.hold(guild_id, id, request),
-        }
-    }
-
-    fn lock_outbox(&self) -> std::sync::MutexGuard<'_, Outbox<bytes::Bytes>> {
-        self.outbox
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Holds `request` (a Publish, encoded) for redelivery.
-    fn hold(&self, guild_id: i64, id: u64, request: bytes::Bytes) -> Result<(), GuildError> {
-        let bytes = request.len();
-        let held = self
-            .lock_outbox()
-            .hold(guild_id, id, request, bytes, crate::state::now_ms());
-        if held.is_err() {
-            self.outbox_counters
-                .dropped_total
-                .fetch_add(1, Ordering::Relaxed);
-            crate::throttled!(
-                warn,
-                "guilds.outbox_full",
-                guild_id,
-                "fanout outbox full: an event was not held for redelivery"
-            );
-            return Err(GuildError::Overloaded);
-        }
-        self.outbox_counters
-            .held_total
-            .fetch_add(1, Ordering::Relaxed);
-        self.outbox_wake.notify_one();
-        Ok(())
-    }
-
-    /// Events held for redelivery (gauge).
-    pub fn outbox_events(&self) -> usize {
-        self.lock_outbox().events()
-    }
-
-    /// Starts the outbox driver: it offers each guild's held events to the
-    /// guild's current owner in order, at most
-    /// `fanout_outbox_calls_in_flight_max` guilds at once, backing a guild
-    /// off with full jitter (`backoff_base_ms` up to the smaller of
-    /// `backoff_cap_ms` and `lease_ttl_ms`) after each failed attempt.
-    pub fn start_outbox(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let directory = self.clone();
-        tokio::spawn(async move {
-            let mut running = tokio::task::JoinSet::new();
-            loop {
-                let room = directory
-                    .shared
-                    .limits
-                    .fanout_outbox_calls_in_flight_max
-                    .saturating_sub(running.len());
-                let now = crate::state::now_ms();
-                let (due, next) = {
-                    let mut outbox = directory.lock_outbox();
-                    (outbox.take_due(now, room), outbox.next_due_ms())
-                };
-                for guild_id in due {
-                    let directory = directory.clone();
-                    running.spawn(async move { directory.redeliver(guild_id).await });
-                }
-                // Nothing held: sleep until woken (a bound, not a poll).
-                let wait_ms = next.map_or(OUTBOX_IDLE_WAIT_MS, |at| at.saturating_sub(now).max(1));
-                tokio::select! {
-                    () = directory.outbox_wake.notified() => {}
-                    Some(_) = running.join_next(), if !running.is_empty() => {}
-                    () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
-                }
-            }
-        })
-    }
-
-    /// Delivers `guild_id`'s held events in order until one fails (the
-    /// guild is backed off) or none is left.
-    async fn redeliver(&self, guild_id: i64) {
-        loop {
-            let head = {
-                let mut outbox = self.lock_outbox();
-                let (head, expired) = outbox.head(guild_id, crate::state::now_ms());
-                if expired > 0 {
-                    self.outbox_counters
-                        .dropped_total
-                        .fetch_add(expired as u64, Ordering::Relaxed);
-                    crate::throttled!(
-                        warn,
-                        "guilds.outbox_expired",
-                        guild_id,
-                        expired,
-                        "held events expired before an owner confirmed them"
-                    );
-                }
-                head.map(|h| h.event.clone())
-            };
-            let Some(request) = head else {
-                return;
-            };
-            match self.client.call_bytes(guild_id, request).await {
-                Ok(GuildAnswer::Published) => {
-                    self.outbox_counters
-                        .delivered_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.lock_outbox().confirmed(guild_id);
-                }
-                Err(error) if !retryable(error) => {
-                    self.outbox_counters
-                        .dropped_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.lock_outbox().refused(guild_id);
-                }
-                _ => {
-                    self.outbox_counters
-                        .retries_failed_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    let limits = &self.shared.limits;
-                    let mut outbox = self.lock_outbox();
-                    // Capped at the lease TTL: a lost owner is replaced
-                    // about a TTL after it stops renewing, and waiting
-                    // longer than that between tries only delays the
-                    // delivery once its guild is served again.
-                    let backoff_ms = backoff_full_jitter_ms(
-                        outbox.attempts(guild_id),
-                        limits.backoff_base_ms,
-                        limits.backoff_cap_ms.min(limits.lease_ttl_ms),
-                        crate::auth::random_unit(),
-                    );
-                    outbox.failed(guild_id, crate::state::now_ms(), backoff_ms);
-                    return;
-                }
-            }
-        }
     }
 
     /// Serves this node's guilds role: requests from the bus go to the
@@ -2453,170 +2192,4 @@ impl GuildDirectory {
             answer(self.bus.as_ref(), &reply, Err(error));
         }
     }
-
-    /// Authorizes `user_id` for `channel_id` with `need`.
-    pub async fn authorize(
-        &self,
-        guild_id: i64,
-        user_id: i64,
-        channel_id: i64,
-        need: u64,
-    ) -> Result<SendGrant, GuildError> {
-        let call = GuildCall::Authorize {
-            user_id,
-            channel_id,
-            need,
-        };
-        match self.call(guild_id, call).await? {
-            GuildAnswer::Granted(grant) => Ok(grant),
-            other => unexpected(guild_id, &other),
-        }
-    }
-
-    /// Adds `user` to the guild; whether they were new.
-    ///
-    /// A newcomer already online has no status at the owner yet (the
-    /// presence role tells owners of changes, and this is none): it is
-    /// asked for and cast to the owner, which announces it as any change.
-    pub async fn add_member(&self, guild_id: i64, user: &UserRow) -> Result<bool, GuildError> {
-        let user_id = user.id;
-        let call = GuildCall::AddMember {
-            user: UserRecord::from(user),
-        };
-        let added = match self.call(guild_id, call).await? {
-            GuildAnswer::Added(new) => new,
-            other => return unexpected(guild_id, &other),
-        };
-        if added {
-            for (user_id, status) in self.ask_presence(guild_id, &[user_id]).await {
-                // Best effort, as every presence cast.
-                let _ = self
-                    .cast(guild_id, GuildCall::Presence { user_id, status })
-                    .await;
-            }
-        }
-        Ok(added)
-    }
-
-    /// The REST guild object as `user_id` sees it (GET /guilds/{id}).
-    pub async fn guild(
-        &self,
-        guild_id: i64,
-        user_id: i64,
-    ) -> Result<serde_json::Value, GuildError> {
-        match self.call(guild_id, GuildCall::Guild { user_id }).await? {
-            GuildAnswer::RestGuild(guild) => Ok(guild),
-            other => unexpected(guild_id, &other),
-        }
-    }
-
-    /// The guild as `user_id`'s GUILD_CREATE shows it.
-    pub async fn snapshot(&self, guild_id: i64, user_id: i64) -> Result<model::Guild, GuildError> {
-        match self.call(guild_id, GuildCall::Snapshot { user_id }).await? {
-            GuildAnswer::Guild(guild) => Ok(*guild),
-            other => unexpected(guild_id, &other),
-        }
-    }
-
-    /// One page of members.
-    pub async fn members(
-        &self,
-        guild_id: i64,
-        user_id: i64,
-        query: String,
-        user_ids: Vec<i64>,
-        after: i64,
-        limit: usize,
-    ) -> Result<MemberPage, GuildError> {
-        let call = GuildCall::Members {
-            user_id,
-            query,
-            user_ids,
-            after,
-            limit,
-        };
-        match self.call(guild_id, call).await? {
-            GuildAnswer::Members(page) => Ok(page),
-            other => unexpected(guild_id, &other),
-        }
-    }
-
-    /// A change by `actor`.
-    pub async fn change(
-        &self,
-        guild_id: i64,
-        actor: i64,
-        change: GuildChange,
-    ) -> Result<Changed, GuildError> {
-        match self
-            .call(guild_id, GuildCall::Change { actor, change })
-            .await?
-        {
-            GuildAnswer::Changed(changed) => Ok(changed),
-            other => unexpected(guild_id, &other),
-        }
-    }
-
-    /// Op 4 through the owner; the voice state.
-    pub async fn voice(
-        &self,
-        guild_id: i64,
-        call: GuildCall,
-    ) -> Result<serde_json::Value, GuildError> {
-        match self.call(guild_id, call).await? {
-            GuildAnswer::Voice(state) => Ok(state),
-            other => unexpected(guild_id, &other),
-        }
-    }
-
-    /// The guild's roles.
-    pub async fn roles(&self, guild_id: i64, user_id: i64) -> Result<Vec<Role>, GuildError> {
-        match self.call(guild_id, GuildCall::Roles { user_id }).await? {
-            GuildAnswer::Roles(roles) => Ok(roles),
-            other => unexpected(guild_id, &other),
-        }
-    }
-
-    /// The guild's channels.
-    pub async fn channels(&self, guild_id: i64, user_id: i64) -> Result<Vec<Channel>, GuildError> {
-        match self.call(guild_id, GuildCall::Channels { user_id }).await? {
-            GuildAnswer::Channels(channels) => Ok(channels),
-            other => unexpected(guild_id, &other),
-        }
-    }
-}
-
-/// An answer of the wrong kind: a version skew between nodes, never a
-/// panic.
-/// Longest the outbox driver sleeps with nothing held before it looks
-/// again (it is woken at once when something is held; this only bounds a
-/// missed wake-up).
-const OUTBOX_IDLE_WAIT_MS: u64 = 60_000;
-
-/// Whether a failed publish may succeed later at the same or a new owner.
-fn retryable(error: GuildError) -> bool {
-    error.is_retryable()
-}
-
-fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {
-    let kind = match answer {
-        GuildAnswer::Granted(_) => "granted",
-        GuildAnswer::Added(_) => "added",
-        GuildAnswer::Guild(_) => "guild",
-        GuildAnswer::RestGuild(_) => "rest_guild",
-        GuildAnswer::Members(_) => "members",
-        GuildAnswer::Changed(_) => "changed",
-        GuildAnswer::Voice(_) => "voice",
-        GuildAnswer::Roles(_) => "roles",
-        GuildAnswer::Channels(_) => "channels",
-        GuildAnswer::Published => "published",
-    };
-    crate::throttled!(
-        warn,
-        "guilds.unexpected_answer",
-        guild_id,
-        kind,
-        "unexpected guild answer"
-    );
-    Err(GuildError::Overloaded)
 }

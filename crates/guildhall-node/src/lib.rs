@@ -191,8 +191,12 @@ pub struct Node {
     pub shared: Arc<state::Shared>,
     /// Sessions.
     pub hub: Arc<hub::Hub>,
-    /// Guild owners.
-    pub guilds: Arc<guilds::GuildDirectory>,
+    /// How this node's roles reach guild owners (typed calls, and the
+    /// outbox of unconfirmed events).
+    pub guilds: Arc<guildhall_common::guilds::GuildsClient>,
+    /// The guilds role's owners on this node (idle unless it runs the
+    /// role).
+    pub guild_owners: Arc<guilds::GuildDirectory>,
     /// Token resolution (users role).
     pub users: Arc<guildhall_users::Users>,
     /// Gateway role.
@@ -724,7 +728,7 @@ async fn metrics(
         (
             "guildhall_guild_publish_repeats_total",
             "Publishes an owner confirmed without a second fanout (a retry of an id it had fanned out).",
-            &node.guilds.counters.publish_repeats_total,
+            &node.guild_owners.counters.publish_repeats_total,
         ),
     ] {
         line(name, "counter", help, value.load(Ordering::Relaxed));
@@ -870,47 +874,47 @@ async fn metrics(
         (
             "guildhall_guild_stream_messages_total",
             "Guild stream messages sent to gateway nodes.",
-            &node.guilds.counters.stream_messages_total,
+            &node.guild_owners.counters.stream_messages_total,
         ),
         (
             "guildhall_guild_stream_publish_failed_total",
             "Guild stream messages the bus refused (the receiver resyncs).",
-            &node.guilds.counters.stream_publish_failed_total,
+            &node.guild_owners.counters.stream_publish_failed_total,
         ),
         (
             "guildhall_guild_subscriptions_refused_total",
             "Session subscriptions refused at guild_subscriptions_max.",
-            &node.guilds.counters.subscriptions_refused_total,
+            &node.guild_owners.counters.subscriptions_refused_total,
         ),
         (
             "guildhall_guild_create_too_large_total",
             "GUILD_CREATEs left out as larger than the bus payload bound.",
-            &node.guilds.counters.guild_create_too_large_total,
+            &node.guild_owners.counters.guild_create_too_large_total,
         ),
         (
             "guildhall_guild_requests_malformed_total",
             "Guild requests from the bus that did not decode.",
-            &node.guilds.counters.malformed_requests_total,
+            &node.guild_owners.counters.malformed_requests_total,
         ),
         (
             "guildhall_guild_requests_expired_total",
             "Guild requests read after their caller's deadline: not started.",
-            &node.guilds.counters.requests_expired_total,
+            &node.guild_owners.counters.requests_expired_total,
         ),
         (
             "guildhall_guild_mailbox_refusals_total",
             "Guild requests refused because the owner's mailbox was full.",
-            &node.guilds.counters.mailbox_refusals_total,
+            &node.guild_owners.counters.mailbox_refusals_total,
         ),
         (
             "guildhall_guild_loads_total",
             "Guild loads started (one per guild however many requests wait).",
-            &node.guilds.loads.started_total,
+            &node.guild_owners.loads.started_total,
         ),
         (
             "guildhall_guild_load_refused_total",
             "Guild requests refused at the load or waiter bound.",
-            &node.guilds.loads.refused_total,
+            &node.guild_owners.loads.refused_total,
         ),
         (
             "guildhall_stream_events_applied_total",
@@ -955,47 +959,47 @@ async fn metrics(
         (
             "guildhall_guild_owners_moved_out_total",
             "Owners stopped because placement moved their guild elsewhere (or the lease was not vouched for).",
-            &node.guilds.counters.moved_out_total,
+            &node.guild_owners.counters.moved_out_total,
         ),
         (
             "guildhall_guild_owners_moved_in_total",
             "Owners started for a guild that had an owner before (a move or a restart).",
-            &node.guilds.counters.moved_in_total,
+            &node.guild_owners.counters.moved_in_total,
         ),
         (
             "guildhall_guild_owners_fenced_total",
             "Owners stopped because the store refused a write under their epoch (a newer owner claimed the guild).",
-            &node.guilds.counters.fenced_total,
+            &node.guild_owners.counters.fenced_total,
         ),
         (
             "guildhall_guild_requests_forwarded_total",
             "Guild requests forwarded to the owner in this node's view.",
-            &node.guilds.counters.forwarded_total,
+            &node.guild_owners.counters.forwarded_total,
         ),
         (
             "guildhall_guild_forward_refused_total",
             "Guild requests answered Overloaded instead of forwarded (hop bound, or no other owner).",
-            &node.guilds.counters.forward_refused_total,
+            &node.guild_owners.counters.forward_refused_total,
         ),
         (
             "guildhall_guild_claims_refused_total",
             "Guild loads refused because this node could not claim (lease not renewed within its TTL, or claims held after a fenced write).",
-            &node.guilds.counters.claims_refused_total,
+            &node.guild_owners.counters.claims_refused_total,
         ),
         (
             "guildhall_guild_pulled_sessions_total",
             "Sessions new owners subscribed from the gateways' answers at load.",
-            &node.guilds.counters.pulled_sessions_total,
+            &node.guild_owners.counters.pulled_sessions_total,
         ),
         (
             "guildhall_guild_pulls_failed_total",
             "Gateway nodes that did not answer a new owner's question in time.",
-            &node.guilds.counters.pulls_failed_total,
+            &node.guild_owners.counters.pulls_failed_total,
         ),
         (
             "guildhall_guild_owner_gone_total",
             "Guild requests refused at once: their owner's node is on the ring but its lease ended.",
-            &node.guilds.client().counters.owner_gone_total,
+            &node.guilds.counters.owner_gone_total,
         ),
         (
             "guildhall_placement_truncated_total",
@@ -1151,7 +1155,7 @@ async fn metrics(
             "guildhall_guild_owners",
             "gauge",
             "Guild owners running on this node.",
-            node.guilds.owners_loaded() as u64,
+            node.guild_owners.owners_loaded() as u64,
         ),
         (
             "guildhall_placement_guilds",
@@ -1183,26 +1187,31 @@ async fn metrics(
             "Guilds placement puts on this node.",
             placement
                 .loads()
-                .find(|(m, _)| *m == guildhall_ring::hash::member_id_of(node.guilds.node_name()))
+                .find(|(m, _)| {
+                    *m == guildhall_ring::hash::member_id_of(node.guild_owners.node_name())
+                })
                 .map_or(0, |(_, l)| u64::from(l)),
         ),
         (
             "guildhall_guild_loads_in_flight",
             "gauge",
             "Guild loads running now.",
-            node.guilds.loads.in_flight.load(Ordering::Relaxed) as u64,
+            node.guild_owners.loads.in_flight.load(Ordering::Relaxed) as u64,
         ),
         (
             "guildhall_guild_loads_in_flight_peak",
             "gauge",
             "Most guild loads that ran at once since the node started.",
-            node.guilds.loads.in_flight_peak.load(Ordering::Relaxed) as u64,
+            node.guild_owners
+                .loads
+                .in_flight_peak
+                .load(Ordering::Relaxed) as u64,
         ),
         (
             "guildhall_guild_load_waiters",
             "gauge",
             "Guild requests waiting behind their guild's load.",
-            node.guilds.loads.waiters.load(Ordering::Relaxed) as u64,
+            node.guild_owners.loads.waiters.load(Ordering::Relaxed) as u64,
         ),
         (
             "guildhall_stream_resync_tasks",
@@ -1479,11 +1488,18 @@ pub async fn run(
         ))
     });
     let cluster_state = config.cluster_state.clone().unwrap_or_default();
-    let guilds = Arc::new(guilds::GuildDirectory::new(
+    let guilds = Arc::new(guildhall_common::guilds::GuildsClient::new(
+        bus.clone(),
+        cluster_state.clone(),
+        config.node_name.clone(),
+        &config.limits,
+    ));
+    let guild_owners = Arc::new(guilds::GuildDirectory::new(
         shared.clone(),
         bus.clone(),
         cluster_state.clone(),
         config.node_name.clone(),
+        guilds.clone(),
     ));
     let subscriptions = Arc::new(subscriptions::Subscriptions::new(
         shared.clone(),
@@ -1498,8 +1514,8 @@ pub async fn run(
     // reaches a subject nobody listens on yet.
     let mut roles = Vec::new();
     if config.runs(Role::Guilds) {
-        roles.push(guilds.serve().await.map_err(bus_error)?);
-        roles.push(guilds.start_rebalance());
+        roles.push(guild_owners.serve().await.map_err(bus_error)?);
+        roles.push(guild_owners.start_rebalance());
     }
     // Any role may publish guild events (REST, webhooks, interactions), so
     // every node redelivers the ones their owner did not confirm.
@@ -1568,7 +1584,7 @@ pub async fn run(
             presence::serve(
                 bus.clone(),
                 shared.store.clone(),
-                guilds.client().clone(),
+                guilds.clone(),
                 presence_counters.clone(),
                 (cluster_state.clone(), config.node_name.clone()),
                 &config.limits,
@@ -1618,6 +1634,7 @@ pub async fn run(
         shared,
         hub,
         guilds,
+        guild_owners,
         users,
         gateway,
         counters: api::ApiCounters::default(),

@@ -9,9 +9,10 @@
 //! these casts (and from a new owner's question, `events::serve_follows`),
 //! and never holds the hub.
 
-use crate::guilds::{GuildCall, GuildDirectory, GuildError};
+use crate::guilds::{GuildCall, GuildError};
 use crate::hub::{Hub, Slot};
 use crate::state::Shared;
+use guildhall_common::guilds::GuildsClient;
 use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +36,7 @@ pub struct SubscribeCounters {
 pub struct Subscriptions {
     shared: Arc<Shared>,
     hub: Arc<Hub>,
-    guilds: Arc<GuildDirectory>,
+    guilds: Arc<GuildsClient>,
     node_name: String,
     /// READY subscription retry counters.
     pub counters: SubscribeCounters,
@@ -52,7 +53,7 @@ impl Subscriptions {
     pub fn new(
         shared: Arc<Shared>,
         hub: Arc<Hub>,
-        guilds: Arc<GuildDirectory>,
+        guilds: Arc<GuildsClient>,
         node_name: String,
     ) -> Self {
         let limits = &shared.limits;
@@ -82,18 +83,16 @@ impl Subscriptions {
         if !self.hub.want(guild_id, slot) {
             return Ok(());
         }
-        self.guilds
-            .cast(
-                guild_id,
-                GuildCall::Subscribe {
-                    node: self.node_name.clone(),
-                    session_id: slot.id.clone(),
-                    user_id: slot.user_id,
-                    intents: slot.intents,
-                    large_threshold: slot.large_threshold,
-                },
-            )
-            .await
+        self.guilds.cast(
+            guild_id,
+            GuildCall::Subscribe {
+                node: self.node_name.clone(),
+                session_id: slot.id.clone(),
+                user_id: slot.user_id,
+                intents: slot.intents,
+                large_threshold: slot.large_threshold,
+            },
+        )
     }
 
     fn lock_budget(&self) -> std::sync::MutexGuard<'_, RetryBudget> {
@@ -188,19 +187,17 @@ impl Subscriptions {
         slot: &Slot,
         to: &str,
     ) -> Result<(), GuildError> {
-        self.guilds
-            .cast(
-                guild_id,
-                GuildCall::Move {
-                    from: self.node_name.clone(),
-                    to: to.to_owned(),
-                    session_id: slot.id.clone(),
-                    user_id: slot.user_id,
-                    intents: slot.intents,
-                    large_threshold: slot.large_threshold,
-                },
-            )
-            .await
+        self.guilds.cast(
+            guild_id,
+            GuildCall::Move {
+                from: self.node_name.clone(),
+                to: to.to_owned(),
+                session_id: slot.id.clone(),
+                user_id: slot.user_id,
+                intents: slot.intents,
+                large_threshold: slot.large_threshold,
+            },
+        )
     }
 
     /// Tells the owner of `guild_id` that a session of this node is gone.
@@ -208,7 +205,6 @@ impl Subscriptions {
         let node = self.node_name.clone();
         let _ = self
             .guilds
-            .cast(guild_id, GuildCall::Unsubscribe { node, session_id })
-            .await;
+            .cast(guild_id, GuildCall::Unsubscribe { node, session_id });
     }
 }
