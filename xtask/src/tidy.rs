@@ -76,16 +76,10 @@ const CROSS_ROLE_ALLOWED: &[(&str, &str)] = &[
     ("api", "Node"),
     ("api", "compress"),
     ("api", "gateway"),
-    ("api", "guilds"),
     ("commands", "Node"),
-    ("events", "guilds"),
-    ("gateway", "guilds"),
     ("interaction_forward", "Node"),
     ("interactions", "Node"),
-    ("interactions", "guilds"),
-    ("subscriptions", "guilds"),
     ("webhooks", "Node"),
-    ("webhooks", "guilds"),
 ];
 
 fn workspace_root() -> PathBuf {

@@ -21,6 +21,8 @@
 //!   owner over the bus).
 //! - [`presence`]: the presence role's clients (a session's status, a
 //!   loading owner's question) and their counters.
+//! - [`wire`]: the wire objects of store rows that several roles answer
+//!   with (users, channels).
 
 pub mod auth;
 pub mod cluster;
@@ -31,3 +33,4 @@ pub mod log;
 pub mod outbox;
 pub mod presence;
 pub mod state;
+pub mod wire;

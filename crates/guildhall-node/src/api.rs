@@ -8,8 +8,6 @@
 
 use crate::auth;
 use crate::gateway::{Gateway, app_flags};
-use crate::guilds::Outgoing;
-use crate::guilds::{Changed, GuildChange, GuildError, perm, wire_channel, wire_user};
 use crate::state::{now_ms, sf};
 use axum::Router;
 use axum::body::Bytes;
@@ -18,14 +16,18 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use guildhall_common::wire::{wire_channel, wire_user};
 use guildhall_proto::Snowflake;
 use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
+use guildhall_proto::guilds::Outgoing;
+use guildhall_proto::guilds::{Changed, GuildChange, GuildError};
 use guildhall_proto::guilds::{ChannelRecord, RoleRecord};
 use guildhall_proto::intents;
 use guildhall_proto::interactions::{FLAG_SUPPRESS_EMBEDS, FLAG_SUPPRESS_NOTIFICATIONS};
 use guildhall_proto::mentions;
 use guildhall_proto::model::{Message, PartialEmoji, Reaction, ReactionCountDetails};
+use guildhall_proto::permissions as perm;
 use guildhall_proto::replies;
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{
@@ -738,7 +740,7 @@ async fn my_guilds(
         .iter()
         .map(|g| {
             let owner = g.owner_id == user.id;
-            let permissions = crate::guilds::perm::effective(owner, g.role_permissions as u64);
+            let permissions = perm::effective(owner, g.role_permissions as u64);
             let mut guild = json!({
                 "id": g.id.to_string(), "name": g.name, "icon": null, "banner": null,
                 "owner": owner, "permissions": permissions.to_string(), "features": [],
@@ -1192,7 +1194,7 @@ pub(crate) async fn authorize(
     channel: &ChannelRow,
     guild_id: i64,
     need: u64,
-) -> Result<crate::guilds::SendGrant, ApiError> {
+) -> Result<guildhall_proto::guilds::SendGrant, ApiError> {
     let channel_id = channel.id;
     Ok(node
         .guilds

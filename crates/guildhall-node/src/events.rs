@@ -38,7 +38,6 @@
 //! re-subscribed by the resync path, one interval later, within the same
 //! task permits.
 
-use crate::guilds::{Follower, FollowsAsk, follows_subject};
 use crate::hub::{GuildEvent, Hub};
 use crate::subscriptions::Subscriptions;
 use guildhall_cluster::{Bus, BusError, Subscription};
@@ -47,6 +46,7 @@ use guildhall_proto::bus::{
     gateway_events_subject,
 };
 use guildhall_proto::gateway::EncodedDispatch;
+use guildhall_proto::guilds::{Follower, FollowsAsk, follows_subject};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

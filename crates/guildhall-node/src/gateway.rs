@@ -33,17 +33,18 @@
 //! session a slow consumer, while the writer keeps draining.
 
 use crate::compress::{Deflater, Stream, Transport, WireQuery};
-use crate::guilds::{GuildCall, MemberPage, wire_user};
 use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Inlet, Outlet, Slot};
 use crate::state::{Shared, now_ms, sf};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use guildhall_common::guilds::GuildsClient;
+use guildhall_common::wire::wire_user;
 use guildhall_control::admission::{Decision, HandshakeAdmission, HandshakeBounds};
 use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
 use guildhall_proto::bus::TakeoverRefusal;
 use guildhall_proto::gateway::{self, CloseCode, EncodedDispatch, OneOrMany, RequestGuildMembers};
+use guildhall_proto::guilds::{GuildCall, MemberPage};
 use guildhall_proto::intents;
 use guildhall_proto::model::{self, PartialApplication, Ready, UnavailableGuild};
 use guildhall_session::machine::{

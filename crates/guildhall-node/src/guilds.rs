@@ -19,21 +19,19 @@ use crate::cluster::ClusterState;
 use crate::state::{Shared, sf};
 use guildhall_cluster::Bus;
 use guildhall_common::guilds::GuildsClient;
+use guildhall_common::wire::{wire_channel, wire_user};
 use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_proto::bus::{
     NodeEvent, NodeEventBody, StreamBody, StreamEvent, gateway_events_subject, partition_of,
 };
-// The envelopes live in proto (callers depend on the contract, not on
-// this role); re-exported here while callers still name them by these
-// paths.
-pub use guildhall_proto::guilds::{
-    Changed, ChannelRecord, Follower, FollowsAsk, GUILD_WIDE, Grown, GuildAnswer, GuildCall,
-    GuildChange, GuildError, MemberPage, Outgoing, RoleRecord, SendGrant, follows_subject,
-    guild_requests_subject,
+use guildhall_proto::guilds::{
+    Changed, Follower, FollowsAsk, GUILD_WIDE, Grown, GuildAnswer, GuildCall, GuildChange,
+    GuildError, MemberPage, SendGrant, follows_subject, guild_requests_subject,
 };
 use guildhall_proto::guilds::{GuildReply, GuildRequest};
 use guildhall_proto::intents;
-use guildhall_proto::model::{self, Channel, Member, Role, RoleColors, User};
+use guildhall_proto::model::{self, Member, Role, RoleColors};
+use guildhall_proto::permissions as perm;
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{ChannelRow, GuildState, MemberRow, RoleRow, UserRow};
 use serde::Serialize;
@@ -43,69 +41,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
-
-/// Permission bits used here.
-pub mod perm {
-    /// The guild permissions of a member from the union of `@everyone`'s
-    /// and their roles' bits: everything for the owner or an
-    /// administrator, else the union.
-    pub fn effective(is_owner: bool, role_bits: u64) -> u64 {
-        if is_owner || role_bits & ADMINISTRATOR != 0 {
-            u64::MAX
-        } else {
-            role_bits
-        }
-    }
-
-    /// Every permission.
-    pub const ADMINISTRATOR: u64 = 1 << 3;
-    /// See a channel.
-    pub const VIEW_CHANNEL: u64 = 1 << 10;
-    /// Send messages.
-    pub const SEND_MESSAGES: u64 = 1 << 11;
-    /// Delete others' messages.
-    pub const MANAGE_MESSAGES: u64 = 1 << 13;
-    /// Read history.
-    pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
-    /// Mention `@everyone`, `@here` and roles that are not mentionable.
-    pub const MENTION_EVERYONE: u64 = 1 << 17;
-    /// Create invites.
-    pub const CREATE_INSTANT_INVITE: u64 = 1 << 0;
-    /// Manage channels.
-    pub const MANAGE_CHANNELS: u64 = 1 << 4;
-    /// Kick members.
-    pub const KICK_MEMBERS: u64 = 1 << 1;
-    /// Change others' nicknames.
-    pub const MANAGE_NICKNAMES: u64 = 1 << 27;
-    /// Manage roles below one's highest.
-    pub const MANAGE_ROLES: u64 = 1 << 28;
-    /// Rename the guild.
-    pub const MANAGE_GUILD: u64 = 1 << 5;
-    /// Create, read (with tokens), change and delete webhooks.
-    pub const MANAGE_WEBHOOKS: u64 = 1 << 29;
-    /// Join voice channels.
-    pub const CONNECT: u64 = 1 << 20;
-    /// Speak in voice channels.
-    pub const SPEAK: u64 = 1 << 21;
-    /// Voice activity detection (speaking without push-to-talk).
-    pub const USE_VAD: u64 = 1 << 25;
-    /// React with an emoji nobody has reacted with yet (joining one
-    /// there needs only READ_MESSAGE_HISTORY).
-    pub const ADD_REACTIONS: u64 = 1 << 6;
-    /// `@everyone`'s default: view, send, embed, attach, history, react,
-    /// invite, and join and speak in voice (Discord's default for a new
-    /// guild's `@everyone`, trimmed).
-    pub const EVERYONE_DEFAULT: u64 = VIEW_CHANNEL
-        | SEND_MESSAGES
-        | READ_MESSAGE_HISTORY
-        | CREATE_INSTANT_INVITE
-        | ADD_REACTIONS
-        | (1 << 14)
-        | (1 << 15)
-        | CONNECT
-        | SPEAK
-        | USE_VAD;
-}
 
 /// A member as the owner holds it.
 #[derive(Clone, Debug)]
@@ -159,52 +94,6 @@ pub struct FanoutCounters {
     /// Publishes confirmed without a fanout: a retry of an id this owner
     /// had fanned out already.
     pub publish_repeats_total: AtomicU64,
-}
-
-/// Builds the wire user of a row.
-pub fn wire_user(user: &UserRow) -> User {
-    User {
-        id: sf(user.id),
-        username: user.username.clone(),
-        discriminator: "0".into(),
-        global_name: user.global_name.clone(),
-        avatar: None,
-        bot: user.bot,
-        mfa_enabled: false,
-        verified: true,
-        flags: 0,
-        public_flags: 0,
-    }
-}
-
-/// Builds the wire channel of a row.
-pub fn wire_channel(row: &ChannelRow, with_guild: bool) -> Channel {
-    Channel {
-        id: sf(row.id),
-        kind: u8::try_from(row.kind).unwrap_or(0),
-        guild_id: if with_guild {
-            row.guild_id.map(sf)
-        } else {
-            None
-        },
-        name: row.name.clone(),
-        position: i32::try_from(row.position).unwrap_or(0),
-        permission_overwrites: vec![],
-        topic: row.topic.clone(),
-        nsfw: false,
-        last_message_id: None,
-        rate_limit_per_user: 0,
-        parent_id: None,
-        flags: 0,
-        // Voice channels: Discord's defaults (this server does not store a
-        // bitrate or a user limit yet).
-        voice: (row.kind == 2).then_some(guildhall_proto::model::VoiceChannelFields {
-            bitrate: 64_000,
-            user_limit: 0,
-            rtc_region: None,
-            video_quality_mode: 1,
-        }),
-    }
 }
 
 fn wire_role(row: &RoleRow) -> Role {

@@ -47,7 +47,6 @@ use crate::api::{
     ApiError, ApiResult, AppState, Caller, check_content, is_pinned, ok, parse_id, publish_message,
     read_json, store_message, wire_message,
 };
-use crate::guilds::{GuildError, wire_user};
 use crate::state::{now_ms, sf};
 use crate::webhooks::{check_extras, object_body, refused, string_field};
 use axum::Router;
@@ -55,10 +54,12 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
+use guildhall_common::wire::wire_user;
 use guildhall_limits::Limits;
 use guildhall_proto::commands::{self, CommandSpec};
 use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::ErrorCode;
+use guildhall_proto::guilds::GuildError;
 use guildhall_proto::interactions::{
     self as ix, CallbackBounds, CallbackInteraction, CallbackResource, CallbackResponse,
     CommandData, ComponentData, Interaction, InteractionData, InteractionGuild, InteractionMember,
@@ -646,7 +647,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
             features: vec![],
             locale: LOCALE.into(),
         }),
-        channel: serde_json::to_value(crate::guilds::wire_channel(&channel, false))
+        channel: serde_json::to_value(guildhall_common::wire::wire_channel(&channel, false))
             .unwrap_or(Value::Null),
         channel_id: sf(channel.id),
         member: Some(InteractionMember {
@@ -876,7 +877,7 @@ async fn resolve(
                     .ok_or_else(|| field(node, "options", "CHANNEL_UNKNOWN", "Unknown channel."))?;
                 resolved.channels.insert(
                     id.to_string(),
-                    serde_json::to_value(crate::guilds::wire_channel(&channel, false))
+                    serde_json::to_value(guildhall_common::wire::wire_channel(&channel, false))
                         .unwrap_or(Value::Null),
                 );
             }
@@ -893,7 +894,7 @@ async fn resolve(
     for user in &users {
         let grant = node
             .guilds
-            .authorize(guild_id, user.id, crate::guilds::GUILD_WIDE, 0)
+            .authorize(guild_id, user.id, guildhall_proto::guilds::GUILD_WIDE, 0)
             .await;
         let grant = match grant {
             Ok(grant) => grant,

@@ -9,11 +9,11 @@
 //! these casts (and from a new owner's question, `events::serve_follows`),
 //! and never holds the hub.
 
-use crate::guilds::{GuildCall, GuildError};
 use crate::hub::{Hub, Slot};
 use crate::state::Shared;
 use guildhall_common::guilds::GuildsClient;
 use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
+use guildhall_proto::guilds::{GuildCall, GuildError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

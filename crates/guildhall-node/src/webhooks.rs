@@ -25,16 +25,18 @@ use crate::api::{
     ApiError, ApiResult, AppState, Caller, check_chars, check_items, guild_channel, ok, parse_id,
     patch, publish_message, publish_plain, read_json, store_message, wire_row,
 };
-use crate::guilds::{GUILD_WIDE, perm, wire_user};
 use crate::state::sf;
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use guildhall_common::wire::wire_user;
 use guildhall_proto::error::ErrorCode;
+use guildhall_proto::guilds::GUILD_WIDE;
 use guildhall_proto::intents;
 use guildhall_proto::model::{User, WEBHOOK_INCOMING, Webhook, WebhooksUpdate};
+use guildhall_proto::permissions as perm;
 use guildhall_store::{MessageRow, UserRow, WebhookRow, WebhookWrite};
 use serde::Deserialize;
 use serde_json::{Map, Value};

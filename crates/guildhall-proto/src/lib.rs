@@ -9,6 +9,7 @@
 //! - [`gateway`]: opcodes, close codes, bounded parsing of client payloads,
 //!   server frames, and dispatches encoded once for many sessions.
 //! - [`model`]: users, guilds, roles, channels, members, messages, READY.
+//! - [`permissions`]: permission bits and a member's guild permissions.
 //! - [`shard`]: gateway sharding: which sessions hear a guild's events
 //!   (Discord's formula; events without a guild on shard 0 only).
 //! - [`commands`]: application commands: validation and wire objects.
@@ -46,6 +47,7 @@ pub mod intents;
 pub mod interactions;
 pub mod mentions;
 pub mod model;
+pub mod permissions;
 pub mod presence;
 pub mod replies;
 pub mod shard;
