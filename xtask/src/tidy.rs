@@ -47,7 +47,6 @@ const NODE_MODULE_ROLES: &[(&str, &str)] = &[
     ("events", "gateway"),
     ("compress", "gateway"),
     ("subscriptions", "gateway"),
-    ("guilds", "guilds"),
     ("api", "api"),
     ("commands", "api"),
     ("interactions", "api"),

@@ -21,6 +21,7 @@
 //!   owner over the bus).
 //! - [`presence`]: the presence role's clients (a session's status, a
 //!   loading owner's question) and their counters.
+//! - [`users`]: the users role's client (load users by id).
 //! - [`wire`]: the wire objects of store rows that several roles answer
 //!   with (users, channels).
 
@@ -33,4 +34,5 @@ pub mod log;
 pub mod outbox;
 pub mod presence;
 pub mod state;
+pub mod users;
 pub mod wire;

@@ -5,8 +5,6 @@
 //! - [`takeover`]: RESUME on any gateway node (a session moves over the bus).
 //! - [`events`]: this node's guild event streams on the bus (numbered,
 //!   gap-checked, resynchronised).
-//! - [`guilds`]: one owner per guild, behind a bounded mailbox, fanning out
-//!   over the bus.
 //! - [`api`]: REST v10.
 //! - [`commands`]: application commands (REST).
 //! - [`interactions`]: interactions (`POST /interactions`, callbacks, the
@@ -14,6 +12,10 @@
 //! - [`compress`]: gateway compression (the URL's query, the writer's deflate).
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`http`]: the accept loop and every connection's bounds.
+//!
+//! Roles in crates of their own: `guildhall-guilds` (one owner per guild,
+//! fanning out over the bus), `guildhall-presence`, `guildhall-users`,
+//! `guildhall-voice`, `guildhall-sfu`.
 //!
 //! [`run`] takes a bound listener and a shutdown future (so tests and the
 //! binary wire the node the same way, mini-redis style). Embedded mode is
@@ -31,7 +33,6 @@ pub mod commands;
 pub mod compress;
 pub mod events;
 pub mod gateway;
-pub mod guilds;
 pub mod http;
 pub mod hub;
 pub mod interaction_forward;
@@ -196,7 +197,7 @@ pub struct Node {
     pub guilds: Arc<guildhall_common::guilds::GuildsClient>,
     /// The guilds role's owners on this node (idle unless it runs the
     /// role).
-    pub guild_owners: Arc<guilds::GuildDirectory>,
+    pub guild_owners: Arc<guildhall_guilds::GuildDirectory>,
     /// Token resolution (users role).
     pub users: Arc<guildhall_users::Users>,
     /// Gateway role.
@@ -1494,7 +1495,7 @@ pub async fn run(
         config.node_name.clone(),
         &config.limits,
     ));
-    let guild_owners = Arc::new(guilds::GuildDirectory::new(
+    let guild_owners = Arc::new(guildhall_guilds::GuildDirectory::new(
         shared.clone(),
         bus.clone(),
         cluster_state.clone(),

@@ -64,24 +64,9 @@ fn answer(bus: &dyn guildhall_cluster::Bus, reply: &str, result: Result<Vec<User
     }
 }
 
-/// Asks the users role, wherever it runs, and waits at most `timeout`.
-pub async fn ask(
-    bus: &dyn guildhall_cluster::Bus,
-    call: UsersCall,
-    timeout: Duration,
-) -> Result<Vec<UserRow>, UsersError> {
-    let bytes = serde_json::to_vec(&UsersRequest::new(call)).map_err(|_| UsersError::Overloaded)?;
-    let message = bus
-        .request(USERS_SUBJECT, bytes.into(), timeout)
-        .await
-        .map_err(|_| UsersError::Overloaded)?;
-    match serde_json::from_slice::<UsersReply>(&message.payload) {
-        Ok(reply) if reply.v == guildhall_proto::bus::ENVELOPE_VERSION => reply
-            .result
-            .map(|records| records.into_iter().map(UserRow::from).collect()),
-        _ => Err(UsersError::Overloaded),
-    }
-}
+// The client other roles call lives below the roles; the cache calls it
+// too when a lookup misses on a node that does not hold the user's shard.
+pub use guildhall_common::users::ask;
 
 type Answer = Result<Option<UserRow>, UsersError>;
 type Digest = [u8; 32];

@@ -15,10 +15,10 @@
 //! flight), distinct guilds load at once, and the requests that arrive
 //! during a load reach the new owner in arrival order, before any later one.
 
-use crate::cluster::ClusterState;
-use crate::state::{Shared, sf};
 use guildhall_cluster::Bus;
+use guildhall_common::cluster::ClusterState;
 use guildhall_common::guilds::GuildsClient;
+use guildhall_common::state::{Shared, sf};
 use guildhall_common::wire::{wire_channel, wire_user};
 use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_proto::bus::{
@@ -283,8 +283,8 @@ impl GuildOwner {
         if matches!(error, Some(guildhall_store::StoreError::StaleEpoch)) {
             self.fenced = true;
             self.counters.fenced_total.fetch_add(1, Ordering::Relaxed);
-            self.cluster.hold_claims(crate::state::now_ms());
-            crate::throttled!(
+            self.cluster.hold_claims(guildhall_common::state::now_ms());
+            guildhall_common::throttled!(
                 warn,
                 "guilds.fenced",
                 guild_id = self.guild.id,
@@ -840,7 +840,7 @@ impl GuildOwner {
         match serde_json::value::to_raw_value(data) {
             Ok(raw) => Some(raw),
             Err(error) => {
-                crate::throttled!(error, "guilds.encode_failed", %error, event = name, "cannot encode dispatch");
+                guildhall_common::throttled!(error, "guilds.encode_failed", %error, event = name, "cannot encode dispatch");
                 None
             }
         }
@@ -1218,7 +1218,7 @@ impl GuildOwner {
                 let row = MemberRow {
                     guild_id: self.guild.id,
                     user_id: user.id,
-                    joined_ms: crate::state::now_ms() as i64,
+                    joined_ms: guildhall_common::state::now_ms() as i64,
                     nick: None,
                 };
                 if let Err(error) = self.shared.store.add_member(&row, self.epoch as i64).await {
@@ -1610,14 +1610,14 @@ impl GuildDirectory {
         let timeout = Duration::from_millis(self.shared.limits.users_lookup_timeout_ms);
         let ids: Vec<i64> = state.members.iter().map(|m| m.user_id).collect();
         for batch in ids.chunks(self.shared.limits.users_batch_ids_max.max(1)) {
-            let call = guildhall_users::UsersCall::Load {
+            let call = guildhall_proto::users::UsersCall::Load {
                 ids: batch.to_vec(),
             };
-            let rows = guildhall_users::ask(self.bus.as_ref(), call, timeout)
+            let rows = guildhall_common::users::ask(self.bus.as_ref(), call, timeout)
                 .await
                 .map_err(|e| match e {
-                    guildhall_users::UsersError::Overloaded => GuildError::Overloaded,
-                    guildhall_users::UsersError::Store => GuildError::Store,
+                    guildhall_proto::users::UsersError::Overloaded => GuildError::Overloaded,
+                    guildhall_proto::users::UsersError::Store => GuildError::Store,
                 })?;
             users.extend(rows.into_iter().map(|u| (u.id, u)));
         }
@@ -1653,7 +1653,7 @@ impl GuildDirectory {
         // lease was live. The claim comes before the read, so every write
         // of the previous owner is either in what this load reads or
         // refused (the previous owner's epoch is no longer the row's).
-        if !self.cluster.may_claim(crate::state::now_ms()) {
+        if !self.cluster.may_claim(guildhall_common::state::now_ms()) {
             self.counters
                 .claims_refused_total
                 .fetch_add(1, Ordering::Relaxed);
@@ -1850,7 +1850,7 @@ impl GuildDirectory {
                     changed = changes.changed() => if changed.is_err() { break },
                     _ = tick.tick() => {}
                 }
-                directory.rebalance(crate::state::now_ms());
+                directory.rebalance(guildhall_common::state::now_ms());
             }
         })
     }
@@ -1999,7 +1999,7 @@ impl GuildDirectory {
                                 .counters
                                 .malformed_requests_total
                                 .fetch_add(1, Ordering::Relaxed);
-                            crate::throttled!(
+                            guildhall_common::throttled!(
                                 warn,
                                 "guilds.malformed_request",
                                 "malformed guild request dropped"
