@@ -39,7 +39,9 @@ const BELOW_ROLES: &[&str] = &[
     "guildhall-session",
 ];
 
-/// The role of each module still inside `guildhall-node/src`.
+/// The role of each module still inside `guildhall-node/src`, or
+/// re-exported there from its role crate while the modules left name it
+/// by its old path (a missing file is skipped; its uses still count).
 const NODE_MODULE_ROLES: &[(&str, &str)] = &[
     ("gateway", "gateway"),
     ("hub", "gateway"),

@@ -23,3 +23,21 @@ pub async fn ask(
         _ => Err(UsersError::Overloaded),
     }
 }
+
+/// A token lookup's answer: the user, `None` for a token nobody holds, or
+/// the role's refusal (overloaded, store down).
+pub type TokenAnswer = Result<Option<UserRow>, UsersError>;
+
+/// What a front door (a session's IDENTIFY or RESUME, a REST call) asks of
+/// the users role about tokens. The users role implements it with its
+/// cache and single-flight in front of the store; the gateway and the api
+/// hold it as a trait object, so neither depends on the users role's
+/// crate and the node's wiring decides which implementation they get.
+pub trait TokenLookups: Send + Sync {
+    /// The user a token digest (SHA-256 of the token) belongs to.
+    fn by_token(&self, digest: [u8; 32]) -> futures_util::future::BoxFuture<'_, TokenAnswer>;
+
+    /// Forgets every cached token and row of `user_id`, here and on every
+    /// node (their tokens were revoked, or the user changed).
+    fn invalidate_user(&self, user_id: i64);
+}

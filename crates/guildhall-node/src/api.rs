@@ -240,7 +240,7 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// What the rate-limit layer found the request's token to be (it keys the
 /// request's bucket on the user), so the handler does not look it up again.
 #[derive(Clone)]
-pub struct TokenLookup(pub Result<Option<UserRow>, guildhall_users::UsersError>);
+pub struct TokenLookup(pub guildhall_common::users::TokenAnswer);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;

@@ -1,20 +1,15 @@
 //! A Guildhall node: the roles and the one function that wires them.
 //!
-//! - [`gateway`]: WebSocket sessions (admission, the session task).
-//! - [`hub`]: the node's sessions and local fanout.
-//! - [`takeover`]: RESUME on any gateway node (a session moves over the bus).
-//! - [`events`]: this node's guild event streams on the bus (numbered,
-//!   gap-checked, resynchronised).
 //! - [`api`]: REST v10.
 //! - [`commands`]: application commands (REST).
 //! - [`interactions`]: interactions (`POST /interactions`, callbacks, the
 //!   interaction's webhook).
-//! - [`compress`]: gateway compression (the URL's query, the writer's deflate).
 //! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
 //! - [`http`]: the accept loop and every connection's bounds.
 //!
-//! Roles in crates of their own: `guildhall-guilds` (one owner per guild,
-//! fanning out over the bus), `guildhall-presence`, `guildhall-users`,
+//! Roles in crates of their own: `guildhall-gateway` (WebSocket sessions,
+//! the hub, the guild event streams, RESUME on any node), `guildhall-guilds`
+//! (one owner per guild, fanning out over the bus), `guildhall-presence`, `guildhall-users`,
 //! `guildhall-voice`, `guildhall-sfu`.
 //!
 //! [`run`] takes a bound listener and a shutdown future (so tests and the
@@ -27,19 +22,16 @@
 pub use guildhall_common::{auth, cluster, histogram, log, outbox, state, throttled};
 // The presence role's crate, under its old path while callers use it.
 pub use guildhall_presence as presence;
+// The gateway role's crate, under its old paths while the api modules and
+// the tests still name them.
+pub use guildhall_gateway::{self as gateway, compress, events, hub, subscriptions, takeover};
 
 pub mod api;
 pub mod commands;
-pub mod compress;
-pub mod events;
-pub mod gateway;
 pub mod http;
-pub mod hub;
 pub mod interaction_forward;
 pub mod interactions;
 pub mod ratelimit;
-pub mod subscriptions;
-pub mod takeover;
 pub mod webhooks;
 pub mod worker_id;
 
@@ -1566,7 +1558,7 @@ pub async fn run(
         hub: hub.clone(),
         guilds: guilds.clone(),
         subscriptions: subscriptions.clone(),
-        users: users.clone(),
+        users: users.lookups(),
         counters: gateway::GatewayCounters::default(),
         admission: gateway::Admission::new(&config.limits),
         bus: bus.clone(),

@@ -339,6 +339,23 @@ enum Admitted {
     Load(tokio::sync::OwnedSemaphorePermit),
 }
 
+/// The users role as the front doors (gateway, api) see it: their token
+/// lookups through this node's cache and single-flight.
+struct Lookups(Arc<Users>);
+
+impl guildhall_common::users::TokenLookups for Lookups {
+    fn by_token(
+        &self,
+        digest: Digest,
+    ) -> futures_util::future::BoxFuture<'_, guildhall_common::users::TokenAnswer> {
+        Box::pin(self.0.by_token(digest))
+    }
+
+    fn invalidate_user(&self, user_id: i64) {
+        self.0.invalidate_user(user_id);
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -433,6 +450,11 @@ impl Users {
             return Some(None);
         }
         None
+    }
+
+    /// This front as the gateway and the api hold it.
+    pub fn lookups(self: &Arc<Self>) -> Arc<dyn guildhall_common::users::TokenLookups> {
+        Arc::new(Lookups(self.clone()))
     }
 
     /// The user a token digest belongs to.

@@ -82,7 +82,7 @@ pub struct Takeovers {
     hub: Arc<Hub>,
     subscriptions: Arc<Subscriptions>,
     bus: Arc<dyn Bus>,
-    cluster: Arc<crate::cluster::ClusterState>,
+    cluster: Arc<guildhall_common::cluster::ClusterState>,
     node_name: String,
     limits: guildhall_limits::Limits,
     in_flight: Arc<Semaphore>,
@@ -100,7 +100,7 @@ impl Takeovers {
         hub: Arc<Hub>,
         subscriptions: Arc<Subscriptions>,
         bus: Arc<dyn Bus>,
-        cluster: Arc<crate::cluster::ClusterState>,
+        cluster: Arc<guildhall_common::cluster::ClusterState>,
         node_name: String,
         limits: &guildhall_limits::Limits,
     ) -> Self {
@@ -123,7 +123,7 @@ impl Takeovers {
 
     fn refuse(&self, why: &'static str) {
         self.counters.refused_total.fetch_add(1, Ordering::Relaxed);
-        crate::throttled!(info, "takeover.refused", why, "session takeover refused");
+        guildhall_common::throttled!(info, "takeover.refused", why, "session takeover refused");
     }
 
     /// Serves takeovers of this node's sessions. A `Prepare` is answered
@@ -249,7 +249,7 @@ impl Takeovers {
             return refused(reason);
         }
         let guilds = self.hub.guilds_of(&slot.id);
-        if !slot.begin_move(&guilds, crate::state::now_ms()) {
+        if !slot.begin_move(&guilds, guildhall_common::state::now_ms()) {
             self.refuse("moving");
             return refused(TakeoverRefusal::Busy);
         }
@@ -262,7 +262,7 @@ impl Takeovers {
             {
                 // The owner could not take the request: nothing will
                 // confirm it; it is handed over unconfirmed below.
-                crate::throttled!(
+                guildhall_common::throttled!(
                     warn,
                     "takeover.move_refused",
                     guild_id,
@@ -355,7 +355,7 @@ impl Takeovers {
             self.counters
                 .unknown_holder_total
                 .fetch_add(1, Ordering::Relaxed);
-            crate::throttled!(
+            guildhall_common::throttled!(
                 info,
                 "takeover.unknown_holder",
                 "RESUME of a session no live gateway node holds"
@@ -412,7 +412,7 @@ impl Takeovers {
                         large_threshold.into(),
                     )),
                 },
-                crate::state::now_ms(),
+                guildhall_common::state::now_ms(),
             )
             .ok_or(TakeoverRefusal::Busy)?;
         for guild_id in &guilds {
@@ -460,7 +460,7 @@ impl Takeovers {
                 self.limits.replay_buffer_bytes_max,
             )
         {
-            crate::throttled!(
+            guildhall_common::throttled!(
                 warn,
                 "takeover.bad_handoff",
                 "session handoff did not line up; client re-identifies"

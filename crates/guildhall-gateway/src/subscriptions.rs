@@ -10,8 +10,8 @@
 //! and never holds the hub.
 
 use crate::hub::{Hub, Slot};
-use crate::state::Shared;
 use guildhall_common::guilds::GuildsClient;
+use guildhall_common::state::Shared;
 use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
 use guildhall_proto::guilds::{GuildCall, GuildError};
 use std::sync::Arc;
@@ -111,14 +111,14 @@ impl Subscriptions {
     pub async fn subscribe_ready(self: &Arc<Self>, slot: &Arc<Slot>, guild_ids: Vec<i64>) {
         {
             let mut budget = self.lock_budget();
-            let now = crate::state::now_ms();
+            let now = guildhall_common::state::now_ms();
             for _ in &guild_ids {
                 budget.on_first_attempt(now);
             }
         }
         for guild_id in &guild_ids {
             if let Err(error) = self.subscribe(*guild_id, slot).await {
-                crate::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
+                guildhall_common::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
             }
         }
         if guild_ids.is_empty() || self.shared.limits.guild_subscribe_attempts_max <= 1 {
@@ -149,7 +149,7 @@ impl Subscriptions {
                 attempts - 1,
                 limits.backoff_base_ms,
                 limits.backoff_cap_ms,
-                crate::auth::random_unit(),
+                guildhall_common::auth::random_unit(),
             );
             tokio::time::sleep(Duration::from_millis(
                 limits.guild_reply_timeout_ms.saturating_add(jitter_ms),
@@ -167,7 +167,10 @@ impl Subscriptions {
             }
             attempts += 1;
             for guild_id in &pending {
-                if !self.lock_budget().try_retry(crate::state::now_ms()) {
+                if !self
+                    .lock_budget()
+                    .try_retry(guildhall_common::state::now_ms())
+                {
                     self.counters
                         .retries_refused_total
                         .fetch_add(1, Ordering::Relaxed);

@@ -212,7 +212,7 @@ impl SlotState {
             let _ = control.try_send(Control::Close(CloseCode::UnknownError));
         }
         self.out = None;
-        self.detached_at_ms = Some(crate::state::now_ms());
+        self.detached_at_ms = Some(guildhall_common::state::now_ms());
     }
 }
 

@@ -31,14 +31,29 @@
 //! `session_member_requests_max` per session; more are answered with
 //! RATE_LIMITED), paced by the session's queue so its chunks never make the
 //! session a slow consumer, while the writer keeps draining.
+//!
+//! The role's modules: [`hub`] (this node's sessions and local fanout),
+//! [`takeover`] (RESUME on any gateway node), [`events`] (this node's guild
+//! event streams on the bus: numbered, gap-checked, resynchronised),
+//! [`subscriptions`] (which guilds each session here follows) and
+//! [`compress`] (the URL's query, the writer's deflate and zstd).
+//! It depends on `guildhall-common` and on no other role: tokens are
+//! looked up through `guildhall_common::users::TokenLookups`, guild owners
+//! called through `guildhall_common::guilds::GuildsClient`.
+
+pub mod compress;
+pub mod events;
+pub mod hub;
+pub mod subscriptions;
+pub mod takeover;
 
 use crate::compress::{Deflater, Stream, Transport, WireQuery};
 use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Inlet, Outlet, Slot};
-use crate::state::{Shared, now_ms, sf};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use guildhall_common::guilds::GuildsClient;
+use guildhall_common::state::{Shared, now_ms, sf};
 use guildhall_common::wire::wire_user;
 use guildhall_control::admission::{Decision, HandshakeAdmission, HandshakeBounds};
 use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
@@ -117,12 +132,12 @@ pub struct GatewayCounters {
     /// Upgrades refused with 400 for their `encoding` or `compress`.
     pub query_refused_total: AtomicU64,
     /// IDENTIFY received → READY queued.
-    pub identify_to_ready_seconds: crate::histogram::Histogram,
+    pub identify_to_ready_seconds: guildhall_common::histogram::Histogram,
     /// VOICE_SERVER_UPDATEs sent with an SFU's endpoint.
     pub voice_servers_total: AtomicU64,
     /// Op 4 received → VOICE_SERVER_UPDATE queued (the voice role's and
     /// the SFU's part of a join).
-    pub voice_server_seconds: crate::histogram::Histogram,
+    pub voice_server_seconds: guildhall_common::histogram::Histogram,
     /// Voice joins the voice role refused (budget, capacity, SFUs).
     pub voice_refused_total: AtomicU64,
     /// Voice requests the voice role did not answer in time.
@@ -179,7 +194,7 @@ impl Admission {
             .decide
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .decide(now_ms(), sessions, crate::auth::random_unit());
+            .decide(now_ms(), sessions, guildhall_common::auth::random_unit());
         match decision {
             Decision::Admit => Ok(()),
             Decision::Hold { wait_ms } => {
@@ -202,7 +217,7 @@ pub struct Gateway {
     /// This node's sessions' guild subscriptions.
     pub subscriptions: Arc<crate::subscriptions::Subscriptions>,
     /// Token resolution.
-    pub users: Arc<guildhall_users::Users>,
+    pub users: Arc<dyn guildhall_common::users::TokenLookups>,
     /// Counters.
     pub counters: GatewayCounters,
     /// Admission.
@@ -212,7 +227,7 @@ pub struct Gateway {
     /// Presence counters.
     pub presence: Arc<guildhall_common::presence::PresenceCounters>,
     /// What the node knows of the cluster (READY's `resume_gateway_url`).
-    pub cluster: Arc<crate::cluster::ClusterState>,
+    pub cluster: Arc<guildhall_common::cluster::ClusterState>,
     /// Cross-node RESUME.
     pub takeovers: Arc<crate::takeover::Takeovers>,
     /// Bounds op 4 retries across the node's sessions (`retry_budget_*`),
@@ -235,10 +250,10 @@ impl Drop for AbortOnDrop {
 /// here once with the intents they decide).
 async fn authenticate(
     shared: &Shared,
-    users: &Arc<guildhall_users::Users>,
+    users: &Arc<dyn guildhall_common::users::TokenLookups>,
     token: &str,
 ) -> Result<(UserRow, Identity, i64), AuthFailure> {
-    let digest = crate::auth::token_digest(token);
+    let digest = guildhall_common::auth::token_digest(token);
     let user = match users.by_token(digest).await {
         Ok(Some(user)) => user,
         Ok(None) => return Err(AuthFailure::BadToken),
@@ -498,7 +513,7 @@ impl Gateway {
             self.counters
                 .write_stalls_total
                 .fetch_add(1, Ordering::Relaxed);
-            crate::throttled!(
+            guildhall_common::throttled!(
                 warn,
                 "gateway.write_stall",
                 stall_ms = self.shared.limits.session_write_stall_ms_max,
@@ -639,7 +654,7 @@ impl Gateway {
                 self.counters
                     .identify_buckets_untracked_total
                     .fetch_add(1, Ordering::Relaxed);
-                crate::throttled!(
+                guildhall_common::throttled!(
                     warn,
                     "gateway.identify_buckets_untracked",
                     rows_max = limits.session_start_bots_max,
@@ -659,7 +674,7 @@ impl Gateway {
             .session_limit_resets_total
             .fetch_add(1, Ordering::Relaxed);
         if let Err(error) = self.shared.store.revoke_tokens(bot_id).await {
-            crate::throttled!(error, "gateway.session_limit_revoke_failed", bot_id, %error, "session start limit hit: token not revoked");
+            guildhall_common::throttled!(error, "gateway.session_limit_revoke_failed", bot_id, %error, "session start limit hit: token not revoked");
         }
         self.users.invalidate_user(bot_id);
         crate::events::to_gateways(
@@ -669,7 +684,7 @@ impl Gateway {
             bot_id,
             guildhall_proto::bus::NodeEventBody::Terminate { user_id: bot_id },
         );
-        crate::throttled!(
+        guildhall_common::throttled!(
             warn,
             "gateway.session_limit_hit",
             bot_id,
@@ -712,7 +727,7 @@ impl Gateway {
                 self.counters
                     .session_starts_untracked_total
                     .fetch_add(1, Ordering::Relaxed);
-                crate::throttled!(
+                guildhall_common::throttled!(
                     warn,
                     "gateway.session_starts_untracked",
                     bots_max = limits.session_start_bots_max,
@@ -932,7 +947,7 @@ impl Gateway {
             self.counters
                 .voice_owner_failures_total
                 .fetch_add(1, Ordering::Relaxed);
-            crate::throttled!(
+            guildhall_common::throttled!(
                 info,
                 "gateway.voice_owner_failed",
                 guild_id,
@@ -965,7 +980,7 @@ impl Gateway {
             // answering may have left the view since.
             let Some(voice_node) = self.cluster.voice_node_of(guild_id) else {
                 if channel_id.is_some()
-                    && let Ok(token) = crate::auth::random_hex()
+                    && let Ok(token) = guildhall_common::auth::random_hex()
                 {
                     let data = serde_json::json!({"token": token, "guild_id": guild_id.to_string(), "endpoint": null});
                     if let Ok(event) = EncodedDispatch::new("VOICE_SERVER_UPDATE", &data) {
@@ -1008,7 +1023,7 @@ impl Gateway {
                     self.counters
                         .voice_refused_total
                         .fetch_add(1, Ordering::Relaxed);
-                    crate::throttled!(
+                    guildhall_common::throttled!(
                         info,
                         "gateway.voice_refused",
                         guild_id,
@@ -1023,7 +1038,7 @@ impl Gateway {
                     self.counters
                         .voice_unanswered_total
                         .fetch_add(1, Ordering::Relaxed);
-                    crate::throttled!(
+                    guildhall_common::throttled!(
                         warn,
                         "gateway.voice_unanswered",
                         guild_id,
@@ -1060,7 +1075,7 @@ impl Gateway {
             self.counters
                 .voice_gave_up_total
                 .fetch_add(1, Ordering::Relaxed);
-            crate::throttled!(
+            guildhall_common::throttled!(
                 warn,
                 "gateway.voice_gave_up",
                 attempt = *attempt,
@@ -1072,7 +1087,7 @@ impl Gateway {
             *attempt - 1,
             limits.backoff_base_ms,
             limits.backoff_cap_ms,
-            crate::auth::random_unit(),
+            guildhall_common::auth::random_unit(),
         );
         *attempt += 1;
         self.counters
@@ -1448,7 +1463,7 @@ impl Gateway {
 pub fn start_presence_resync(
     bus: Arc<dyn guildhall_cluster::Bus>,
     hub: Arc<Hub>,
-    cluster: Arc<crate::cluster::ClusterState>,
+    cluster: Arc<guildhall_common::cluster::ClusterState>,
     counters: Arc<guildhall_common::presence::PresenceCounters>,
     limits: &guildhall_limits::Limits,
 ) -> tokio::task::JoinHandle<()> {

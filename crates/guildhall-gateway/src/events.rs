@@ -217,7 +217,7 @@ impl Partition {
                             self.counters
                                 .malformed_total
                                 .fetch_add(1, Ordering::Relaxed);
-                            crate::throttled!(warn, "events.malformed", %error, "malformed bus envelope dropped");
+                            guildhall_common::throttled!(warn, "events.malformed", %error, "malformed bus envelope dropped");
                         }
                     }
                 }
@@ -304,7 +304,7 @@ impl Partition {
                     self.counters
                         .stale_epoch_total
                         .fetch_add(1, Ordering::Relaxed);
-                    crate::throttled!(
+                    guildhall_common::throttled!(
                         warn,
                         "events.stale_epoch",
                         guild_id,
@@ -320,7 +320,7 @@ impl Partition {
                 self.counters
                     .missed_total
                     .fetch_add(missing, Ordering::Relaxed);
-                crate::throttled!(
+                guildhall_common::throttled!(
                     warn,
                     "events.gap",
                     guild_id,
@@ -471,7 +471,7 @@ mod tests {
     async fn partition(permits: usize) -> Partition {
         let limits = guildhall_limits::Limits::default();
         let store = guildhall_store::Store::open_in_memory().await.unwrap();
-        let shared = Arc::new(crate::state::Shared::new(
+        let shared = Arc::new(guildhall_common::state::Shared::new(
             store,
             limits.clone(),
             String::new(),
@@ -479,7 +479,7 @@ mod tests {
         ));
         let hub = Arc::new(Hub::new(&limits));
         let bus: Arc<dyn Bus> = Arc::new(guildhall_cluster::LocalBus::new(1 << 20));
-        let cluster = Arc::new(crate::cluster::ClusterState::default());
+        let cluster = Arc::new(guildhall_common::cluster::ClusterState::default());
         let guilds = Arc::new(guildhall_common::guilds::GuildsClient::new(
             bus,
             cluster,
