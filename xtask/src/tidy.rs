@@ -73,15 +73,7 @@ const NODE_SHARED: &[&str] = &[
 /// `module -> name`: a role module of `guildhall-node` that still names
 /// another role's module, or the node's wiring (`Node`: every role's state
 /// at once). Today's edges; each step of the role split removes some.
-const CROSS_ROLE_ALLOWED: &[(&str, &str)] = &[
-    ("api", "Node"),
-    ("api", "compress"),
-    ("api", "gateway"),
-    ("commands", "Node"),
-    ("interaction_forward", "Node"),
-    ("interactions", "Node"),
-    ("webhooks", "Node"),
-];
+const CROSS_ROLE_ALLOWED: &[(&str, &str)] = &[];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -10,6 +10,8 @@
 //!   SFUs).
 //! - [`log`]: the process-wide log throttle and [`throttled!`], which every
 //!   line that can fire per request or per event goes through (seed 000).
+//! - [`http`]: what the roles that answer HTTP answer alike (JSON bodies,
+//!   Discord's 404).
 //! - [`histogram`]: fixed-bucket latency histograms for `/metrics`.
 //! - [`outbox`]: guild events held for redelivery until an owner confirms
 //!   their fanout (pure: time is an argument).
@@ -30,6 +32,7 @@ pub mod cluster;
 pub mod gateways;
 pub mod guilds;
 pub mod histogram;
+pub mod http;
 pub mod log;
 pub mod outbox;
 pub mod presence;

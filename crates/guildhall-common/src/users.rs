@@ -34,6 +34,11 @@ pub type TokenAnswer = Result<Option<UserRow>, UsersError>;
 /// hold it as a trait object, so neither depends on the users role's
 /// crate and the node's wiring decides which implementation they get.
 pub trait TokenLookups: Send + Sync {
+    /// What this node's caches know of a token digest without asking the
+    /// role: `Some(Some(user))`, `Some(None)` (known invalid) or `None`
+    /// (unknown: [`TokenLookups::by_token`] would ask).
+    fn cached(&self, digest: &[u8; 32]) -> Option<Option<UserRow>>;
+
     /// The user a token digest (SHA-256 of the token) belongs to.
     fn by_token(&self, digest: [u8; 32]) -> futures_util::future::BoxFuture<'_, TokenAnswer>;
 

@@ -36,7 +36,8 @@
 //! [`takeover`] (RESUME on any gateway node), [`events`] (this node's guild
 //! event streams on the bus: numbered, gap-checked, resynchronised),
 //! [`subscriptions`] (which guilds each session here follows) and
-//! [`compress`] (the URL's query, the writer's deflate and zstd).
+//! [`compress`] (the URL's query, the writer's deflate and zstd) and
+//! [`upgrade`] (the HTTP edge: admission before the 101).
 //! It depends on `guildhall-common` and on no other role: tokens are
 //! looked up through `guildhall_common::users::TokenLookups`, guild owners
 //! called through `guildhall_common::guilds::GuildsClient`.
@@ -46,6 +47,7 @@ pub mod events;
 pub mod hub;
 pub mod subscriptions;
 pub mod takeover;
+pub mod upgrade;
 
 use crate::compress::{Deflater, Stream, Transport, WireQuery};
 use crate::hub::{CONTROL_CHANNEL_CAPACITY, Control, Hub, Inlet, Outlet, Slot};
@@ -60,7 +62,7 @@ use guildhall_control::retry::{RetryBudget, backoff_full_jitter_ms};
 use guildhall_proto::bus::TakeoverRefusal;
 use guildhall_proto::gateway::{self, CloseCode, EncodedDispatch, OneOrMany, RequestGuildMembers};
 use guildhall_proto::guilds::{GuildCall, MemberPage};
-use guildhall_proto::intents;
+use guildhall_proto::intents::{self, app_flags};
 use guildhall_proto::model::{self, PartialApplication, Ready, UnavailableGuild};
 use guildhall_session::machine::{
     AuthFailure, Command, Identity, ResumeFailure, Session, SessionConfig,
@@ -74,19 +76,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
-
-/// Application flags that enable the privileged intents (the `_LIMITED`
-/// variants, which Discord gives unverified applications).
-pub mod app_flags {
-    /// GATEWAY_PRESENCE_LIMITED.
-    pub const PRESENCE: i64 = 1 << 13;
-    /// GATEWAY_GUILD_MEMBERS_LIMITED.
-    pub const GUILD_MEMBERS: i64 = 1 << 15;
-    /// GATEWAY_MESSAGE_CONTENT_LIMITED.
-    pub const MESSAGE_CONTENT: i64 = 1 << 19;
-    /// New applications may use every privileged intent.
-    pub const DEFAULT: i64 = PRESENCE | GUILD_MEMBERS | MESSAGE_CONTENT;
-}
 
 /// Frames a socket's writer writes per wake-up before it flushes (bounds the
 /// time one busy session holds its worker).

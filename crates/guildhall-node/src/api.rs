@@ -7,11 +7,10 @@
 //! their own documented answer. A message is durable before its 200.
 
 use crate::auth;
-use crate::gateway::{Gateway, app_flags};
 use crate::state::{now_ms, sf};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Path, Query, RawQuery, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -24,6 +23,7 @@ use guildhall_proto::guilds::Outgoing;
 use guildhall_proto::guilds::{Changed, GuildChange, GuildError};
 use guildhall_proto::guilds::{ChannelRecord, RoleRecord};
 use guildhall_proto::intents;
+use guildhall_proto::intents::app_flags;
 use guildhall_proto::interactions::{FLAG_SUPPRESS_EMBEDS, FLAG_SUPPRESS_NOTIFICATIONS};
 use guildhall_proto::mentions;
 use guildhall_proto::model::{Message, PartialEmoji, Reaction, ReactionCountDetails};
@@ -42,8 +42,96 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Node state the handlers share.
-pub type AppState = Arc<crate::Node>;
+/// What the api role's handlers share: the node's shared state and the
+/// clients of the roles the api calls (guild owners, token lookups,
+/// "send to these gateways"), never another role's state.
+pub type AppState = Arc<ApiState>;
+
+/// The api role's state.
+pub struct ApiState {
+    /// Store, limits, ids.
+    pub shared: Arc<crate::state::Shared>,
+    /// How the api reaches guild owners (typed calls, confirmed publishes).
+    pub guilds: Arc<guildhall_common::guilds::GuildsClient>,
+    /// Token lookups (the users role's cache front).
+    pub users: Arc<dyn guildhall_common::users::TokenLookups>,
+    /// REST counters.
+    pub counters: ApiCounters,
+    /// REST buckets.
+    pub rate: crate::ratelimit::RateLimiter,
+    /// Token for operator endpoints (in `DATA_DIR/admin.token`).
+    pub admin_token: String,
+    /// What the node knows of the cluster (where gateways are, placement).
+    pub cluster: Arc<crate::cluster::ClusterState>,
+    /// The bus the roles talk over.
+    pub bus: Arc<dyn guildhall_cluster::Bus>,
+    /// Password-hashing permits and their memory.
+    pub passwords: crate::auth::Passwords,
+    /// This node's name (the tag in interaction tokens names it).
+    pub node_name: String,
+    /// Interactions created on this node.
+    pub interactions: crate::interactions::Interactions,
+    /// Interaction requests passed between api nodes.
+    pub forwards: crate::interaction_forward::Forwards,
+}
+
+impl ApiState {
+    /// Sends dispatch `name` to every session of `user_ids` holding
+    /// `required_intent` (0: none), on whatever gateway node: direct
+    /// messages and user events, which have no guild stream. What it sends
+    /// is already durable; a refused publish is counted by the bus. It names
+    /// no guild, so sharded sessions hear it on shard 0 only.
+    pub fn to_users(
+        &self,
+        user_ids: Vec<i64>,
+        required_intent: u64,
+        name: &str,
+        data: &impl serde::Serialize,
+    ) {
+        self.to_users_in(None, user_ids, required_intent, name, data);
+    }
+
+    /// [`ApiState::to_users`] for an event that names `guild_id` without
+    /// going through its stream (an interaction, an ephemeral message):
+    /// sharded sessions hear it on that guild's shard.
+    pub fn to_users_in(
+        &self,
+        guild_id: Option<i64>,
+        user_ids: Vec<i64>,
+        required_intent: u64,
+        name: &str,
+        data: &impl serde::Serialize,
+    ) {
+        self.gateways()
+            .to_users_in(guild_id, user_ids, required_intent, name, data);
+    }
+
+    /// See [`guildhall_common::gateways::Gateways::to_session`].
+    pub fn to_session(
+        &self,
+        user_id: i64,
+        session_id: &str,
+        name: &str,
+        data: &impl serde::Serialize,
+    ) -> bool {
+        self.gateways().to_session(user_id, session_id, name, data)
+    }
+
+    /// Publishes `body` to every gateway node (refusals are counted by the
+    /// bus).
+    pub fn to_gateways(&self, key: i64, body: guildhall_proto::bus::NodeEventBody) {
+        self.gateways().to_all(key, body);
+    }
+
+    /// The gateways, as the api role reaches sessions.
+    pub fn gateways(&self) -> guildhall_common::gateways::Gateways<'_> {
+        guildhall_common::gateways::Gateways {
+            bus: self.bus.as_ref(),
+            cluster: &self.cluster,
+            partitions: self.shared.limits.gateway_event_partitions,
+        }
+    }
+}
 
 /// Everything a handler can answer with other than success.
 #[derive(Debug)]
@@ -108,17 +196,8 @@ impl From<GuildError> for ApiError {
     }
 }
 
-/// JSON with exactly `application/json` (a charset suffix crashes
-/// discord.py at login).
-pub fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
-    let mut response = (status, bytes).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
+// Shared with the gateway role (its upgrade refusals and 404s).
+pub use guildhall_common::http::{json_response, not_found};
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -296,7 +375,7 @@ pub struct ApiCounters {
 /// Refuses `value` unless it has `min..=max` characters, with Discord's
 /// 50035 body on `field` (counted with the other refused bodies).
 pub(crate) fn check_chars(
-    node: &crate::Node,
+    node: &ApiState,
     field: &'static str,
     value: &str,
     min: usize,
@@ -326,7 +405,7 @@ pub(crate) fn check_chars(
 /// Refuses an array longer than `max` on `field`, as [`check_chars`] does
 /// a string.
 pub(crate) fn check_items(
-    node: &crate::Node,
+    node: &ApiState,
     field: &'static str,
     len: usize,
     max: usize,
@@ -448,7 +527,7 @@ fn check_username(name: &str) -> Result<(), ApiError> {
     }
 }
 
-async fn issue_token(node: &crate::Node, user_id: i64) -> Result<String, ApiError> {
+async fn issue_token(node: &ApiState, user_id: i64) -> Result<String, ApiError> {
     let token = auth::new_token(user_id, now_ms()).map_err(|_| ApiError::Internal)?;
     node.shared
         .store
@@ -568,7 +647,7 @@ async fn get_user(
 /// server does not have (no team, no redirect URIs, no interactions
 /// endpoint, guild install only). `verify_key` is empty: interactions
 /// reach bots over the gateway, never signed over HTTP.
-async fn application_object(node: &crate::Node, app: &ApplicationRow) -> ApiResult {
+async fn application_object(node: &ApiState, app: &ApplicationRow) -> ApiResult {
     let store = &node.shared.store;
     let owner = store.user(app.owner_id).await?.ok_or(ApiError::Internal)?;
     let bot = store
@@ -588,10 +667,7 @@ async fn application_object(node: &crate::Node, app: &ApplicationRow) -> ApiResu
 }
 
 /// The caller's own application: its bot's (Discord's `@me`).
-async fn my_application_row(
-    node: &crate::Node,
-    user: &UserRow,
-) -> Result<ApplicationRow, ApiError> {
+async fn my_application_row(node: &ApiState, user: &UserRow) -> Result<ApplicationRow, ApiError> {
     node.shared
         .store
         .application_by_bot(user.id)
@@ -761,7 +837,7 @@ struct NewApplication {
 
 /// Creates an application and its bot user for `owner`.
 pub async fn create_application_for(
-    node: &crate::Node,
+    node: &ApiState,
     owner: &UserRow,
     name: &str,
 ) -> Result<(ApplicationRow, UserRow), ApiError> {
@@ -813,7 +889,7 @@ async fn create_application(
 }
 
 async fn owned_application(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     id: &str,
 ) -> Result<ApplicationRow, ApiError> {
@@ -963,7 +1039,7 @@ struct NewGuild {
 
 /// Creates a guild owned by `owner` with `@everyone` and `#general`.
 pub async fn create_guild_for(
-    node: &crate::Node,
+    node: &ApiState,
     owner: &UserRow,
     name: &str,
 ) -> Result<i64, ApiError> {
@@ -1173,7 +1249,7 @@ async fn my_member(
 }
 
 pub(crate) async fn guild_channel(
-    node: &crate::Node,
+    node: &ApiState,
     channel_id: &str,
 ) -> Result<(ChannelRow, i64), ApiError> {
     let channel = node
@@ -1189,7 +1265,7 @@ pub(crate) async fn guild_channel(
 }
 
 pub(crate) async fn authorize(
-    node: &crate::Node,
+    node: &ApiState,
     user_id: i64,
     channel: &ChannelRow,
     guild_id: i64,
@@ -1270,7 +1346,7 @@ pub(crate) struct Mentioning {
 /// The `allowed_mentions` of a body: the defaults of `context` when
 /// absent; a refusal is Discord's 50035 nested at the field.
 pub(crate) fn allowed_mentions(
-    node: &crate::Node,
+    node: &ApiState,
     value: Option<&Value>,
     context: mentions::Context,
 ) -> Result<mentions::Allowed, ApiError> {
@@ -1283,7 +1359,7 @@ pub(crate) fn allowed_mentions(
 /// anyway, and `@everyone` only with MENTION_EVERYONE. `replied_author`:
 /// the author of the message replied to.
 pub(crate) async fn mentions_of(
-    node: &crate::Node,
+    node: &ApiState,
     guild_id: Option<i64>,
     content: &str,
     mentioning: &Mentioning,
@@ -1369,7 +1445,7 @@ pub(crate) async fn mentions_of(
 /// (`guildhall_proto::embeds`), as the JSON stored with the message;
 /// `None` for none. A refusal is Discord's 50035 nested at the field.
 pub(crate) fn checked_embeds(
-    node: &crate::Node,
+    node: &ApiState,
     embeds: &[Value],
 ) -> Result<Option<String>, ApiError> {
     check_items(
@@ -1405,7 +1481,7 @@ pub(crate) struct Edit {
 /// 50006, or a components-v2 message that kept its content). A user's
 /// message and a webhook's are edited alike.
 pub(crate) async fn edit_row(
-    node: &crate::Node,
+    node: &ApiState,
     row: &mut MessageRow,
     edit: Edit,
     mentioning: Option<&Mentioning>,
@@ -1471,7 +1547,7 @@ pub(crate) const CREATE_FLAGS: u64 =
 /// A body's `flags`: an integer within `allowed`, else 50035 on `flags`
 /// with `refusal` as its message.
 pub(crate) fn flags_field(
-    node: &crate::Node,
+    node: &ApiState,
     value: Option<&Value>,
     allowed: u64,
     refusal: &str,
@@ -1511,7 +1587,7 @@ pub(crate) fn edited_flags(stored: u64, given: Option<u64>) -> u64 {
 }
 
 /// The component bounds of the limits.
-pub(crate) fn component_bounds(node: &crate::Node) -> components::Bounds {
+pub(crate) fn component_bounds(node: &ApiState) -> components::Bounds {
     let limits = &node.shared.limits;
     components::Bounds {
         components_total_max: limits.message_components_max,
@@ -1525,7 +1601,7 @@ pub(crate) fn component_bounds(node: &crate::Node) -> components::Bounds {
 /// with `flags` (`components::check`): the tree as stored, `None` when it
 /// is empty.
 pub(crate) fn checked_components(
-    node: &crate::Node,
+    node: &ApiState,
     raw: &Value,
     flags: u64,
     root: &[&str],
@@ -1550,7 +1626,7 @@ pub(crate) fn checked_components(
 /// components from user accounts (50035); an empty list is none, from
 /// anyone.
 fn authored_components(
-    node: &crate::Node,
+    node: &ApiState,
     author: &UserRow,
     raw: &Value,
     flags: u64,
@@ -1573,7 +1649,7 @@ fn authored_components(
 /// MESSAGE_CANNOT_USE_LEGACY_FIELDS_WITH_COMPONENTS_V2 on the field) and
 /// has some (50006); any other has content, an embed or a component.
 pub(crate) fn check_message_state(
-    node: &crate::Node,
+    node: &ApiState,
     flags: u64,
     content: &str,
     has_embeds: bool,
@@ -1619,7 +1695,7 @@ pub(crate) fn mention_text(row: &MessageRow) -> String {
 }
 
 pub(crate) fn check_content(
-    node: &crate::Node,
+    node: &ApiState,
     content: &str,
     has_embeds: bool,
 ) -> Result<(), ApiError> {
@@ -1737,7 +1813,7 @@ type Authors = HashMap<i64, UserRow>;
 
 /// The user `id` from `authors`, read from the store the first time.
 async fn author_of<'a>(
-    node: &crate::Node,
+    node: &ApiState,
     authors: &'a mut Authors,
     id: i64,
 ) -> Result<Option<&'a UserRow>, ApiError> {
@@ -1758,7 +1834,7 @@ async fn author_of<'a>(
 /// the pinned ids among them ([`pinned_in`] over the page), else the
 /// referenced message's `pinned` is read from the store.
 pub(crate) async fn with_referenced(
-    node: &crate::Node,
+    node: &ApiState,
     row: &MessageRow,
     mut message: Message,
     page: &[MessageRow],
@@ -1815,7 +1891,7 @@ pub(crate) async fn with_referenced(
 /// `first_id..=last_id` (a page's range): one read of the channel's pins,
 /// which are bounded by `pins_per_channel_max`.
 async fn pinned_in(
-    node: &crate::Node,
+    node: &ApiState,
     channel_id: i64,
     first_id: i64,
     last_id: i64,
@@ -1831,7 +1907,7 @@ async fn pinned_in(
 }
 
 /// Whether `row` is pinned now (the `pinned` of a message read alone).
-pub(crate) async fn is_pinned(node: &crate::Node, row: &MessageRow) -> Result<bool, ApiError> {
+pub(crate) async fn is_pinned(node: &ApiState, row: &MessageRow) -> Result<bool, ApiError> {
     Ok(pinned_in(node, row.channel_id, row.id, row.id)
         .await?
         .contains(&row.id))
@@ -1843,7 +1919,7 @@ pub(crate) async fn is_pinned(node: &crate::Node, row: &MessageRow) -> Result<bo
 /// without reactions has no entry, so its `reactions` stays absent, as
 /// Discord omits it. Nothing is a super reaction here: burst counts are 0.
 async fn reactions_in(
-    node: &crate::Node,
+    node: &ApiState,
     channel_id: i64,
     ids: &[i64],
     viewer: i64,
@@ -1894,7 +1970,7 @@ fn partial_emoji(key: &str) -> PartialEmoji {
 /// A refused form field (embeds, a reference, allowed mentions): Discord's
 /// 50035 nested at the field, counted as a bad request.
 pub(crate) fn invalid_form(
-    node: &crate::Node,
+    node: &ApiState,
     error: &guildhall_proto::error::FieldError,
 ) -> ApiError {
     node.counters
@@ -1904,7 +1980,7 @@ pub(crate) fn invalid_form(
 }
 
 pub(crate) async fn publish_message(
-    node: &crate::Node,
+    node: &ApiState,
     name: &str,
     guild_id: i64,
     message: &Message,
@@ -1941,7 +2017,7 @@ pub(crate) async fn publish_message(
 /// guild's next owner (`GuildDirectory::publish`). What it reports is
 /// durable already, so a refused hand-off (unknown guild, outbox full)
 /// loses no data, only the live dispatch; it is counted.
-async fn publish(node: &crate::Node, guild_id: i64, event: Outgoing) {
+async fn publish(node: &ApiState, guild_id: i64, event: Outgoing) {
     if node.guilds.publish(guild_id, event).await.is_err() {
         node.counters
             .fanout_failed_total
@@ -1951,7 +2027,7 @@ async fn publish(node: &crate::Node, guild_id: i64, event: Outgoing) {
 
 /// Encodes `data` once as dispatch `name` and publishes it to the guild.
 pub(crate) async fn publish_plain(
-    node: &crate::Node,
+    node: &ApiState,
     guild_id: i64,
     name: &str,
     required_intent: u64,
@@ -2141,7 +2217,7 @@ async fn create_message(
 /// An unknown message is refused unless `fail_if_not_exists` is false,
 /// then `None`: the message is posted as a plain one. Only reads.
 async fn replied_to(
-    node: &crate::Node,
+    node: &ApiState,
     channel: &ChannelRow,
     request: &replies::ReferenceRequest,
 ) -> Result<Option<MessageRow>, ApiError> {
@@ -2165,7 +2241,7 @@ async fn replied_to(
 
 /// Stores a message durably (group commit) and counts it: every message,
 /// a user's or a webhook's, is stored through here before it is announced.
-pub(crate) async fn store_message(node: &crate::Node, row: &MessageRow) -> Result<(), ApiError> {
+pub(crate) async fn store_message(node: &ApiState, row: &MessageRow) -> Result<(), ApiError> {
     node.shared.store.insert_message(row).await?;
     node.counters.messages_total.fetch_add(1, Ordering::Relaxed);
     Ok(())
@@ -2181,7 +2257,7 @@ struct HistoryQuery {
 /// VIEW_CHANNEL and READ_MESSAGE_HISTORY, or a DM the caller is in (50001
 /// for anyone else).
 async fn readable_channel(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     channel_id: &str,
 ) -> Result<ChannelRow, ApiError> {
@@ -2231,7 +2307,7 @@ async fn list_messages(
 }
 
 async fn message_of(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     channel_id: &str,
     message_id: &str,
@@ -2251,7 +2327,7 @@ async fn message_of(
 /// The message `message_id` of `channel` as `caller` may see it (the
 /// caller's access to the channel already checked).
 async fn visible_message(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     channel: &ChannelRow,
     message_id: &str,
@@ -2440,7 +2516,7 @@ async fn delete_message(
 /// MESSAGE_DELETE of a guild message, to the guild's sessions (a user's
 /// delete and a webhook's alike).
 pub(crate) async fn publish_message_delete(
-    node: &crate::Node,
+    node: &ApiState,
     guild_id: i64,
     channel_id: i64,
     message_id: i64,
@@ -2492,7 +2568,7 @@ fn changed(result: Changed) -> ApiResult {
     }
 }
 
-async fn change(node: &crate::Node, guild_id: i64, actor: i64, change: GuildChange) -> ApiResult {
+async fn change(node: &ApiState, guild_id: i64, actor: i64, change: GuildChange) -> ApiResult {
     let result = node.guilds.change(guild_id, actor, change).await;
     if let Err(GuildError::MaxRoles | GuildError::MaxChannels | GuildError::SizeLimit(_)) = result {
         node.counters
@@ -2824,7 +2900,7 @@ async fn leave_guild(
 }
 
 async fn member_role(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     (id, member, role): (String, String, String),
     add: bool,
@@ -3066,7 +3142,7 @@ mod tests {
 }
 
 async fn reaction(
-    node: &crate::Node,
+    node: &ApiState,
     caller: UserRow,
     (channel, message, emoji): (String, String, String),
     add: bool,
@@ -3167,7 +3243,7 @@ async fn remove_reaction(
 
 /// MESSAGE_REACTION_REMOVE of `user_id`'s `emoji` by a moderator.
 async fn publish_reaction_removed(
-    node: &crate::Node,
+    node: &ApiState,
     audience: &ChannelAudience,
     row: &MessageRow,
     user_id: i64,
@@ -3373,7 +3449,7 @@ impl ChannelAudience {
     /// A reaction event (`data` without `guild_id`): to the guild's
     /// sessions with GUILD_MESSAGE_REACTIONS and the guild's id added, or
     /// to the DM's members with DIRECT_MESSAGE_REACTIONS.
-    async fn announce_reaction(&self, node: &crate::Node, name: &str, mut data: Value) {
+    async fn announce_reaction(&self, node: &ApiState, name: &str, mut data: Value) {
         match self {
             ChannelAudience::Guild { guild_id, .. } => {
                 data["guild_id"] = json!(guild_id.to_string());
@@ -3400,7 +3476,7 @@ impl ChannelAudience {
     /// DM's members with DIRECT_MESSAGES.
     async fn announce_message(
         &self,
-        node: &crate::Node,
+        node: &ApiState,
         name: &str,
         message: &Message,
         author_id: i64,
@@ -3420,7 +3496,7 @@ impl ChannelAudience {
 /// `need` there: a guild channel's permissions; a DM needs membership,
 /// and refuses MANAGE_MESSAGES with 50003 (nobody moderates a DM).
 async fn channel_audience(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     channel_id: &str,
     need: u64,
@@ -3459,7 +3535,7 @@ async fn channel_audience(
 /// in a DM. A message that cannot be rendered now (deleted since, its
 /// author gone) has no update to show; the pins update still goes out.
 async fn publish_pins_update(
-    node: &crate::Node,
+    node: &ApiState,
     channel: &ChannelRow,
     audience: &ChannelAudience,
     message_id: i64,
@@ -3518,7 +3594,7 @@ async fn publish_pins_update(
 /// that cannot be stored now is counted and logged, and the pin is not
 /// undone for it.
 async fn pin_notice(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     channel: &ChannelRow,
     audience: &ChannelAudience,
@@ -3649,7 +3725,7 @@ async fn unpin(
 /// `pinned: true`; empty for a guild member without READ_MESSAGE_HISTORY,
 /// as Discord documents.
 async fn pins_page(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     channel_id: &str,
     before_ms: Option<i64>,
@@ -3906,7 +3982,7 @@ async fn bulk_delete(
 
 // ----- direct messages ------------------------------------------------------
 
-async fn dm_json(node: &crate::Node, channel: &ChannelRow, viewer: i64) -> Result<Value, ApiError> {
+async fn dm_json(node: &ApiState, channel: &ChannelRow, viewer: i64) -> Result<Value, ApiError> {
     let mut recipients = Vec::new();
     for user_id in node.shared.store.dm_members(channel.id).await? {
         if user_id != viewer
@@ -3946,7 +4022,7 @@ async fn create_dm(
 
 /// A DM channel the caller is in: its members.
 async fn dm_of(
-    node: &crate::Node,
+    node: &ApiState,
     caller: &UserRow,
     channel: &ChannelRow,
 ) -> Result<Vec<i64>, ApiError> {
@@ -3971,7 +4047,7 @@ struct NewInvite {
 /// leave, rather than the guild owner's (asking the owner would load the
 /// whole guild, members and all, for an unauthenticated request) or a
 /// count over the members (which grows with them).
-async fn invite_json(node: &crate::Node, code: &str, with_counts: bool) -> Result<Value, ApiError> {
+async fn invite_json(node: &ApiState, code: &str, with_counts: bool) -> Result<Value, ApiError> {
     let preview = node
         .shared
         .store
@@ -4107,14 +4183,6 @@ async fn admin_create_bot(
     )
 }
 
-/// Discord's 404 body (also the fallback of a node that serves no gateway).
-pub async fn not_found() -> Response {
-    json_response(
-        StatusCode::NOT_FOUND,
-        &json!({"message": "404: Not Found", "code": 0}),
-    )
-}
-
 /// Gives Discord's error body to the answers axum makes itself: a path
 /// segment that does not parse (400), a method the route lacks (405), a
 /// body of the wrong media type (415). They come as plain text, and client
@@ -4247,95 +4315,4 @@ pub fn routes() -> Router<AppState> {
         .merge(crate::interactions::routes())
         .merge(crate::webhooks::routes())
         .fallback(not_found)
-}
-
-/// The gateway fallback: any path that is a WebSocket upgrade is a gateway
-/// connection (`/`, `/resume/`, `//`, with any query); anything else is 404.
-pub async fn gateway_or_404(
-    State(node): State<AppState>,
-    RawQuery(query): RawQuery,
-    upgrade: Result<
-        axum::extract::ws::WebSocketUpgrade,
-        axum::extract::ws::rejection::WebSocketUpgradeRejection,
-    >,
-) -> Response {
-    let Ok(upgrade) = upgrade else {
-        return not_found().await;
-    };
-    let gateway: Arc<Gateway> = node.gateway.clone();
-    // What the socket would speak is settled before anything is reserved
-    // for it: a query asking for what is not offered is refused with 400.
-    let wire = match crate::compress::parse_query(query.as_deref()) {
-        Ok(wire) => wire,
-        Err(refusal) => {
-            gateway
-                .counters
-                .query_refused_total
-                .fetch_add(1, Ordering::Relaxed);
-            let body = ErrorBody {
-                code: 0,
-                message: refusal.message().to_owned(),
-                errors: None,
-            };
-            return json_response(StatusCode::BAD_REQUEST, &body);
-        }
-    };
-    // Reserved before admission counts, so an unidentified socket holds its
-    // place (and concurrent upgrades see each other) until it has a session.
-    let unattached = gateway.reserve();
-    if let Err(retry_after_s) = gateway.admission.admit(gateway.sessions_counted()).await {
-        gateway
-            .counters
-            .refused_upgrades_total
-            .fetch_add(1, Ordering::Relaxed);
-        let mut response = json_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &ErrorBody::new(ErrorCode::Overloaded),
-        );
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
-        return response;
-    }
-    // A zlib-stream or zstd-stream socket's compressor lives as long as the socket, so
-    // its place is taken before the 101; none free is a refused upgrade
-    // (clients back off from those) rather than a socket that cannot speak.
-    let transport = match wire.transport {
-        crate::compress::Transport::None => None,
-        stream => {
-            let max = node.shared.limits.gateway_compressors_max;
-            let compressor = gateway
-                .counters
-                .compressors
-                .acquire(max)
-                .and_then(|permit| crate::compress::Stream::new(stream, permit).ok().flatten());
-            match compressor {
-                Some(compressor) => Some(compressor),
-                None => {
-                    gateway
-                        .counters
-                        .compressed_upgrades_refused_total
-                        .fetch_add(1, Ordering::Relaxed);
-                    let mut response = json_response(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &ErrorBody::new(ErrorCode::Overloaded),
-                    );
-                    let retry_after_s = node.shared.limits.sessions_full_retry_after_s;
-                    response
-                        .headers_mut()
-                        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
-                    return response;
-                }
-            }
-        }
-    };
-    // 4 KiB buffers: a client payload is at most 4 KiB, larger server frames
-    // are written through; measured 16.5 KiB RSS per idle session with 4 KiB
-    // buffers against 20.5 KiB with 8 KiB (docs/benchmarks.md).
-    upgrade
-        .read_buffer_size(4 * 1024)
-        .write_buffer_size(4 * 1024)
-        .max_message_size(64 * 1024)
-        .max_frame_size(64 * 1024)
-        .on_upgrade(move |socket| gateway.run(socket, unattached, wire, transport))
 }

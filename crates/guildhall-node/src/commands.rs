@@ -23,7 +23,7 @@ use serde_json::Value;
 /// The application `raw_id` names, if the caller may manage its commands:
 /// its bot, or the user who owns it.
 async fn application(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     caller: &UserRow,
     raw_id: &str,
 ) -> Result<ApplicationRow, ApiError> {
@@ -42,7 +42,7 @@ async fn application(
 /// A guild scope: the application's bot must be in the guild (Discord
 /// answers 50001 to an application not authorised there).
 async fn guild_scope(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     app: &ApplicationRow,
     raw_guild: &str,
 ) -> Result<i64, ApiError> {
@@ -67,7 +67,7 @@ fn scope_of(guild_id: i64) -> Scope {
 }
 
 /// The most commands of `kind` a scope may hold.
-fn kind_max(node: &crate::Node, kind: u8) -> usize {
+fn kind_max(node: &crate::api::ApiState, kind: u8) -> usize {
     let limits = &node.shared.limits;
     match kind {
         commands::CHAT_INPUT => limits.application_commands_chat_input_max,
@@ -86,7 +86,7 @@ fn wire(row: &CommandRow) -> Result<Value, ApiError> {
 }
 
 fn row_of(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     app: &ApplicationRow,
     guild_id: i64,
     id: Option<i64>,
@@ -103,7 +103,12 @@ fn row_of(
     })
 }
 
-async fn list(node: &crate::Node, caller: &UserRow, app: &str, guild: Option<&str>) -> ApiResult {
+async fn list(
+    node: &crate::api::ApiState,
+    caller: &UserRow,
+    app: &str,
+    guild: Option<&str>,
+) -> ApiResult {
     let app = application(node, caller, app).await?;
     let guild_id = match guild {
         Some(guild) => guild_scope(node, &app, guild).await?,
@@ -114,7 +119,7 @@ async fn list(node: &crate::Node, caller: &UserRow, app: &str, guild: Option<&st
 }
 
 async fn create(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -136,7 +141,7 @@ async fn create(
 }
 
 async fn existing(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -169,7 +174,7 @@ fn duplicate_name(spec: &CommandSpec) -> ApiError {
 }
 
 async fn edit(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -190,7 +195,7 @@ async fn edit(
 }
 
 async fn delete(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -214,7 +219,7 @@ async fn delete(
 /// nothing of it changed, so a bot that syncs on every start (discord.py's
 /// `tree.sync()`) changes nothing it did not change.
 async fn overwrite(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,

@@ -88,7 +88,7 @@ pub fn token_tag(token: &str) -> Option<u64> {
 /// route here. `unknown` is the route's answer for an interaction that no
 /// longer exists.
 pub(crate) async fn pass_on(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     token: &str,
     req: Request,
     unknown: ErrorCode,
@@ -96,7 +96,7 @@ pub(crate) async fn pass_on(
     let Some(tag) = token_tag(token) else {
         return Err(req);
     };
-    if tag == node_tag(node.takeovers.node_name()) {
+    if tag == node_tag(&node.node_name) {
         return Err(req);
     }
     node.forwards
@@ -115,7 +115,12 @@ pub(crate) async fn pass_on(
     })
 }
 
-async fn forward(node: &crate::Node, tag: u64, req: Request, unknown: ErrorCode) -> ApiResult {
+async fn forward(
+    node: &crate::api::ApiState,
+    tag: u64,
+    req: Request,
+    unknown: ErrorCode,
+) -> ApiResult {
     let limits = &node.shared.limits;
     let method = req.method().as_str().to_owned();
     // The route is nested under `/api/v{n}`, which nesting strips: the
@@ -224,7 +229,7 @@ fn busy() -> ForwardedResponse {
     }
 }
 
-fn answer(node: &crate::Node, reply: &str, response: &ForwardedResponse) {
+fn answer(node: &crate::api::ApiState, reply: &str, response: &ForwardedResponse) {
     if let Ok(bytes) = serde_json::to_vec(response) {
         let _ = node.bus.publish(reply, None, bytes.into());
     }
@@ -234,7 +239,7 @@ fn answer(node: &crate::Node, reply: &str, response: &ForwardedResponse) {
 /// each runs through `routes` (the REST routes without the edge's
 /// layers) in a task holding one of the node's permits.
 pub async fn serve(
-    node: Arc<crate::Node>,
+    node: Arc<crate::api::ApiState>,
     routes: axum::Router,
 ) -> Result<tokio::task::JoinHandle<()>, BusError> {
     let limits = &node.shared.limits;
@@ -242,7 +247,7 @@ pub async fn serve(
     let mut requests = node
         .bus
         .subscribe_shedding(
-            &interaction_forward_subject(node_tag(node.takeovers.node_name())),
+            &interaction_forward_subject(node_tag(&node.node_name)),
             None,
             limits.bus_subscription_messages_max,
             overflow.into(),
@@ -292,7 +297,7 @@ pub async fn serve(
 
 /// Runs `request` through `routes` and captures the answer.
 async fn run(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     mut routes: axum::Router,
     request: ForwardedRequest,
 ) -> ForwardedResponse {

@@ -472,7 +472,7 @@ impl Interactions {
 
 /// One sweep of the node's table, and INTERACTION_FAILURE to the users of
 /// the interactions whose deadline it found passed.
-pub fn sweep(node: &crate::Node) {
+pub fn sweep(node: &crate::api::ApiState) {
     let failed = node.interactions.with(|t| t.sweep(now_ms()));
     for entry in failed {
         node.interactions
@@ -484,7 +484,7 @@ pub fn sweep(node: &crate::Node) {
 }
 
 /// The sweep's task: one per node, every `interaction_sweep_interval_ms`.
-pub async fn run_sweeper(node: std::sync::Arc<crate::Node>) {
+pub async fn run_sweeper(node: std::sync::Arc<crate::api::ApiState>) {
     let interval_ms = node.shared.limits.interaction_sweep_interval_ms.max(1);
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -494,7 +494,7 @@ pub async fn run_sweeper(node: std::sync::Arc<crate::Node>) {
     }
 }
 
-fn user_event(node: &crate::Node, entry: &Entry, name: &str) {
+fn user_event(node: &crate::api::ApiState, entry: &Entry, name: &str) {
     to_invoker(
         node,
         entry.user_id,
@@ -512,7 +512,7 @@ fn user_event(node: &crate::Node, entry: &Entry, name: &str) {
 /// Discord sends them; to every session of the user when the request named
 /// none that this cluster knows.
 fn to_invoker(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     user_id: i64,
     session_id: Option<&str>,
     name: &str,
@@ -528,11 +528,16 @@ fn owners(guild_id: i64) -> BTreeMap<String, guildhall_proto::Snowflake> {
     [("0".to_owned(), sf(guild_id))].into()
 }
 
-fn invalid(node: &crate::Node, body: guildhall_proto::error::ErrorBody) -> ApiError {
+fn invalid(node: &crate::api::ApiState, body: guildhall_proto::error::ErrorBody) -> ApiError {
     refused(node, ApiError::Invalid(body))
 }
 
-fn field(node: &crate::Node, field: &'static str, code: &'static str, message: &str) -> ApiError {
+fn field(
+    node: &crate::api::ApiState,
+    field: &'static str,
+    code: &'static str,
+    message: &str,
+) -> ApiError {
     refused(node, ApiError::Field(field, code, message.to_owned()))
 }
 
@@ -611,8 +616,8 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
     let id = node.shared.next_id().get() as i64;
     // The token names this node: a callback that reaches another api node
     // is passed on here (`interaction_forward`).
-    let token = crate::interaction_forward::new_token(node.takeovers.node_name())
-        .map_err(|_| ApiError::Internal)?;
+    let token =
+        crate::interaction_forward::new_token(&node.node_name).map_err(|_| ApiError::Internal)?;
     let user = wire_user(&caller);
     let extra = checked.metadata_extra;
     let metadata = InteractionMetadata {
@@ -730,7 +735,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
 }
 
 async fn check_command(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     app: &ApplicationRow,
     (guild_id, permissions): (i64, u64),
     channel_id: i64,
@@ -848,7 +853,7 @@ async fn check_command(
 /// application's bot, a member): members without `user`, `deaf` and
 /// `mute` but with their `permissions`, as Discord resolves them.
 async fn resolve(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     (guild_id, asker): (i64, i64),
     mentions: &[Mention],
     resolved: &mut Resolved,
@@ -972,7 +977,7 @@ fn submitted_values(components: &[Value]) -> Vec<(String, Vec<String>)> {
 /// user, role, user-or-role or channel by the menu's type; anything else
 /// is 50035 on `data.values`.
 fn select_mentions(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     found: &ix::FoundComponent,
     values: &[String],
 ) -> Result<Vec<Mention>, ApiError> {
@@ -997,7 +1002,7 @@ fn select_mentions(
 }
 
 async fn check_component(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     app: &ApplicationRow,
     caller: &UserRow,
     channel: &guildhall_store::ChannelRow,
@@ -1116,7 +1121,7 @@ async fn check_component(
 }
 
 async fn check_modal(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     app: &ApplicationRow,
     caller: &UserRow,
     request: &ix::CreateRequest,
@@ -1236,7 +1241,7 @@ pub(crate) struct Parts {
 /// the message sits in the body (`["data"]` in a callback), for the
 /// components' errors.
 pub(crate) fn message_parts(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     body: &Map<String, Value>,
     creating: bool,
     stored_flags: u64,
@@ -1315,7 +1320,7 @@ fn mentioning(
 }
 
 /// The author of the application's messages.
-async fn bot_of(node: &crate::Node, entry: &Entry) -> Result<UserRow, ApiError> {
+async fn bot_of(node: &crate::api::ApiState, entry: &Entry) -> Result<UserRow, ApiError> {
     node.shared
         .store
         .user(entry.bot_user_id)
@@ -1326,7 +1331,7 @@ async fn bot_of(node: &crate::Node, entry: &Entry) -> Result<UserRow, ApiError> 
 /// Announces `message` (a response's or followup's): to the guild's
 /// sessions, or, ephemeral, to the invoking user's sessions only.
 async fn announce(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     entry: &Entry,
     row: &MessageRow,
     name: &str,
@@ -1341,7 +1346,7 @@ async fn announce(
 
 /// A new message answering `entry` (a response or a followup).
 async fn post_message(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     entry: &Entry,
     parts: Parts,
     extra_flags: u64,
@@ -1396,7 +1401,7 @@ async fn post_message(
 /// and announces MESSAGE_UPDATE. `done_loading`: a deferred response's
 /// edit clears LOADING.
 async fn update_message(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     entry: &Entry,
     id: i64,
     parts: Parts,
@@ -1587,7 +1592,7 @@ async fn callback(
 /// Carries out an acknowledged callback: the message it creates or
 /// updates (stored before the answer), the modal or choices it shows.
 async fn respond(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     entry: &Entry,
     callback: &ix::Callback,
     parts: Option<Parts>,
@@ -1683,7 +1688,7 @@ async fn respond(
 /// caller then treats the id as a webhook's); a pending or failed one is
 /// 10015, as Discord answers a token without its initial response.
 pub(crate) fn token_entry(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     raw_id: &str,
     token: &str,
 ) -> Option<Result<Entry, ApiError>> {
@@ -1699,7 +1704,11 @@ pub(crate) fn token_entry(
 
 /// The message `raw` names for `entry`: `@original`, or one of its
 /// followups (any other message is 10008).
-async fn message_for(node: &crate::Node, entry: &Entry, raw: &str) -> Result<MessageRow, ApiError> {
+async fn message_for(
+    node: &crate::api::ApiState,
+    entry: &Entry,
+    raw: &str,
+) -> Result<MessageRow, ApiError> {
     let store = &node.shared.store;
     if raw == "@original" {
         let id = entry
@@ -1720,7 +1729,7 @@ async fn message_for(node: &crate::Node, entry: &Entry, raw: &str) -> Result<Mes
 
 /// POST `/webhooks/{application_id}/{token}`: a followup (`wait` is
 /// always true; EPHEMERAL allowed).
-pub(crate) async fn followup(node: &crate::Node, entry: &Entry, body: Value) -> ApiResult {
+pub(crate) async fn followup(node: &crate::api::ApiState, entry: &Entry, body: Value) -> ApiResult {
     let body = object_body(node, body)?;
     let parts = message_parts(node, &body, true, 0, &[])?;
     let (_, message) = post_message(node, entry, parts, 0, true).await?;
@@ -1728,7 +1737,7 @@ pub(crate) async fn followup(node: &crate::Node, entry: &Entry, body: Value) -> 
 }
 
 /// GET of `@original` or a followup.
-pub(crate) async fn get(node: &crate::Node, entry: &Entry, raw: &str) -> ApiResult {
+pub(crate) async fn get(node: &crate::api::ApiState, entry: &Entry, raw: &str) -> ApiResult {
     let row = message_for(node, entry, raw).await?;
     let author = node
         .shared
@@ -1743,7 +1752,12 @@ pub(crate) async fn get(node: &crate::Node, entry: &Entry, raw: &str) -> ApiResu
 
 /// PATCH of `@original` or a followup (a deferred response's edit clears
 /// LOADING and fills it in).
-pub(crate) async fn edit(node: &crate::Node, entry: &Entry, raw: &str, body: Value) -> ApiResult {
+pub(crate) async fn edit(
+    node: &crate::api::ApiState,
+    entry: &Entry,
+    raw: &str,
+    body: Value,
+) -> ApiResult {
     let row = message_for(node, entry, raw).await?;
     let body = object_body(node, body)?;
     let parts = message_parts(node, &body, false, row.flags as u64, &[])?;
@@ -1751,7 +1765,7 @@ pub(crate) async fn edit(node: &crate::Node, entry: &Entry, raw: &str, body: Val
 }
 
 /// DELETE of `@original` or a followup.
-pub(crate) async fn delete(node: &crate::Node, entry: &Entry, raw: &str) -> ApiResult {
+pub(crate) async fn delete(node: &crate::api::ApiState, entry: &Entry, raw: &str) -> ApiResult {
     let row = message_for(node, entry, raw).await?;
     if !node
         .shared

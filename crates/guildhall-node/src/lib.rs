@@ -194,12 +194,8 @@ pub struct Node {
     pub users: Arc<guildhall_users::Users>,
     /// Gateway role.
     pub gateway: Arc<gateway::Gateway>,
-    /// REST counters.
-    pub counters: api::ApiCounters,
-    /// REST buckets.
-    pub rate: ratelimit::RateLimiter,
-    /// Token for operator endpoints (in `DATA_DIR/admin.token`).
-    pub admin_token: String,
+    /// The api role's state (its handlers hold this, not the node).
+    pub api: api::AppState,
     /// Readiness (off while draining).
     pub ready: AtomicBool,
     /// The registry this node announces in.
@@ -212,76 +208,12 @@ pub struct Node {
     pub events: Arc<events::EventCounters>,
     /// Connection accounting of the HTTP edge.
     pub http: Arc<http::Edge>,
-    /// Password-hashing permits and their memory.
-    pub passwords: auth::Passwords,
     /// Cross-node RESUME.
     pub takeovers: Arc<takeover::Takeovers>,
     /// The SFU role, when this node runs it.
     pub sfu: Option<Arc<guildhall_sfu::Sfu>>,
     /// The voice role, when this node runs it.
     pub voice: Option<guildhall_voice::VoiceRole>,
-    /// Interactions created on this node.
-    pub interactions: interactions::Interactions,
-    /// Interaction requests passed between api nodes.
-    pub forwards: interaction_forward::Forwards,
-}
-
-impl Node {
-    /// Sends dispatch `name` to every session of `user_ids` holding
-    /// `required_intent` (0: none), on whatever gateway node: direct
-    /// messages and user events, which have no guild stream. What it sends
-    /// is already durable; a refused publish is counted by the bus. It names
-    /// no guild, so sharded sessions hear it on shard 0 only.
-    pub fn to_users(
-        &self,
-        user_ids: Vec<i64>,
-        required_intent: u64,
-        name: &str,
-        data: &impl serde::Serialize,
-    ) {
-        self.to_users_in(None, user_ids, required_intent, name, data);
-    }
-
-    /// [`Node::to_users`] for an event that names `guild_id` without
-    /// going through its stream (an interaction, an ephemeral message):
-    /// sharded sessions hear it on that guild's shard.
-    pub fn to_users_in(
-        &self,
-        guild_id: Option<i64>,
-        user_ids: Vec<i64>,
-        required_intent: u64,
-        name: &str,
-        data: &impl serde::Serialize,
-    ) {
-        self.gateways()
-            .to_users_in(guild_id, user_ids, required_intent, name, data);
-    }
-
-    /// See [`guildhall_common::gateways::Gateways::to_session`].
-    pub fn to_session(
-        &self,
-        user_id: i64,
-        session_id: &str,
-        name: &str,
-        data: &impl serde::Serialize,
-    ) -> bool {
-        self.gateways().to_session(user_id, session_id, name, data)
-    }
-
-    /// Publishes `body` to every gateway node (refusals are counted by the
-    /// bus).
-    pub fn to_gateways(&self, key: i64, body: guildhall_proto::bus::NodeEventBody) {
-        self.gateways().to_all(key, body);
-    }
-
-    /// The gateways, as the api role reaches sessions.
-    pub fn gateways(&self) -> guildhall_common::gateways::Gateways<'_> {
-        guildhall_common::gateways::Gateways {
-            bus: self.bus.as_ref(),
-            cluster: &self.cluster,
-            partitions: self.shared.limits.gateway_event_partitions,
-        }
-    }
 }
 
 /// Interval of the detached-session reaper.
@@ -306,7 +238,7 @@ async fn metrics(
     let mut out = String::new();
     let hub = &node.hub.counters;
     let gw = &node.gateway.counters;
-    let api = &node.counters;
+    let api = &node.api.counters;
     let mut line = |name: &str, kind: &str, help: &str, value: u64| {
         let _ = writeln!(
             out,
@@ -640,7 +572,7 @@ async fn metrics(
         "Pins whose type 6 notice could not be stored.",
         api.pin_notices_failed_total.load(Ordering::Relaxed),
     );
-    let ix = &node.interactions.counters;
+    let ix = &node.api.interactions.counters;
     line(
         "guildhall_interactions_created_total",
         "counter",
@@ -665,7 +597,7 @@ async fn metrics(
         "Interactions whose deadline passed unanswered.",
         ix.failed_total.load(Ordering::Relaxed),
     );
-    let forwards = &node.forwards.counters;
+    let forwards = &node.api.forwards.counters;
     line(
         "guildhall_interaction_forwards_passed_total",
         "counter",
@@ -688,7 +620,7 @@ async fn metrics(
         "guildhall_interactions",
         "gauge",
         "Interactions held.",
-        node.interactions.with(|t| t.len()) as u64,
+        node.api.interactions.with(|t| t.len()) as u64,
     );
     line(
         "guildhall_fanout_failed_total",
@@ -1105,9 +1037,9 @@ async fn metrics(
         );
     }
     node.http.render(&mut out);
-    node.passwords.render(&mut out);
-    node.rate.render(&mut out);
-    node.counters.request_seconds.render(
+    node.api.passwords.render(&mut out);
+    node.api.rate.render(&mut out);
+    node.api.counters.request_seconds.render(
         &mut out,
         "guildhall_rest_request_seconds",
         "REST request latency.",
@@ -1622,28 +1554,37 @@ pub async fn run(
     } else {
         None
     };
-    let node = Arc::new(Node {
+    let api = Arc::new(api::ApiState {
+        shared: shared.clone(),
+        guilds: guilds.clone(),
+        users: users.lookups(),
+        counters: api::ApiCounters::default(),
         rate: ratelimit::RateLimiter::new(&config.limits),
+        admin_token,
+        cluster: cluster_state.clone(),
+        bus: bus.clone(),
+        passwords: auth::Passwords::new(config.limits.password_hash_concurrency_max),
+        node_name: config.node_name.clone(),
+        interactions: interactions::Interactions::new(&config.limits),
+        forwards: interaction_forward::Forwards::new(&config.limits),
+    });
+    let node = Arc::new(Node {
         shared,
         hub,
         guilds,
         guild_owners,
         users,
         gateway,
-        counters: api::ApiCounters::default(),
-        admin_token,
+        api,
         ready: AtomicBool::new(true),
         registry,
         cluster: cluster_state,
         bus,
         events: event_counters,
         http: http::Edge::new(&config.limits),
-        passwords: auth::Passwords::new(config.limits.password_hash_concurrency_max),
         takeovers,
         sfu,
         voice,
-        interactions: interactions::Interactions::new(&config.limits),
-        forwards: interaction_forward::Forwards::new(&config.limits),
     });
     if let Some(serve_tls) = sfu_tls {
         tokio::spawn(serve_tls);
@@ -1677,10 +1618,11 @@ pub async fn run(
     .await;
     let rest = api::routes()
         .route_layer(axum::middleware::from_fn_with_state(
-            node.clone(),
+            node.api.clone(),
             ratelimit::layer,
         ))
-        .layer(axum::middleware::map_response(api::discord_error_bodies));
+        .layer(axum::middleware::map_response(api::discord_error_bodies))
+        .with_state(node.api.clone());
     let mut app = axum::Router::new();
     if config.runs(Role::Api) {
         app = app.nest("/api/v10", rest.clone()).nest("/api/v9", rest);
@@ -1690,9 +1632,9 @@ pub async fn run(
             .nest("/api/v10", api::routes())
             .nest("/api/v9", api::routes())
             .layer(axum::middleware::map_response(api::discord_error_bodies))
-            .with_state(node.clone());
+            .with_state(node.api.clone());
         roles.push(
-            interaction_forward::serve(node.clone(), passed_on)
+            interaction_forward::serve(node.api.clone(), passed_on)
                 .await
                 .map_err(bus_error)?,
         );
@@ -1715,7 +1657,14 @@ pub async fn run(
             .route_service(&format!("{path}/"), voice);
     }
     let app = if config.runs(Role::Gateway) {
-        app.fallback(api::gateway_or_404)
+        // Any path that is a WebSocket upgrade is a gateway connection
+        // (`/`, `/resume/`, `//`, with any query): the gateway's own handler
+        // over the gateway's state, not the node's.
+        app.fallback_service(
+            axum::Router::new()
+                .fallback(gateway::upgrade::upgrade_or_404)
+                .with_state(node.gateway.clone()),
+        )
     } else {
         app.fallback(api::not_found)
     }
@@ -1744,7 +1693,7 @@ pub async fn run(
             }
         })
     };
-    let interaction_sweeper = tokio::spawn(interactions::run_sweeper(node.clone()));
+    let interaction_sweeper = tokio::spawn(interactions::run_sweeper(node.api.clone()));
     tracing::info!(%addr, "guildhall serving");
     let drain_node = node.clone();
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();

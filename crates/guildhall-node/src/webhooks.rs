@@ -58,7 +58,7 @@ fn unknown_webhook() -> ApiError {
     ApiError::Code(ErrorCode::UnknownWebhook)
 }
 
-pub(crate) fn refused(node: &crate::Node, error: ApiError) -> ApiError {
+pub(crate) fn refused(node: &crate::api::ApiState, error: ApiError) -> ApiError {
     node.counters
         .bad_requests_total
         .fetch_add(1, Ordering::Relaxed);
@@ -68,7 +68,11 @@ pub(crate) fn refused(node: &crate::Node, error: ApiError) -> ApiError {
 /// A webhook's (or a `username` override's) name: 1 to
 /// `webhook_name_chars_max` characters without Discord's forbidden
 /// substrings.
-fn check_name(node: &crate::Node, field: &'static str, name: &str) -> Result<(), ApiError> {
+fn check_name(
+    node: &crate::api::ApiState,
+    field: &'static str,
+    name: &str,
+) -> Result<(), ApiError> {
     check_chars(
         node,
         field,
@@ -93,7 +97,7 @@ fn check_name(node: &crate::Node, field: &'static str, name: &str) -> Result<(),
 /// A string field: absent or null is `None`, anything else but a string is
 /// Discord's BASE_TYPE_STRING.
 pub(crate) fn string_field(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     body: &Map<String, Value>,
     field: &'static str,
 ) -> Result<Option<String>, ApiError> {
@@ -114,7 +118,7 @@ pub(crate) fn string_field(
 /// An array field's length: absent or null is 0, each item must be an
 /// object, and at most `max` of them.
 fn objects_field(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     body: &Map<String, Value>,
     field: &'static str,
     max: usize,
@@ -147,7 +151,10 @@ fn objects_field(
     Ok(items.len())
 }
 
-pub(crate) fn object_body(node: &crate::Node, body: Value) -> Result<Map<String, Value>, ApiError> {
+pub(crate) fn object_body(
+    node: &crate::api::ApiState,
+    body: Value,
+) -> Result<Map<String, Value>, ApiError> {
     match body {
         Value::Object(map) => Ok(map),
         _ => Err(refused(
@@ -166,7 +173,7 @@ pub(crate) fn object_body(node: &crate::Node, body: Value) -> Result<Map<String,
 /// not kept (there is no CDN to serve it from); the hash is what Discord's
 /// `avatar` field carries, so libraries read the same shape.
 fn avatar_field(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     body: &Map<String, Value>,
 ) -> Result<Option<Option<String>>, ApiError> {
     let invalid = || {
@@ -209,7 +216,11 @@ fn token_matches(row: &WebhookRow, presented: &str) -> bool {
 /// The webhook `raw_id` names, if `token` is its token: unknown is 10015,
 /// a token that is not this webhook's (another webhook's included) is
 /// 401 with 50027, as Discord answers.
-async fn by_token(node: &crate::Node, raw_id: &str, token: &str) -> Result<WebhookRow, ApiError> {
+async fn by_token(
+    node: &crate::api::ApiState,
+    raw_id: &str,
+    token: &str,
+) -> Result<WebhookRow, ApiError> {
     let id = parse_id(raw_id).map_err(|_| unknown_webhook())?;
     let Some(row) = node.shared.store.webhook(id).await? else {
         // An application's id names its interactions' webhook: a token
@@ -235,7 +246,7 @@ async fn by_token(node: &crate::Node, raw_id: &str, token: &str) -> Result<Webho
 /// The webhook `raw_id` names, if `caller` holds MANAGE_WEBHOOKS on its
 /// channel.
 async fn managed(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     caller: &UserRow,
     raw_id: &str,
 ) -> Result<WebhookRow, ApiError> {
@@ -259,7 +270,7 @@ async fn managed(
 
 /// The REST base executing URLs start with: the node's public address
 /// (the gateway's, where the REST API is served too) over HTTP(S).
-fn rest_base(node: &crate::Node) -> String {
+fn rest_base(node: &crate::api::ApiState) -> String {
     let url = node.shared.gateway_url.trim_end_matches('/');
     if let Some(rest) = url.strip_prefix("wss://") {
         format!("https://{rest}")
@@ -273,7 +284,7 @@ fn rest_base(node: &crate::Node) -> String {
 /// The webhook object: the creator only for account callers (`creator`),
 /// the token and URL always (both kinds of caller may see the token: one
 /// holds MANAGE_WEBHOOKS, the other presented it).
-fn wire(node: &crate::Node, row: &WebhookRow, creator: Option<&UserRow>) -> Webhook {
+fn wire(node: &crate::api::ApiState, row: &WebhookRow, creator: Option<&UserRow>) -> Webhook {
     Webhook {
         id: sf(row.id),
         kind: WEBHOOK_INCOMING,
@@ -294,7 +305,10 @@ fn wire(node: &crate::Node, row: &WebhookRow, creator: Option<&UserRow>) -> Webh
 }
 
 /// Webhook objects of `rows` with their creators (one store read for all).
-async fn wire_all(node: &crate::Node, rows: &[WebhookRow]) -> Result<Vec<Webhook>, ApiError> {
+async fn wire_all(
+    node: &crate::api::ApiState,
+    rows: &[WebhookRow],
+) -> Result<Vec<Webhook>, ApiError> {
     let mut ids: Vec<i64> = rows.iter().map(|r| r.creator_id).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -312,7 +326,7 @@ async fn wire_all(node: &crate::Node, rows: &[WebhookRow]) -> Result<Vec<Webhook
         .collect())
 }
 
-async fn announce(node: &crate::Node, guild_id: i64, channel_id: i64) {
+async fn announce(node: &crate::api::ApiState, guild_id: i64, channel_id: i64) {
     let data = WebhooksUpdate {
         guild_id: sf(guild_id),
         channel_id: sf(channel_id),
@@ -437,7 +451,7 @@ async fn get_webhook(
 /// A change of `row` from `body` (name, avatar, and with an account
 /// caller `channel_id`), stored and announced.
 async fn apply_change(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     row: WebhookRow,
     body: Value,
     mover: Option<&UserRow>,
@@ -523,7 +537,7 @@ async fn edit_webhook(
     ok(&wire(&node, &row, creator.as_ref()))
 }
 
-async fn remove(node: &crate::Node, row: &WebhookRow) -> ApiResult {
+async fn remove(node: &crate::api::ApiState, row: &WebhookRow) -> ApiResult {
     if !node.shared.store.delete_webhook(row.id).await? {
         return Err(unknown_webhook());
     }
@@ -607,7 +621,7 @@ impl ExecuteQuery {
 /// content components: nothing with a `custom_id`), else 50035 on
 /// `components`. `None` for none.
 fn sent_components(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     webhook: &WebhookRow,
     body: &Map<String, Value>,
     with_components: bool,
@@ -651,7 +665,7 @@ pub(crate) struct Extras {
 /// server lacks (polls, threads, attachments) on that field rather than
 /// answering as if they had been sent.
 pub(crate) fn check_extras(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     body: &Map<String, Value>,
 ) -> Result<Extras, ApiError> {
     let limits = &node.shared.limits;
@@ -852,7 +866,7 @@ fn webhook_message(row: &MessageRow) -> guildhall_proto::model::Message {
 /// A message `webhook` sent: any other message (of another webhook, of a
 /// user, or none) is 10008.
 async fn sent_by(
-    node: &crate::Node,
+    node: &crate::api::ApiState,
     webhook: &WebhookRow,
     raw_message: &str,
 ) -> Result<MessageRow, ApiError> {

@@ -96,3 +96,16 @@ pub fn check(requested: u64, allowed: u64) -> Result<(), IntentsError> {
     }
     Ok(())
 }
+
+/// Application flags that enable the privileged intents (the `_LIMITED`
+/// variants, which Discord gives unverified applications).
+pub mod app_flags {
+    /// GATEWAY_PRESENCE_LIMITED.
+    pub const PRESENCE: i64 = 1 << 13;
+    /// GATEWAY_GUILD_MEMBERS_LIMITED.
+    pub const GUILD_MEMBERS: i64 = 1 << 15;
+    /// GATEWAY_MESSAGE_CONTENT_LIMITED.
+    pub const MESSAGE_CONTENT: i64 = 1 << 19;
+    /// New applications may use every privileged intent.
+    pub const DEFAULT: i64 = PRESENCE | GUILD_MEMBERS | MESSAGE_CONTENT;
+}

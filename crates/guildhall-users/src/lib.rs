@@ -354,6 +354,10 @@ impl guildhall_common::users::TokenLookups for Lookups {
     fn invalidate_user(&self, user_id: i64) {
         self.0.invalidate_user(user_id);
     }
+
+    fn cached(&self, digest: &Digest) -> Option<Option<UserRow>> {
+        self.0.cached(digest)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
