@@ -6,11 +6,8 @@
 //! 1. No role crate depends on another role crate, and no crate below the
 //!    roles depends on one: roles meet only through the bus, over the
 //!    envelopes of `guildhall-proto` and the clients of `guildhall-common`.
-//! 2. While role modules still live in `guildhall-node`, a role module
-//!    names another role's module (or the node's wiring, `crate::Node`)
-//!    only where [`CROSS_ROLE_ALLOWED`] says so. The list may only shrink:
-//!    an entry that no longer occurs fails too, so each step that cuts an
-//!    edge also deletes its line.
+//! 2. `guildhall-node` holds only the wiring: no role module lives in its
+//!    `src/`, and the whole of it stays under a line budget.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -39,41 +36,15 @@ const BELOW_ROLES: &[&str] = &[
     "guildhall-session",
 ];
 
-/// The role of each module still inside `guildhall-node/src`, or
-/// re-exported there from its role crate while the modules left name it
-/// by its old path (a missing file is skipped; its uses still count).
-const NODE_MODULE_ROLES: &[(&str, &str)] = &[
-    ("gateway", "gateway"),
-    ("hub", "gateway"),
-    ("takeover", "gateway"),
-    ("events", "gateway"),
-    ("compress", "gateway"),
-    ("subscriptions", "gateway"),
-    ("api", "api"),
-    ("commands", "api"),
-    ("interactions", "api"),
-    ("webhooks", "api"),
-    ("interaction_forward", "api"),
-    ("ratelimit", "api"),
-    ("http", "api"),
-];
+/// The files of `guildhall-node/src`: the wiring (which roles a process
+/// runs, over which transports, and `/metrics`), the HTTP edge every role
+/// of a process is served through, and the snowflake worker id. A role's
+/// module belongs in its role crate; one added here fails.
+const NODE_WIRING: &[&str] = &["http.rs", "lib.rs", "worker_id.rs"];
 
-/// Names under `crate::` in `guildhall-node` that are shared below the
-/// roles (re-exports of `guildhall-common`): any role may name them.
-const NODE_SHARED: &[&str] = &[
-    "auth",
-    "cluster",
-    "histogram",
-    "log",
-    "outbox",
-    "state",
-    "throttled",
-];
-
-/// `module -> name`: a role module of `guildhall-node` that still names
-/// another role's module, or the node's wiring (`Node`: every role's state
-/// at once). Today's edges; each step of the role split removes some.
-const CROSS_ROLE_ALLOWED: &[(&str, &str)] = &[];
+/// Lines of `guildhall-node/src` in all: wiring stays small (it was 21k
+/// lines while the roles were its modules).
+const NODE_SRC_LINES_MAX: usize = 3_000;
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -118,14 +89,10 @@ fn guildhall_dependencies(manifest: &Path) -> BTreeSet<String> {
 fn no_role_crate_depends_on_another_role() {
     let root = workspace_root();
     let mut broken = Vec::new();
-    let mut seen = 0;
+    // Every crate listed must exist: guildhall_dependencies fails on a
+    // missing manifest.
     for krate in ROLE_CRATES.iter().chain(BELOW_ROLES) {
         let manifest = root.join("crates").join(krate).join("Cargo.toml");
-        if !manifest.exists() {
-            // A role crate the split has not created yet.
-            continue;
-        }
-        seen += 1;
         for dependency in guildhall_dependencies(&manifest) {
             if dependency != *krate && ROLE_CRATES.contains(&dependency.as_str()) {
                 broken.push(format!("{krate} depends on the role crate {dependency}"));
@@ -133,74 +100,33 @@ fn no_role_crate_depends_on_another_role() {
         }
     }
     assert!(
-        seen >= BELOW_ROLES.len(),
-        "manifests not found under {}",
-        root.display()
-    );
-    assert!(
         broken.is_empty(),
         "roles meet only through the bus:\n{}",
         broken.join("\n")
     );
 }
 
-/// `(module, name)` for every `crate::name` in a role module of
-/// `guildhall-node` that names another role's module or the wiring.
-fn node_cross_role_edges() -> BTreeSet<(String, String)> {
-    let src = workspace_root().join("crates/guildhall-node/src");
-    let role_of = |module: &str| {
-        NODE_MODULE_ROLES
-            .iter()
-            .find(|(m, _)| *m == module)
-            .map(|(_, role)| *role)
-    };
-    let mut edges = BTreeSet::new();
-    for (module, role) in NODE_MODULE_ROLES {
-        let path = src.join(format!("{module}.rs"));
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            // Moved to its role crate.
-            continue;
-        };
-        for (at, _) in text.match_indices("crate::") {
-            let name: String = text[at + "crate::".len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if name.is_empty() || NODE_SHARED.contains(&name.as_str()) {
-                continue;
-            }
-            if role_of(&name) == Some(role) {
-                continue;
-            }
-            edges.insert(((*module).to_owned(), name));
-        }
-    }
-    edges
-}
-
 #[test]
-fn cross_role_imports_inside_the_node_only_shrink() {
-    let found = node_cross_role_edges();
-    let allowed: BTreeSet<(String, String)> = CROSS_ROLE_ALLOWED
-        .iter()
-        .map(|(m, n)| ((*m).to_owned(), (*n).to_owned()))
-        .collect();
-    let new: Vec<String> = found
-        .difference(&allowed)
-        .map(|(m, n)| format!("{m} -> crate::{n}"))
-        .collect();
-    let gone: Vec<String> = allowed
-        .difference(&found)
-        .map(|(m, n)| format!("(\"{m}\", \"{n}\")"))
-        .collect();
+fn the_node_holds_only_the_wiring() {
+    let src = workspace_root().join("crates/guildhall-node/src");
+    let mut strays = Vec::new();
+    let mut lines = 0;
+    let entries = std::fs::read_dir(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !NODE_WIRING.contains(&name.as_str()) {
+            strays.push(name);
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        lines += text.lines().count();
+    }
     assert!(
-        new.is_empty(),
-        "new cross-role imports in guildhall-node (go through the bus or guildhall-common):\n{}",
-        new.join("\n")
+        strays.is_empty(),
+        "guildhall-node is the wiring; move these to their role crate (or below the roles): {strays:?}"
     );
     assert!(
-        gone.is_empty(),
-        "these edges are gone: delete them from CROSS_ROLE_ALLOWED so they cannot come back:\n{}",
-        gone.join("\n")
+        lines <= NODE_SRC_LINES_MAX,
+        "guildhall-node/src has {lines} lines, over {NODE_SRC_LINES_MAX}: wiring only"
     );
 }

@@ -3,6 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use std::net::IpAddr;
 
 /// JSON with exactly `application/json` (a charset suffix crashes
 /// discord.py at login).
@@ -23,4 +24,17 @@ pub async fn not_found() -> Response {
         StatusCode::NOT_FOUND,
         &serde_json::json!({"message": "404: Not Found", "code": 0}),
     )
+}
+
+/// The address a client is counted and rate-limited under: an IPv4
+/// address, or an IPv6 /64 (one host gets a whole /64, so counting single
+/// IPv6 addresses would count nothing).
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(bits.into())
+        }
+        v4 => v4,
+    }
 }

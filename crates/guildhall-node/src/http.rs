@@ -20,10 +20,10 @@
 //! connection is asked to finish its request in flight and close, and the
 //! loop returns when they have.
 
-use crate::api::json_response;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, Request, StatusCode, header};
+use guildhall_common::http::{client_key, json_response};
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::HashMap;
@@ -112,19 +112,6 @@ impl Drop for AddressSlot {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The address a client is counted and rate-limited under: an IPv4
-/// address, or an IPv6 /64 (one host gets a whole /64, so counting single
-/// IPv6 addresses would count nothing).
-pub fn client_key(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6) & !((1u128 << 64) - 1);
-            IpAddr::V6(bits.into())
-        }
-        v4 => v4,
-    }
 }
 
 /// The node-wide cap: `configured`, lowered to fit `fd_limit` minus

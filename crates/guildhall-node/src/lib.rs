@@ -1,13 +1,13 @@
 //! A Guildhall node: the roles and the one function that wires them.
 //!
-//! - [`api`]: REST v10.
-//! - [`commands`]: application commands (REST).
-//! - [`interactions`]: interactions (`POST /interactions`, callbacks, the
-//!   interaction's webhook).
-//! - [`ratelimit`]: REST buckets and Discord's rate-limit headers.
-//! - [`http`]: the accept loop and every connection's bounds.
+//! - [`http`]: the accept loop and every connection's bounds, for every
+//!   role the process serves over HTTP.
+//! - [`worker_id`]: the snowflake worker id, held in the registry.
+//! - [`run`]: which roles this process runs, over which transports, and
+//!   `/metrics`.
 //!
-//! Roles in crates of their own: `guildhall-gateway` (WebSocket sessions,
+//! Each role is a crate of its own: `guildhall-api` (REST, commands,
+//! interactions, webhooks), `guildhall-gateway` (WebSocket sessions,
 //! the hub, the guild event streams, RESUME on any node), `guildhall-guilds`
 //! (one owner per guild, fanning out over the bus), `guildhall-presence`, `guildhall-users`,
 //! `guildhall-voice`, `guildhall-sfu`.
@@ -17,22 +17,12 @@
 //! this node with every role over the in-process bus and registry; cluster
 //! mode passes other transports in [`NodeConfig`], not other code.
 
-// Moved to guildhall-common (shared below the roles); re-exported while
-// the role modules here still name them by their old paths.
-pub use guildhall_common::{auth, cluster, histogram, log, outbox, state, throttled};
-// The presence role's crate, under its old path while callers use it.
-pub use guildhall_presence as presence;
-// The gateway role's crate, under its old paths while the api modules and
-// the tests still name them.
-pub use guildhall_gateway::{self as gateway, compress, events, hub, subscriptions, takeover};
+use guildhall_api::{self as api, interaction_forward, interactions, ratelimit};
+use guildhall_common::{auth, cluster, log, state, throttled};
+use guildhall_gateway::{self as gateway, events, hub, subscriptions, takeover};
+use guildhall_presence as presence;
 
-pub mod api;
-pub mod commands;
 pub mod http;
-pub mod interaction_forward;
-pub mod interactions;
-pub mod ratelimit;
-pub mod webhooks;
 pub mod worker_id;
 
 use guildhall_limits::Limits;

@@ -138,7 +138,7 @@ impl TestNode {
         bus: std::sync::Arc<dyn guildhall_cluster::Bus>,
         roles: &[guildhall_proto::cluster::Role],
         limits: Limits,
-        cluster_state: Option<std::sync::Arc<guildhall_node::cluster::ClusterState>>,
+        cluster_state: Option<std::sync::Arc<guildhall_common::cluster::ClusterState>>,
     ) -> Self {
         Self::from_config(guildhall_node::NodeConfig {
             data_dir: data_dir.to_owned(),

@@ -308,7 +308,7 @@ async fn statuses_live_on_one_presence_node_each_and_move_when_it_goes() {
     };
     let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
     let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
-    let state = Arc::new(guildhall_node::cluster::ClusterState::default());
+    let state = Arc::new(guildhall_common::cluster::ClusterState::default());
     let front = TestNode::member_roles_with(
         "front",
         1,
@@ -380,7 +380,7 @@ async fn statuses_live_on_one_presence_node_each_and_move_when_it_goes() {
         let state = state.clone();
         let user_ids = user_ids.clone();
         async move {
-            guildhall_node::presence::query(
+            guildhall_common::presence::query(
                 bus.as_ref(),
                 &state,
                 &user_ids,

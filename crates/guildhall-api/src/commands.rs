@@ -9,7 +9,7 @@
 //! (`application_commands_*_max`), and storage. Commands are stored as the
 //! validated spec, so what a bot registered is what it reads back.
 
-use crate::api::{ApiError, ApiResult, AppState, Caller, ok, parse_id, read_json};
+use crate::{ApiError, ApiResult, AppState, Caller, ok, parse_id, read_json};
 use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
@@ -23,7 +23,7 @@ use serde_json::Value;
 /// The application `raw_id` names, if the caller may manage its commands:
 /// its bot, or the user who owns it.
 async fn application(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     caller: &UserRow,
     raw_id: &str,
 ) -> Result<ApplicationRow, ApiError> {
@@ -42,7 +42,7 @@ async fn application(
 /// A guild scope: the application's bot must be in the guild (Discord
 /// answers 50001 to an application not authorised there).
 async fn guild_scope(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     app: &ApplicationRow,
     raw_guild: &str,
 ) -> Result<i64, ApiError> {
@@ -67,7 +67,7 @@ fn scope_of(guild_id: i64) -> Scope {
 }
 
 /// The most commands of `kind` a scope may hold.
-fn kind_max(node: &crate::api::ApiState, kind: u8) -> usize {
+fn kind_max(node: &crate::ApiState, kind: u8) -> usize {
     let limits = &node.shared.limits;
     match kind {
         commands::CHAT_INPUT => limits.application_commands_chat_input_max,
@@ -78,7 +78,7 @@ fn kind_max(node: &crate::api::ApiState, kind: u8) -> usize {
 
 fn wire(row: &CommandRow) -> Result<Value, ApiError> {
     let spec: CommandSpec = serde_json::from_str(&row.spec).map_err(|error| {
-        crate::throttled!(error, "commands.corrupt_spec", command = row.id, %error, "stored command does not decode");
+        guildhall_common::throttled!(error, "commands.corrupt_spec", command = row.id, %error, "stored command does not decode");
         ApiError::Internal
     })?;
     let guild = (row.guild_id != 0).then_some(row.guild_id);
@@ -86,7 +86,7 @@ fn wire(row: &CommandRow) -> Result<Value, ApiError> {
 }
 
 fn row_of(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     app: &ApplicationRow,
     guild_id: i64,
     id: Option<i64>,
@@ -104,7 +104,7 @@ fn row_of(
 }
 
 async fn list(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -119,7 +119,7 @@ async fn list(
 }
 
 async fn create(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -141,7 +141,7 @@ async fn create(
 }
 
 async fn existing(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -174,7 +174,7 @@ fn duplicate_name(spec: &CommandSpec) -> ApiError {
 }
 
 async fn edit(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -195,7 +195,7 @@ async fn edit(
 }
 
 async fn delete(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,
@@ -219,7 +219,7 @@ async fn delete(
 /// nothing of it changed, so a bot that syncs on every start (discord.py's
 /// `tree.sync()`) changes nothing it did not change.
 async fn overwrite(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     caller: &UserRow,
     app: &str,
     guild: Option<&str>,

@@ -21,7 +21,7 @@
 //! At most `interaction_forwards_in_flight_max` passed-on requests run at
 //! once on a node; past that, 503 at once.
 
-use crate::api::{ApiError, ApiResult};
+use crate::{ApiError, ApiResult};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -64,7 +64,7 @@ pub fn node_tag(name: &str) -> u64 {
 pub fn new_token(name: &str) -> Result<String, getrandom::Error> {
     Ok(format!(
         "{}.{:0width$x}",
-        crate::auth::new_webhook_token()?,
+        guildhall_common::auth::new_webhook_token()?,
         node_tag(name),
         width = TOKEN_TAG_HEX
     ))
@@ -88,7 +88,7 @@ pub fn token_tag(token: &str) -> Option<u64> {
 /// route here. `unknown` is the route's answer for an interaction that no
 /// longer exists.
 pub(crate) async fn pass_on(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     token: &str,
     req: Request,
     unknown: ErrorCode,
@@ -115,12 +115,7 @@ pub(crate) async fn pass_on(
     })
 }
 
-async fn forward(
-    node: &crate::api::ApiState,
-    tag: u64,
-    req: Request,
-    unknown: ErrorCode,
-) -> ApiResult {
+async fn forward(node: &crate::ApiState, tag: u64, req: Request, unknown: ErrorCode) -> ApiResult {
     let limits = &node.shared.limits;
     let method = req.method().as_str().to_owned();
     // The route is nested under `/api/v{n}`, which nesting strips: the
@@ -163,7 +158,7 @@ async fn forward(
             // interactions with it.
             BusError::NoResponders => ApiError::Code(unknown),
             _ => {
-                crate::throttled!(
+                guildhall_common::throttled!(
                     warn,
                     "interactions.forward_failed",
                     %error,
@@ -229,7 +224,7 @@ fn busy() -> ForwardedResponse {
     }
 }
 
-fn answer(node: &crate::api::ApiState, reply: &str, response: &ForwardedResponse) {
+fn answer(node: &crate::ApiState, reply: &str, response: &ForwardedResponse) {
     if let Ok(bytes) = serde_json::to_vec(response) {
         let _ = node.bus.publish(reply, None, bytes.into());
     }
@@ -239,7 +234,7 @@ fn answer(node: &crate::api::ApiState, reply: &str, response: &ForwardedResponse
 /// each runs through `routes` (the REST routes without the edge's
 /// layers) in a task holding one of the node's permits.
 pub async fn serve(
-    node: Arc<crate::api::ApiState>,
+    node: Arc<crate::ApiState>,
     routes: axum::Router,
 ) -> Result<tokio::task::JoinHandle<()>, BusError> {
     let limits = &node.shared.limits;
@@ -269,7 +264,7 @@ pub async fn serve(
                 Ok(request) => request,
                 Err(error) => {
                     counters.failed_total.fetch_add(1, Ordering::Relaxed);
-                    crate::throttled!(
+                    guildhall_common::throttled!(
                         warn,
                         "interactions.forward_malformed",
                         %error,
@@ -297,7 +292,7 @@ pub async fn serve(
 
 /// Runs `request` through `routes` and captures the answer.
 async fn run(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     mut routes: axum::Router,
     request: ForwardedRequest,
 ) -> ForwardedResponse {
@@ -351,7 +346,7 @@ mod tests {
         let token = new_token("api-1").unwrap();
         assert_eq!(token_tag(&token), Some(node_tag("api-1")));
         assert_ne!(token_tag(&token), Some(node_tag("api-2")));
-        let webhook = crate::auth::new_webhook_token().unwrap();
+        let webhook = guildhall_common::auth::new_webhook_token().unwrap();
         assert_eq!(token_tag(&webhook), None);
         assert_eq!(token_tag("short.0123456789abcdef"), None);
         let upper = format!("{}.0123456789ABCDEF", "a".repeat(68));

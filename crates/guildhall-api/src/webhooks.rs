@@ -21,16 +21,16 @@
 //! URL is never fetched). Components count with `?with_components=true`
 //! only, on an execute and an edit, as Discord takes them.
 
-use crate::api::{
+use crate::{
     ApiError, ApiResult, AppState, Caller, check_chars, check_items, guild_channel, ok, parse_id,
     patch, publish_message, publish_plain, read_json, store_message, wire_row,
 };
-use crate::state::sf;
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use guildhall_common::state::sf;
 use guildhall_common::wire::wire_user;
 use guildhall_proto::error::ErrorCode;
 use guildhall_proto::guilds::GUILD_WIDE;
@@ -46,7 +46,7 @@ use std::sync::atomic::Ordering;
 /// Message flags a webhook may set: those of any new message
 /// (SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2), as
 /// Discord documents for execute.
-const EXECUTE_FLAGS: u64 = crate::api::CREATE_FLAGS;
+const EXECUTE_FLAGS: u64 = crate::CREATE_FLAGS;
 
 /// Substrings Discord refuses in a webhook's name, case-insensitively.
 const NAME_FORBIDDEN: [&str; 2] = ["clyde", "discord"];
@@ -58,7 +58,7 @@ fn unknown_webhook() -> ApiError {
     ApiError::Code(ErrorCode::UnknownWebhook)
 }
 
-pub(crate) fn refused(node: &crate::api::ApiState, error: ApiError) -> ApiError {
+pub(crate) fn refused(node: &crate::ApiState, error: ApiError) -> ApiError {
     node.counters
         .bad_requests_total
         .fetch_add(1, Ordering::Relaxed);
@@ -68,11 +68,7 @@ pub(crate) fn refused(node: &crate::api::ApiState, error: ApiError) -> ApiError 
 /// A webhook's (or a `username` override's) name: 1 to
 /// `webhook_name_chars_max` characters without Discord's forbidden
 /// substrings.
-fn check_name(
-    node: &crate::api::ApiState,
-    field: &'static str,
-    name: &str,
-) -> Result<(), ApiError> {
+fn check_name(node: &crate::ApiState, field: &'static str, name: &str) -> Result<(), ApiError> {
     check_chars(
         node,
         field,
@@ -97,7 +93,7 @@ fn check_name(
 /// A string field: absent or null is `None`, anything else but a string is
 /// Discord's BASE_TYPE_STRING.
 pub(crate) fn string_field(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     body: &Map<String, Value>,
     field: &'static str,
 ) -> Result<Option<String>, ApiError> {
@@ -118,7 +114,7 @@ pub(crate) fn string_field(
 /// An array field's length: absent or null is 0, each item must be an
 /// object, and at most `max` of them.
 fn objects_field(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     body: &Map<String, Value>,
     field: &'static str,
     max: usize,
@@ -152,7 +148,7 @@ fn objects_field(
 }
 
 pub(crate) fn object_body(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     body: Value,
 ) -> Result<Map<String, Value>, ApiError> {
     match body {
@@ -173,7 +169,7 @@ pub(crate) fn object_body(
 /// not kept (there is no CDN to serve it from); the hash is what Discord's
 /// `avatar` field carries, so libraries read the same shape.
 fn avatar_field(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     body: &Map<String, Value>,
 ) -> Result<Option<Option<String>>, ApiError> {
     let invalid = || {
@@ -198,7 +194,7 @@ fn avatar_field(
     if !AVATAR_TYPES.contains(&kind) || payload.is_empty() || !payload.bytes().all(base64) {
         return Err(invalid());
     }
-    let digest = crate::auth::token_digest(data);
+    let digest = guildhall_common::auth::token_digest(data);
     Ok(Some(Some(
         digest[..16].iter().map(|b| format!("{b:02x}")).collect(),
     )))
@@ -208,8 +204,8 @@ fn avatar_field(
 /// differ (digests compared with `subtle`, as the admin token is).
 fn token_matches(row: &WebhookRow, presented: &str) -> bool {
     use subtle::ConstantTimeEq;
-    let presented = crate::auth::token_digest(presented);
-    let expected = crate::auth::token_digest(&row.token);
+    let presented = guildhall_common::auth::token_digest(presented);
+    let expected = guildhall_common::auth::token_digest(&row.token);
     bool::from(presented.ct_eq(&expected))
 }
 
@@ -217,7 +213,7 @@ fn token_matches(row: &WebhookRow, presented: &str) -> bool {
 /// a token that is not this webhook's (another webhook's included) is
 /// 401 with 50027, as Discord answers.
 async fn by_token(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     raw_id: &str,
     token: &str,
 ) -> Result<WebhookRow, ApiError> {
@@ -246,7 +242,7 @@ async fn by_token(
 /// The webhook `raw_id` names, if `caller` holds MANAGE_WEBHOOKS on its
 /// channel.
 async fn managed(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     caller: &UserRow,
     raw_id: &str,
 ) -> Result<WebhookRow, ApiError> {
@@ -270,7 +266,7 @@ async fn managed(
 
 /// The REST base executing URLs start with: the node's public address
 /// (the gateway's, where the REST API is served too) over HTTP(S).
-fn rest_base(node: &crate::api::ApiState) -> String {
+fn rest_base(node: &crate::ApiState) -> String {
     let url = node.shared.gateway_url.trim_end_matches('/');
     if let Some(rest) = url.strip_prefix("wss://") {
         format!("https://{rest}")
@@ -284,7 +280,7 @@ fn rest_base(node: &crate::api::ApiState) -> String {
 /// The webhook object: the creator only for account callers (`creator`),
 /// the token and URL always (both kinds of caller may see the token: one
 /// holds MANAGE_WEBHOOKS, the other presented it).
-fn wire(node: &crate::api::ApiState, row: &WebhookRow, creator: Option<&UserRow>) -> Webhook {
+fn wire(node: &crate::ApiState, row: &WebhookRow, creator: Option<&UserRow>) -> Webhook {
     Webhook {
         id: sf(row.id),
         kind: WEBHOOK_INCOMING,
@@ -305,10 +301,7 @@ fn wire(node: &crate::api::ApiState, row: &WebhookRow, creator: Option<&UserRow>
 }
 
 /// Webhook objects of `rows` with their creators (one store read for all).
-async fn wire_all(
-    node: &crate::api::ApiState,
-    rows: &[WebhookRow],
-) -> Result<Vec<Webhook>, ApiError> {
+async fn wire_all(node: &crate::ApiState, rows: &[WebhookRow]) -> Result<Vec<Webhook>, ApiError> {
     let mut ids: Vec<i64> = rows.iter().map(|r| r.creator_id).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -326,7 +319,7 @@ async fn wire_all(
         .collect())
 }
 
-async fn announce(node: &crate::api::ApiState, guild_id: i64, channel_id: i64) {
+async fn announce(node: &crate::ApiState, guild_id: i64, channel_id: i64) {
     let data = WebhooksUpdate {
         guild_id: sf(guild_id),
         channel_id: sf(channel_id),
@@ -358,7 +351,7 @@ async fn create(
     req: Request,
 ) -> ApiResult {
     let (channel, guild_id) = guild_channel(&node, &channel).await?;
-    crate::api::authorize(&node, caller.id, &channel, guild_id, perm::MANAGE_WEBHOOKS).await?;
+    crate::authorize(&node, caller.id, &channel, guild_id, perm::MANAGE_WEBHOOKS).await?;
     let body = object_body(
         &node,
         read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?,
@@ -393,7 +386,7 @@ async fn create(
         creator_id: caller.id,
         name,
         avatar,
-        token: crate::auth::new_webhook_token().map_err(|_| ApiError::Internal)?,
+        token: guildhall_common::auth::new_webhook_token().map_err(|_| ApiError::Internal)?,
         application_id,
     };
     let limits = &node.shared.limits;
@@ -420,7 +413,7 @@ async fn list_channel(
     Path(channel): Path<String>,
 ) -> ApiResult {
     let (channel, guild_id) = guild_channel(&node, &channel).await?;
-    crate::api::authorize(&node, caller.id, &channel, guild_id, perm::MANAGE_WEBHOOKS).await?;
+    crate::authorize(&node, caller.id, &channel, guild_id, perm::MANAGE_WEBHOOKS).await?;
     let rows = node.shared.store.channel_webhooks(channel.id).await?;
     ok(&wire_all(&node, &rows).await?)
 }
@@ -451,7 +444,7 @@ async fn get_webhook(
 /// A change of `row` from `body` (name, avatar, and with an account
 /// caller `channel_id`), stored and announced.
 async fn apply_change(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     row: WebhookRow,
     body: Value,
     mover: Option<&UserRow>,
@@ -537,7 +530,7 @@ async fn edit_webhook(
     ok(&wire(&node, &row, creator.as_ref()))
 }
 
-async fn remove(node: &crate::api::ApiState, row: &WebhookRow) -> ApiResult {
+async fn remove(node: &crate::ApiState, row: &WebhookRow) -> ApiResult {
     if !node.shared.store.delete_webhook(row.id).await? {
         return Err(unknown_webhook());
     }
@@ -621,7 +614,7 @@ impl ExecuteQuery {
 /// content components: nothing with a `custom_id`), else 50035 on
 /// `components`. `None` for none.
 fn sent_components(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     webhook: &WebhookRow,
     body: &Map<String, Value>,
     with_components: bool,
@@ -633,7 +626,7 @@ fn sent_components(
     else {
         return Ok(None);
     };
-    let Some(kept) = crate::api::checked_components(node, raw, flags, &["components"])? else {
+    let Some(kept) = crate::checked_components(node, raw, flags, &["components"])? else {
         return Ok(None);
     };
     if webhook.application_id.is_none() && guildhall_proto::components::interactive(&kept) {
@@ -665,7 +658,7 @@ pub(crate) struct Extras {
 /// server lacks (polls, threads, attachments) on that field rather than
 /// answering as if they had been sent.
 pub(crate) fn check_extras(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     body: &Map<String, Value>,
 ) -> Result<Extras, ApiError> {
     let limits = &node.shared.limits;
@@ -695,7 +688,7 @@ pub(crate) fn check_extras(
     let embeds = objects_field(node, body, "embeds", limits.message_embeds_max)?;
     let embeds_json = match body.get("embeds") {
         None => None,
-        Some(Value::Array(items)) => Some(crate::api::checked_embeds(node, items)?),
+        Some(Value::Array(items)) => Some(crate::checked_embeds(node, items)?),
         Some(_) => Some(None),
     };
     if body
@@ -711,7 +704,7 @@ pub(crate) fn check_extras(
             ),
         ));
     }
-    let allowed = crate::api::allowed_mentions(
+    let allowed = crate::allowed_mentions(
         node,
         body.get("allowed_mentions"),
         guildhall_proto::mentions::Context::WebhookOrInteraction,
@@ -752,7 +745,7 @@ async fn execute(
     )?;
     let content = string_field(&node, &body, "content")?.unwrap_or_default();
     let extras = check_extras(&node, &body)?;
-    let flags = crate::api::flags_field(
+    let flags = crate::flags_field(
         &node,
         body.get("flags"),
         EXECUTE_FLAGS,
@@ -760,7 +753,7 @@ async fn execute(
     )?
     .unwrap_or(0);
     let components = sent_components(&node, &webhook, &body, query.with_components(), flags)?;
-    crate::api::check_message_state(
+    crate::check_message_state(
         &node,
         flags,
         &content,
@@ -802,13 +795,13 @@ async fn execute(
             ));
         }
     };
-    let mentioning = crate::api::Mentioning {
+    let mentioning = crate::Mentioning {
         allowed: extras.allowed.clone(),
-        rights: crate::api::MentionRights::Webhook,
+        rights: crate::MentionRights::Webhook,
         actor_id: webhook.creator_id,
     };
     let mentioned =
-        crate::api::mentions_of(&node, Some(webhook.guild_id), &text, &mentioning, None).await?;
+        crate::mentions_of(&node, Some(webhook.guild_id), &text, &mentioning, None).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
         channel_id: webhook.channel_id,
@@ -866,7 +859,7 @@ fn webhook_message(row: &MessageRow) -> guildhall_proto::model::Message {
 /// A message `webhook` sent: any other message (of another webhook, of a
 /// user, or none) is 10008.
 async fn sent_by(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     webhook: &WebhookRow,
     raw_message: &str,
 ) -> Result<MessageRow, ApiError> {
@@ -899,7 +892,7 @@ async fn get_message(
     query.no_thread()?;
     let row = sent_by(&node, &webhook, &message).await?;
     let mut message = webhook_message(&row);
-    message.pinned = crate::api::is_pinned(&node, &row).await?;
+    message.pinned = crate::is_pinned(&node, &row).await?;
     ok(&message)
 }
 
@@ -936,13 +929,13 @@ async fn edit_message(
         Some(_) => string_field(&node, &body, "content")?,
     };
     // SUPPRESS_EMBEDS set or unset, IS_COMPONENTS_V2 set only.
-    let given = crate::api::flags_field(
+    let given = crate::flags_field(
         &node,
         body.get("flags"),
         u64::MAX >> 1,
         "Flags are a non-negative integer.",
     )?;
-    let flags = crate::api::edited_flags(row.flags as u64, given);
+    let flags = crate::edited_flags(row.flags as u64, given);
     // With `?with_components=true` the edit's `components` replace the
     // message's (null or `[]` clears them), under execute's rule and the
     // flags the message will have.
@@ -954,15 +947,15 @@ async fn edit_message(
     } else {
         None
     };
-    let mentioning = crate::api::Mentioning {
+    let mentioning = crate::Mentioning {
         allowed: extras.allowed,
-        rights: crate::api::MentionRights::Webhook,
+        rights: crate::MentionRights::Webhook,
         actor_id: webhook.creator_id,
     };
-    crate::api::edit_row(
+    crate::edit_row(
         &node,
         &mut row,
-        crate::api::Edit {
+        crate::Edit {
             content,
             embeds: extras.embeds_json,
             components,
@@ -973,7 +966,7 @@ async fn edit_message(
     .await?;
     let mut message = webhook_message(&row);
     // An edit leaves a pin as it was, and the update says so.
-    message.pinned = crate::api::is_pinned(&node, &row).await?;
+    message.pinned = crate::is_pinned(&node, &row).await?;
     publish_message(
         &node,
         "MESSAGE_UPDATE",
@@ -1014,7 +1007,7 @@ async fn delete_message(
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
     let guild_id = row.guild_id.unwrap_or(webhook.guild_id);
-    crate::api::publish_message_delete(&node, guild_id, row.channel_id, row.id).await;
+    crate::publish_message_delete(&node, guild_id, row.channel_id, row.id).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -43,17 +43,17 @@
 //! and their options, and several sessions of one bot each getting the
 //! event.
 
-use crate::api::{
+use crate::webhooks::{check_extras, object_body, refused, string_field};
+use crate::{
     ApiError, ApiResult, AppState, Caller, check_content, is_pinned, ok, parse_id, publish_message,
     read_json, store_message, wire_message,
 };
-use crate::state::{now_ms, sf};
-use crate::webhooks::{check_extras, object_body, refused, string_field};
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::post;
+use guildhall_common::state::{now_ms, sf};
 use guildhall_common::wire::wire_user;
 use guildhall_limits::Limits;
 use guildhall_proto::commands::{self, CommandSpec};
@@ -282,7 +282,7 @@ impl Table {
 
     fn token_ok(entry: &Entry, token: &str) -> bool {
         use subtle::ConstantTimeEq;
-        bool::from(crate::auth::token_digest(token).ct_eq(&entry.token_digest))
+        bool::from(guildhall_common::auth::token_digest(token).ct_eq(&entry.token_digest))
     }
 
     /// The interaction `id` if `token` is its token and its initial
@@ -357,7 +357,9 @@ impl Table {
     /// nothing about any token's characters (SHA-256 preimages), and the
     /// entry's digest is then compared in constant time.
     pub fn by_token(&self, application_id: i64, token: &str, now_ms: u64) -> Option<&Entry> {
-        let id = self.by_token.get(&crate::auth::token_digest(token))?;
+        let id = self
+            .by_token
+            .get(&guildhall_common::auth::token_digest(token))?;
         self.entries
             .get(id)
             .filter(|e| e.application_id == application_id && Self::token_ok(e, token))
@@ -472,7 +474,7 @@ impl Interactions {
 
 /// One sweep of the node's table, and INTERACTION_FAILURE to the users of
 /// the interactions whose deadline it found passed.
-pub fn sweep(node: &crate::api::ApiState) {
+pub fn sweep(node: &crate::ApiState) {
     let failed = node.interactions.with(|t| t.sweep(now_ms()));
     for entry in failed {
         node.interactions
@@ -484,7 +486,7 @@ pub fn sweep(node: &crate::api::ApiState) {
 }
 
 /// The sweep's task: one per node, every `interaction_sweep_interval_ms`.
-pub async fn run_sweeper(node: std::sync::Arc<crate::api::ApiState>) {
+pub async fn run_sweeper(node: std::sync::Arc<crate::ApiState>) {
     let interval_ms = node.shared.limits.interaction_sweep_interval_ms.max(1);
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -494,7 +496,7 @@ pub async fn run_sweeper(node: std::sync::Arc<crate::api::ApiState>) {
     }
 }
 
-fn user_event(node: &crate::api::ApiState, entry: &Entry, name: &str) {
+fn user_event(node: &crate::ApiState, entry: &Entry, name: &str) {
     to_invoker(
         node,
         entry.user_id,
@@ -512,7 +514,7 @@ fn user_event(node: &crate::api::ApiState, entry: &Entry, name: &str) {
 /// Discord sends them; to every session of the user when the request named
 /// none that this cluster knows.
 fn to_invoker(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     user_id: i64,
     session_id: Option<&str>,
     name: &str,
@@ -528,12 +530,12 @@ fn owners(guild_id: i64) -> BTreeMap<String, guildhall_proto::Snowflake> {
     [("0".to_owned(), sf(guild_id))].into()
 }
 
-fn invalid(node: &crate::api::ApiState, body: guildhall_proto::error::ErrorBody) -> ApiError {
+fn invalid(node: &crate::ApiState, body: guildhall_proto::error::ErrorBody) -> ApiError {
     refused(node, ApiError::Invalid(body))
 }
 
 fn field(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     field: &'static str,
     code: &'static str,
     message: &str,
@@ -676,7 +678,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
         application_id: app.id,
         bot_user_id: app.bot_user_id,
         user_id: caller.id,
-        token_digest: crate::auth::token_digest(&token),
+        token_digest: guildhall_common::auth::token_digest(&token),
         kind: request.kind,
         guild_id,
         channel_id: channel.id,
@@ -697,7 +699,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
     let counters = &node.interactions.counters;
     if let Err(refusal) = node.interactions.with(|t| t.insert(entry, now)) {
         counters.refused_total.fetch_add(1, Ordering::Relaxed);
-        crate::throttled!(
+        guildhall_common::throttled!(
             warn,
             "interactions.refused",
             ?refusal,
@@ -709,7 +711,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
             // Not the caller's doing: scope `shared`, not counted against
             // their invalid requests.
             Refusal::Full | Refusal::ApplicationBusy | Refusal::UsersFull => {
-                Ok(crate::api::hashing_busy())
+                Ok(crate::hashing_busy())
             }
         };
     }
@@ -735,7 +737,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
 }
 
 async fn check_command(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     app: &ApplicationRow,
     (guild_id, permissions): (i64, u64),
     channel_id: i64,
@@ -853,7 +855,7 @@ async fn check_command(
 /// application's bot, a member): members without `user`, `deaf` and
 /// `mute` but with their `permissions`, as Discord resolves them.
 async fn resolve(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     (guild_id, asker): (i64, i64),
     mentions: &[Mention],
     resolved: &mut Resolved,
@@ -977,7 +979,7 @@ fn submitted_values(components: &[Value]) -> Vec<(String, Vec<String>)> {
 /// user, role, user-or-role or channel by the menu's type; anything else
 /// is 50035 on `data.values`.
 fn select_mentions(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     found: &ix::FoundComponent,
     values: &[String],
 ) -> Result<Vec<Mention>, ApiError> {
@@ -1002,7 +1004,7 @@ fn select_mentions(
 }
 
 async fn check_component(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     app: &ApplicationRow,
     caller: &UserRow,
     channel: &guildhall_store::ChannelRow,
@@ -1121,7 +1123,7 @@ async fn check_component(
 }
 
 async fn check_modal(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     app: &ApplicationRow,
     caller: &UserRow,
     request: &ix::CreateRequest,
@@ -1237,11 +1239,11 @@ pub(crate) struct Parts {
 /// allowed_mentions, refused fields), its components under the flags the
 /// message will have (`stored_flags`, an edited message's, with the
 /// body's), and the flags a response may set. `creating`: the message
-/// must hold something ([`crate::api::check_message_state`]). `root`: where
+/// must hold something ([`crate::check_message_state`]). `root`: where
 /// the message sits in the body (`["data"]` in a callback), for the
 /// components' errors.
 pub(crate) fn message_parts(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     body: &Map<String, Value>,
     creating: bool,
     stored_flags: u64,
@@ -1252,7 +1254,7 @@ pub(crate) fn message_parts(
         Some(Value::Null) if !creating => Some(String::new()),
         _ => string_field(node, body, "content")?,
     };
-    let flags = crate::api::flags_field(
+    let flags = crate::flags_field(
         node,
         body.get("flags"),
         ix::RESPONSE_FLAGS,
@@ -1265,11 +1267,11 @@ pub(crate) fn message_parts(
     let components = match body.get("components") {
         None => None,
         Some(Value::Null) => Some(None),
-        Some(raw) => Some(crate::api::checked_components(node, raw, surface, &path)?),
+        Some(raw) => Some(crate::checked_components(node, raw, surface, &path)?),
     };
     let has_components = components.as_ref().is_some_and(Option::is_some);
     if creating {
-        crate::api::check_message_state(
+        crate::check_message_state(
             node,
             surface,
             content.as_deref().unwrap_or_default(),
@@ -1279,7 +1281,7 @@ pub(crate) fn message_parts(
     } else if let Some(content) = &content {
         // An edit: what it sets must fit the message it edits.
         if v2 {
-            crate::api::check_message_state(node, surface, content, extras.embeds > 0, true)?;
+            crate::check_message_state(node, surface, content, extras.embeds > 0, true)?;
         } else {
             check_content(node, content, extras.embeds > 0 || has_components)
                 .map_err(|e| refused(node, e))?;
@@ -1305,13 +1307,10 @@ pub(crate) fn message_parts(
 /// How a response's content mentions: under its `allowed_mentions`, with
 /// the bot's own permissions in the channel (asked only when the content
 /// needs them).
-fn mentioning(
-    entry: &Entry,
-    allowed: guildhall_proto::mentions::Allowed,
-) -> crate::api::Mentioning {
-    crate::api::Mentioning {
+fn mentioning(entry: &Entry, allowed: guildhall_proto::mentions::Allowed) -> crate::Mentioning {
+    crate::Mentioning {
         allowed,
-        rights: crate::api::MentionRights::Ask {
+        rights: crate::MentionRights::Ask {
             user_id: entry.bot_user_id,
             channel_id: entry.channel_id,
         },
@@ -1320,7 +1319,7 @@ fn mentioning(
 }
 
 /// The author of the application's messages.
-async fn bot_of(node: &crate::api::ApiState, entry: &Entry) -> Result<UserRow, ApiError> {
+async fn bot_of(node: &crate::ApiState, entry: &Entry) -> Result<UserRow, ApiError> {
     node.shared
         .store
         .user(entry.bot_user_id)
@@ -1331,7 +1330,7 @@ async fn bot_of(node: &crate::api::ApiState, entry: &Entry) -> Result<UserRow, A
 /// Announces `message` (a response's or followup's): to the guild's
 /// sessions, or, ephemeral, to the invoking user's sessions only.
 async fn announce(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     entry: &Entry,
     row: &MessageRow,
     name: &str,
@@ -1346,7 +1345,7 @@ async fn announce(
 
 /// A new message answering `entry` (a response or a followup).
 async fn post_message(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     entry: &Entry,
     parts: Parts,
     extra_flags: u64,
@@ -1354,7 +1353,7 @@ async fn post_message(
 ) -> Result<(MessageRow, Message), ApiError> {
     let flags = parts.flags.unwrap_or(0) | extra_flags;
     let content = parts.content.unwrap_or_default();
-    let mentioned = crate::api::mentions_of(
+    let mentioned = crate::mentions_of(
         node,
         Some(entry.guild_id),
         parts.text.as_deref().unwrap_or(&content),
@@ -1401,7 +1400,7 @@ async fn post_message(
 /// and announces MESSAGE_UPDATE. `done_loading`: a deferred response's
 /// edit clears LOADING.
 async fn update_message(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     entry: &Entry,
     id: i64,
     parts: Parts,
@@ -1433,10 +1432,10 @@ async fn update_message(
     }
     if text_changed {
         // Rebuilt from the new text, as Discord rebuilds them.
-        row.mentions = crate::api::mentions_of(
+        row.mentions = crate::mentions_of(
             node,
             Some(entry.guild_id),
-            &crate::api::mention_text(&row),
+            &crate::mention_text(&row),
             &mentioning(entry, parts.allowed),
             None,
         )
@@ -1592,7 +1591,7 @@ async fn callback(
 /// Carries out an acknowledged callback: the message it creates or
 /// updates (stored before the answer), the modal or choices it shows.
 async fn respond(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     entry: &Entry,
     callback: &ix::Callback,
     parts: Option<Parts>,
@@ -1688,7 +1687,7 @@ async fn respond(
 /// caller then treats the id as a webhook's); a pending or failed one is
 /// 10015, as Discord answers a token without its initial response.
 pub(crate) fn token_entry(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     raw_id: &str,
     token: &str,
 ) -> Option<Result<Entry, ApiError>> {
@@ -1705,7 +1704,7 @@ pub(crate) fn token_entry(
 /// The message `raw` names for `entry`: `@original`, or one of its
 /// followups (any other message is 10008).
 async fn message_for(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     entry: &Entry,
     raw: &str,
 ) -> Result<MessageRow, ApiError> {
@@ -1729,7 +1728,7 @@ async fn message_for(
 
 /// POST `/webhooks/{application_id}/{token}`: a followup (`wait` is
 /// always true; EPHEMERAL allowed).
-pub(crate) async fn followup(node: &crate::api::ApiState, entry: &Entry, body: Value) -> ApiResult {
+pub(crate) async fn followup(node: &crate::ApiState, entry: &Entry, body: Value) -> ApiResult {
     let body = object_body(node, body)?;
     let parts = message_parts(node, &body, true, 0, &[])?;
     let (_, message) = post_message(node, entry, parts, 0, true).await?;
@@ -1737,7 +1736,7 @@ pub(crate) async fn followup(node: &crate::api::ApiState, entry: &Entry, body: V
 }
 
 /// GET of `@original` or a followup.
-pub(crate) async fn get(node: &crate::api::ApiState, entry: &Entry, raw: &str) -> ApiResult {
+pub(crate) async fn get(node: &crate::ApiState, entry: &Entry, raw: &str) -> ApiResult {
     let row = message_for(node, entry, raw).await?;
     let author = node
         .shared
@@ -1753,7 +1752,7 @@ pub(crate) async fn get(node: &crate::api::ApiState, entry: &Entry, raw: &str) -
 /// PATCH of `@original` or a followup (a deferred response's edit clears
 /// LOADING and fills it in).
 pub(crate) async fn edit(
-    node: &crate::api::ApiState,
+    node: &crate::ApiState,
     entry: &Entry,
     raw: &str,
     body: Value,
@@ -1765,7 +1764,7 @@ pub(crate) async fn edit(
 }
 
 /// DELETE of `@original` or a followup.
-pub(crate) async fn delete(node: &crate::api::ApiState, entry: &Entry, raw: &str) -> ApiResult {
+pub(crate) async fn delete(node: &crate::ApiState, entry: &Entry, raw: &str) -> ApiResult {
     let row = message_for(node, entry, raw).await?;
     if !node
         .shared
@@ -1785,7 +1784,7 @@ pub(crate) async fn delete(node: &crate::api::ApiState, entry: &Entry, raw: &str
             &data,
         );
     } else {
-        crate::api::publish_message_delete(node, entry.guild_id, row.channel_id, row.id).await;
+        crate::publish_message_delete(node, entry.guild_id, row.channel_id, row.id).await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -1808,7 +1807,7 @@ mod tests {
             application_id: app,
             bot_user_id: 99,
             user_id: user,
-            token_digest: crate::auth::token_digest(token),
+            token_digest: guildhall_common::auth::token_digest(token),
             kind: ix::APPLICATION_COMMAND,
             guild_id: 1,
             channel_id: 2,

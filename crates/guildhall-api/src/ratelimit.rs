@@ -23,12 +23,12 @@
 //! without `Via`, discord.py refuses to retry at all; so every header is
 //! always present.
 
-use crate::api::{ApiError, AppState, TokenLookup, bearer};
-use crate::state::now_ms;
+use crate::{ApiError, AppState, TokenLookup, bearer};
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use guildhall_common::state::now_ms;
 use guildhall_proto::error::RateLimitedBody;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -220,7 +220,7 @@ fn webhook_of(route: &str, path: &str) -> Option<Who> {
     let token = segments.next()?;
     Some(Who::Webhook(
         id.to_owned(),
-        crate::auth::token_digest(token),
+        guildhall_common::auth::token_digest(token),
     ))
 }
 
@@ -322,7 +322,7 @@ fn hash_of(parts: &[&str]) -> u64 {
 
 fn banned_response(reset_after_ms: u64) -> Response {
     let retry_after_s = reset_after_ms as f64 / 1000.0;
-    let mut response = crate::api::json_response(
+    let mut response = crate::json_response(
         StatusCode::TOO_MANY_REQUESTS,
         &RateLimitedBody::new(retry_after_s, true),
     );
@@ -349,7 +349,7 @@ pub async fn layer(State(node): State<AppState>, mut request: Request, next: Nex
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| {
-            crate::http::client_key(c.0.ip())
+            guildhall_common::http::client_key(c.0.ip())
         });
     if let Some(reset_after_ms) = rate.banned(address, now) {
         rate.counters.banned_total.fetch_add(1, Ordering::Relaxed);
@@ -380,7 +380,7 @@ pub async fn layer(State(node): State<AppState>, mut request: Request, next: Nex
     let lookup = match bearer(request.headers()) {
         None => None,
         Some(token) => {
-            let digest = crate::auth::token_digest(token);
+            let digest = guildhall_common::auth::token_digest(token);
             match node.users.cached(&digest) {
                 Some(known) => Some(Ok(known)),
                 // An unknown token costs a store read: only while the
@@ -459,7 +459,7 @@ mod tests {
             panic!("a token route")
         };
         assert_eq!(id, "123");
-        assert_eq!(digest, crate::auth::token_digest("abc"));
+        assert_eq!(digest, guildhall_common::auth::token_digest("abc"));
         let messages = "/api/v9/webhooks/{id}/{token}/messages/{message}";
         assert!(webhook_of(messages, "/api/v9/webhooks/1/t/messages/2").is_some());
         assert!(webhook_of("/api/v10/webhooks/{id}", "/api/v10/webhooks/1").is_none());

@@ -5,9 +5,21 @@
 //! `IntoResponse`. Bodies are read with a size bound and parsed by hand so
 //! oversized (413), malformed (50109) and ill-typed (50035) bodies each get
 //! their own documented answer. A message is durable before its 200.
+//!
+//! The role's modules: [`commands`] (application commands), [`interactions`]
+//! (`POST /interactions`, callbacks, the interaction's webhook),
+//! [`interaction_forward`] (a callback on any api node), [`webhooks`]
+//! (incoming webhooks) and [`ratelimit`] (buckets and Discord's headers).
+//! Handlers hold [`ApiState`], never the node: the api depends on
+//! `guildhall-common` and on no other role, and reaches guild owners,
+//! the users role and sessions only through its clients and the bus.
 
-use crate::auth;
-use crate::state::{now_ms, sf};
+pub mod commands;
+pub mod interaction_forward;
+pub mod interactions;
+pub mod ratelimit;
+pub mod webhooks;
+
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
@@ -15,6 +27,8 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use guildhall_common::auth;
+use guildhall_common::state::{now_ms, sf};
 use guildhall_common::wire::{wire_channel, wire_user};
 use guildhall_proto::Snowflake;
 use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
@@ -50,7 +64,7 @@ pub type AppState = Arc<ApiState>;
 /// The api role's state.
 pub struct ApiState {
     /// Store, limits, ids.
-    pub shared: Arc<crate::state::Shared>,
+    pub shared: Arc<guildhall_common::state::Shared>,
     /// How the api reaches guild owners (typed calls, confirmed publishes).
     pub guilds: Arc<guildhall_common::guilds::GuildsClient>,
     /// Token lookups (the users role's cache front).
@@ -62,11 +76,11 @@ pub struct ApiState {
     /// Token for operator endpoints (in `DATA_DIR/admin.token`).
     pub admin_token: String,
     /// What the node knows of the cluster (where gateways are, placement).
-    pub cluster: Arc<crate::cluster::ClusterState>,
+    pub cluster: Arc<guildhall_common::cluster::ClusterState>,
     /// The bus the roles talk over.
     pub bus: Arc<dyn guildhall_cluster::Bus>,
     /// Password-hashing permits and their memory.
-    pub passwords: crate::auth::Passwords,
+    pub passwords: guildhall_common::auth::Passwords,
     /// This node's name (the tag in interaction tokens names it).
     pub node_name: String,
     /// Interactions created on this node.
@@ -162,7 +176,7 @@ impl From<StoreError> for ApiError {
             // checking first are usernames (commands map their own).
             StoreError::Conflict(_) => taken(),
             StoreError::Database(e) => {
-                crate::throttled!(error, "api.store_failed", error = %e, "store failed");
+                guildhall_common::throttled!(error, "api.store_failed", error = %e, "store failed");
                 ApiError::Internal
             }
         }
@@ -369,7 +383,7 @@ pub struct ApiCounters {
     /// Guild events that could not be handed to the guild owner.
     pub fanout_failed_total: AtomicU64,
     /// Request latency.
-    pub request_seconds: crate::histogram::Histogram,
+    pub request_seconds: guildhall_common::histogram::Histogram,
 }
 
 /// Refuses `value` unless it has `min..=max` characters, with Discord's
@@ -451,7 +465,7 @@ async fn get_gateway_bot(State(node): State<AppState>, Caller(caller): Caller) -
     };
     let (remaining, reset_after_ms) = session_start_remaining(
         starts,
-        i64::try_from(crate::state::now_ms()).unwrap_or(i64::MAX),
+        i64::try_from(guildhall_common::state::now_ms()).unwrap_or(i64::MAX),
         i64::try_from(limits.session_start_window_ms).unwrap_or(i64::MAX),
         limits.session_starts_per_window_max.into(),
     );
@@ -3618,7 +3632,7 @@ async fn pin_notice(
         node.counters
             .pin_notices_failed_total
             .fetch_add(1, Ordering::Relaxed);
-        crate::throttled!(
+        guildhall_common::throttled!(
             warn,
             "api.pin_notice_failed",
             channel_id = channel.id,
