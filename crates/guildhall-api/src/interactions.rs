@@ -520,10 +520,11 @@ fn to_invoker(
     name: &str,
     data: &impl serde::Serialize,
 ) {
-    if session_id.is_some_and(|session| node.to_session(user_id, session, name, data)) {
+    if session_id.is_some_and(|session| node.gateways().to_session(user_id, session, name, data)) {
         return;
     }
-    node.to_users(vec![user_id], 0, name, data);
+    node.gateways()
+        .to_users_in(None, vec![user_id], 0, name, data);
 }
 
 fn owners(guild_id: i64) -> BTreeMap<String, guildhall_proto::Snowflake> {
@@ -716,7 +717,7 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
         };
     }
     counters.created_total.fetch_add(1, Ordering::Relaxed);
-    node.to_users_in(
+    node.gateways().to_users_in(
         Some(guild_id),
         vec![app.bot_user_id],
         0,
@@ -1337,7 +1338,8 @@ async fn announce(
     message: &Message,
 ) {
     if row.visible_to.is_some() {
-        node.to_users_in(Some(entry.guild_id), vec![entry.user_id], 0, name, message);
+        node.gateways()
+            .to_users_in(Some(entry.guild_id), vec![entry.user_id], 0, name, message);
     } else {
         publish_message(node, name, entry.guild_id, message, entry.bot_user_id).await;
     }
@@ -1776,7 +1778,7 @@ pub(crate) async fn delete(node: &crate::ApiState, entry: &Entry, raw: &str) -> 
     }
     if row.visible_to.is_some() {
         let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string(), "guild_id": entry.guild_id.to_string()});
-        node.to_users_in(
+        node.gateways().to_users_in(
             Some(entry.guild_id),
             vec![entry.user_id],
             0,

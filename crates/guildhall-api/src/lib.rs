@@ -90,53 +90,6 @@ pub struct ApiState {
 }
 
 impl ApiState {
-    /// Sends dispatch `name` to every session of `user_ids` holding
-    /// `required_intent` (0: none), on whatever gateway node: direct
-    /// messages and user events, which have no guild stream. What it sends
-    /// is already durable; a refused publish is counted by the bus. It names
-    /// no guild, so sharded sessions hear it on shard 0 only.
-    pub fn to_users(
-        &self,
-        user_ids: Vec<i64>,
-        required_intent: u64,
-        name: &str,
-        data: &impl serde::Serialize,
-    ) {
-        self.to_users_in(None, user_ids, required_intent, name, data);
-    }
-
-    /// [`ApiState::to_users`] for an event that names `guild_id` without
-    /// going through its stream (an interaction, an ephemeral message):
-    /// sharded sessions hear it on that guild's shard.
-    pub fn to_users_in(
-        &self,
-        guild_id: Option<i64>,
-        user_ids: Vec<i64>,
-        required_intent: u64,
-        name: &str,
-        data: &impl serde::Serialize,
-    ) {
-        self.gateways()
-            .to_users_in(guild_id, user_ids, required_intent, name, data);
-    }
-
-    /// See [`guildhall_common::gateways::Gateways::to_session`].
-    pub fn to_session(
-        &self,
-        user_id: i64,
-        session_id: &str,
-        name: &str,
-        data: &impl serde::Serialize,
-    ) -> bool {
-        self.gateways().to_session(user_id, session_id, name, data)
-    }
-
-    /// Publishes `body` to every gateway node (refusals are counted by the
-    /// bus).
-    pub fn to_gateways(&self, key: i64, body: guildhall_proto::bus::NodeEventBody) {
-        self.gateways().to_all(key, body);
-    }
-
     /// The gateways, as the api role reaches sessions.
     pub fn gateways(&self) -> guildhall_common::gateways::Gateways<'_> {
         guildhall_common::gateways::Gateways {
@@ -1099,7 +1052,7 @@ pub async fn create_guild_for(
         .await?;
     // The owner's open sessions, on whatever gateway node, learn about the
     // new guild (each subscribes with the guild's owner).
-    node.to_gateways(
+    node.gateways().to_all(
         id,
         guildhall_proto::bus::NodeEventBody::Joined {
             guild_id: id,
@@ -2214,7 +2167,8 @@ async fn create_message(
         Audience::Guild(guild_id) => {
             publish_message(&node, "MESSAGE_CREATE", guild_id, &message, author.id).await
         }
-        Audience::Dm(members) => node.to_users(
+        Audience::Dm(members) => node.gateways().to_users_in(
+            None,
             members,
             intents::DIRECT_MESSAGES,
             "MESSAGE_CREATE",
@@ -2516,7 +2470,8 @@ async fn delete_message(
         }
         ChannelAudience::Dm(members) => {
             let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string()});
-            node.to_users(
+            node.gateways().to_users_in(
+                None,
                 members.clone(),
                 intents::DIRECT_MESSAGES,
                 "MESSAGE_DELETE",
@@ -2746,7 +2701,8 @@ async fn patch_me(
         .await?
         .ok_or(ApiError::Internal)?;
     let wire = wire_user(&user);
-    node.to_users(vec![user.id], 0, "USER_UPDATE", &wire);
+    node.gateways()
+        .to_users_in(None, vec![user.id], 0, "USER_UPDATE", &wire);
     ok(&wire)
 }
 
@@ -3476,7 +3432,8 @@ impl ChannelAudience {
                 )
                 .await;
             }
-            ChannelAudience::Dm(members) => node.to_users(
+            ChannelAudience::Dm(members) => node.gateways().to_users_in(
+                None,
                 members.clone(),
                 intents::DIRECT_MESSAGE_REACTIONS,
                 name,
@@ -3500,7 +3457,13 @@ impl ChannelAudience {
                 publish_message(node, name, *guild_id, message, author_id).await;
             }
             ChannelAudience::Dm(members) => {
-                node.to_users(members.clone(), intents::DIRECT_MESSAGES, name, message);
+                node.gateways().to_users_in(
+                    None,
+                    members.clone(),
+                    intents::DIRECT_MESSAGES,
+                    name,
+                    message,
+                );
             }
         }
     }
@@ -3591,7 +3554,8 @@ async fn publish_pins_update(
             let data = json!({
                 "channel_id": channel.id.to_string(), "last_pin_timestamp": last_pin_timestamp,
             });
-            node.to_users(
+            node.gateways().to_users_in(
+                None,
                 members.clone(),
                 intents::DIRECT_MESSAGES,
                 "CHANNEL_PINS_UPDATE",
