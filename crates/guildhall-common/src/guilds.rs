@@ -254,27 +254,27 @@ impl GuildsClient {
     /// off with full jitter (`backoff_base_ms` up to the smaller of
     /// `backoff_cap_ms` and `lease_ttl_ms`) after each failed attempt.
     pub fn start_outbox(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
-        let directory = self.clone();
+        let client = self.clone();
         tokio::spawn(async move {
             let mut running = tokio::task::JoinSet::new();
             loop {
-                let room = directory
+                let room = client
                     .limits
                     .fanout_outbox_calls_in_flight_max
                     .saturating_sub(running.len());
                 let now = crate::state::now_ms();
                 let (due, next) = {
-                    let mut outbox = directory.lock_outbox();
+                    let mut outbox = client.lock_outbox();
                     (outbox.take_due(now, room), outbox.next_due_ms())
                 };
                 for guild_id in due {
-                    let directory = directory.clone();
-                    running.spawn(async move { directory.redeliver(guild_id).await });
+                    let client = client.clone();
+                    running.spawn(async move { client.redeliver(guild_id).await });
                 }
                 // Nothing held: sleep until woken (a bound, not a poll).
                 let wait_ms = next.map_or(OUTBOX_IDLE_WAIT_MS, |at| at.saturating_sub(now).max(1));
                 tokio::select! {
-                    () = directory.outbox_wake.notified() => {}
+                    () = client.outbox_wake.notified() => {}
                     Some(_) = running.join_next(), if !running.is_empty() => {}
                     () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
                 }

@@ -1,4 +1,5 @@
-//! A Guildhall node: the roles and the one function that wires them.
+//! A Guildhall node: the one function that wires the roles, each a crate
+//! of its own, into a process.
 //!
 //! - [`http`]: the accept loop and every connection's bounds, for every
 //!   role the process serves over HTTP.

@@ -64,9 +64,9 @@ fn answer(bus: &dyn guildhall_cluster::Bus, reply: &str, result: Result<Vec<User
     }
 }
 
-// The client other roles call lives below the roles; the cache calls it
-// too when a lookup misses on a node that does not hold the user's shard.
-pub use guildhall_common::users::ask;
+// The role's client, below the roles: this front asks the role through it
+// when a token misses its caches, as other roles do for batch loads.
+use guildhall_common::users::ask;
 
 type Answer = Result<Option<UserRow>, UsersError>;
 type Digest = [u8; 32];
