@@ -14,11 +14,13 @@
 use crate::state::now_ms;
 use guildhall_cluster::{LeaseId, Registry, RegistryView, Watch, WatchEvent};
 use guildhall_limits::Limits;
-use guildhall_proto::cluster::{Announcement, INSTANCE_PREFIX, Role, instance_key};
+use guildhall_proto::cluster::{
+    Announcement, INSTANCE_PREFIX, RING_RELEASE_KEY, Role, instance_key,
+};
 use guildhall_ring::MemberId;
 use guildhall_ring::Ring;
 use guildhall_ring::hash::member_id_of;
-use guildhall_ring::membership::{Membership, MembershipConfig, MembershipEffect};
+use guildhall_ring::membership::{Membership, MembershipConfig, MembershipEffect, RemovalReason};
 use guildhall_ring::placement::Placement;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -65,6 +67,16 @@ pub struct ClusterState {
     pub ring: RwLock<Arc<Ring>>,
     /// Removals frozen by self-preservation.
     pub frozen: AtomicBool,
+    /// How long the current freeze has held removals, as of the
+    /// membership loop's last pass (0 when not frozen).
+    pub frozen_for_ms: AtomicU64,
+    /// Freezes that outlasted `self_preservation_freeze_max_ms` (their down
+    /// members then went at the window's budget).
+    pub freeze_expired_total: AtomicU64,
+    /// Operator releases applied (each removed every member down then).
+    pub releases_total: AtomicU64,
+    /// Members removed by a release or past a freeze's bound.
+    pub released_members_total: AtomicU64,
     /// This node's lease (0: none).
     pub lease: AtomicU64,
     /// Gateway nodes in the view (where guild owners announce joins).
@@ -155,6 +167,10 @@ impl Default for ClusterState {
             rejected: Mutex::new(BTreeMap::new()),
             ring: RwLock::new(Arc::new(Ring::new(0, &[], 1))),
             frozen: AtomicBool::new(false),
+            frozen_for_ms: AtomicU64::new(0),
+            freeze_expired_total: AtomicU64::new(0),
+            releases_total: AtomicU64::new(0),
+            released_members_total: AtomicU64::new(0),
             lease: AtomicU64::new(0),
             gateways: RwLock::new(Arc::new(Vec::new())),
             guild_nodes: RwLock::new(Arc::new(BTreeMap::new())),
@@ -654,6 +670,7 @@ pub async fn start(
         removals_min: limits.self_preservation_removals_min,
         rebuilds_per_window_max: limits.ring_rebuilds_per_window_max,
         members_max: limits.ring_members_max,
+        freeze_max_ms: limits.self_preservation_freeze_max_ms,
         self_preservation: true,
     };
     let vnodes = limits.ring_vnodes_per_member;
@@ -670,6 +687,10 @@ pub async fn start(
         let mut tick = tokio::time::interval(Duration::from_millis(renew_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut effects = Vec::new();
+        // The release last applied (its value, an operator's unique id): a
+        // release key lives for its lease's TTL, and one release ends one
+        // freeze, not every freeze while the key lives.
+        let mut release_applied: Option<Vec<u8>> = None;
         loop {
             if state.left.load(Ordering::Relaxed) {
                 break;
@@ -734,6 +755,7 @@ pub async fn start(
                     membership.renew(now, member_id_of(&instance.node), &mut effects);
                 }
             }
+            let ticked = event.is_none();
             match event {
                 Some(Some(WatchEvent::Put { key, value })) => {
                     if mirror.contains_key(&key) || mirror.len() < entries_max {
@@ -845,6 +867,27 @@ pub async fn start(
                 membership.renew(now, member_id_of(&instance.node), &mut effects);
             }
             membership.tick(now, &mut effects);
+            if membership.is_frozen() && ticked {
+                // During a freeze only, once per renewal tick: one registry
+                // read per node per interval, and none in normal running.
+                if let Some(release) = read_release(registry.as_ref()).await
+                    && release_applied.as_ref() != Some(&release)
+                {
+                    let removed = membership.release(now, &mut effects);
+                    release_applied = Some(release);
+                    state.releases_total.fetch_add(1, Ordering::Relaxed);
+                    state
+                        .released_members_total
+                        .fetch_add(removed as u64, Ordering::Relaxed);
+                    tracing::error!(
+                        removed,
+                        "self-preservation released by an operator: every member down was removed"
+                    );
+                }
+            }
+            state
+                .frozen_for_ms
+                .store(membership.frozen_for_ms(now), Ordering::Relaxed);
             for effect in effects.drain(..) {
                 match effect {
                     MembershipEffect::RingChanged {
@@ -869,11 +912,35 @@ pub async fn start(
                         );
                     }
                     MembershipEffect::AlarmCleared => state.frozen.store(false, Ordering::Relaxed),
+                    MembershipEffect::FreezeExpired { held_ms, down } => {
+                        state.freeze_expired_total.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(
+                            held_ms,
+                            down,
+                            "self-preservation held removals for its bound \
+                             (self_preservation_freeze_max_ms); members still down \
+                             now go at the window's budget"
+                        );
+                    }
+                    MembershipEffect::Removed {
+                        reason: RemovalReason::FreezeExpired,
+                        ..
+                    } => {
+                        state.released_members_total.fetch_add(1, Ordering::Relaxed);
+                    }
                     _ => {}
                 }
             }
         }
     });
+}
+
+/// The operator's release, if one is posted: the value under
+/// [`RING_RELEASE_KEY`]. An unreachable registry reads as none (the freeze
+/// holds until the next tick).
+async fn read_release(registry: &dyn Registry) -> Option<Vec<u8>> {
+    let listing = registry.list(RING_RELEASE_KEY).await.ok()?;
+    listing.entries.get(RING_RELEASE_KEY).cloned()
 }
 
 /// The watch's next change; never, while there is no watch (the loop

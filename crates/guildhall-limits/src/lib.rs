@@ -90,6 +90,16 @@ pub const SELF_PRESERVATION_REMOVAL_PERMILLE: u32 = 150;
 /// leaves the share alone.
 pub const SELF_PRESERVATION_REMOVALS_MIN: u32 = 1;
 
+/// Longest self-preservation holds removals: members still down after a
+/// freeze of this long are removed at the window's budget, longest down
+/// first (`guildhall_membership_freeze_expired_total`, an error log line).
+/// Without a bound two of three guilds nodes dying together would keep
+/// their guilds unserved until an operator stepped in. Ten minutes outlasts
+/// the registry and network blips the freeze is for; an operator can end a
+/// freeze sooner with a release (the registry key
+/// `guildhall_proto::cluster::RING_RELEASE_KEY`).
+pub const SELF_PRESERVATION_FREEZE_MAX_MS: u64 = 600_000;
+
 /// Ring rebuilds allowed per self-preservation window. Further membership
 /// changes are coalesced into the next allowed rebuild, so a flapping member
 /// cannot make every node recompute placements continuously.
@@ -1243,6 +1253,8 @@ pub struct Limits {
     pub self_preservation_removal_permille: u32,
     /// See [`SELF_PRESERVATION_REMOVALS_MIN`].
     pub self_preservation_removals_min: u32,
+    /// See [`SELF_PRESERVATION_FREEZE_MAX_MS`].
+    pub self_preservation_freeze_max_ms: u64,
     /// See [`RING_REBUILDS_PER_WINDOW_MAX`].
     pub ring_rebuilds_per_window_max: u32,
     /// See [`ADAPTIVE_LIMIT_FLOOR`].
@@ -1654,6 +1666,7 @@ impl Default for Limits {
             self_preservation_window_ms: SELF_PRESERVATION_WINDOW_MS,
             self_preservation_removal_permille: SELF_PRESERVATION_REMOVAL_PERMILLE,
             self_preservation_removals_min: SELF_PRESERVATION_REMOVALS_MIN,
+            self_preservation_freeze_max_ms: SELF_PRESERVATION_FREEZE_MAX_MS,
             ring_rebuilds_per_window_max: RING_REBUILDS_PER_WINDOW_MAX,
             adaptive_limit_floor: ADAPTIVE_LIMIT_FLOOR,
             adaptive_limit_start: ADAPTIVE_LIMIT_START,
@@ -1934,6 +1947,12 @@ impl Limits {
             self.self_preservation_window_ms >= 1,
             "self_preservation_window_ms",
             "must be at least 1",
+        );
+        check(
+            self.self_preservation_freeze_max_ms >= self.member_permanent_down_ms,
+            "self_preservation_freeze_max_ms",
+            "must be at least member_permanent_down_ms: a freeze shorter than the \
+             hysteresis would remove members a short stall keeps",
         );
         check(
             self.self_preservation_removal_permille < 1000,
@@ -2960,6 +2979,7 @@ mod tests {
             "ring_history_generations_max",
             "lease_ttl_ms",
             "self_preservation_window_ms",
+            "self_preservation_freeze_max_ms",
             "ring_rebuilds_per_window_max",
             "adaptive_limit_floor",
             "retry_budget_window_ms",
@@ -3166,6 +3186,7 @@ mod tests {
             "ring_history_generations_max" => l.ring_history_generations_max = 0,
             "lease_ttl_ms" => l.lease_ttl_ms = 0,
             "self_preservation_window_ms" => l.self_preservation_window_ms = 0,
+            "self_preservation_freeze_max_ms" => l.self_preservation_freeze_max_ms = 0,
             "ring_rebuilds_per_window_max" => l.ring_rebuilds_per_window_max = 0,
             "adaptive_limit_floor" => l.adaptive_limit_floor = 0,
             "retry_budget_window_ms" => l.retry_budget_window_ms = 0,

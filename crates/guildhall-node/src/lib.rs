@@ -1148,6 +1148,30 @@ async fn metrics(
             u64::from(cluster.frozen.load(Ordering::Relaxed)),
         ),
         (
+            "guildhall_membership_frozen_ms",
+            "gauge",
+            "How long the current self-preservation freeze has held removals (0 when none); bounded by self_preservation_freeze_max_ms.",
+            cluster.frozen_for_ms.load(Ordering::Relaxed),
+        ),
+        (
+            "guildhall_membership_freeze_expired_total",
+            "counter",
+            "Freezes that outlasted self_preservation_freeze_max_ms: their down members then went at the window's budget.",
+            cluster.freeze_expired_total.load(Ordering::Relaxed),
+        ),
+        (
+            "guildhall_membership_releases_total",
+            "counter",
+            "Operator releases of a freeze applied (guildhall ring release).",
+            cluster.releases_total.load(Ordering::Relaxed),
+        ),
+        (
+            "guildhall_membership_released_members_total",
+            "counter",
+            "Members removed by an operator's release or past a freeze's bound.",
+            cluster.released_members_total.load(Ordering::Relaxed),
+        ),
+        (
             "guildhall_registry_relists_total",
             "counter",
             "Full listings of the registry (the first, and one after each watch that ended).",

@@ -55,6 +55,11 @@ struct Cluster {
 
 impl Cluster {
     async fn start(guild_nodes: &[&str]) -> Self {
+        Self::start_with(guild_nodes, limits()).await
+    }
+
+    /// Every node, the front included, on `limits`.
+    async fn start_with(guild_nodes: &[&str], limits: Limits) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
         let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(Limits::default().bus_payload_bytes_max));
@@ -65,7 +70,7 @@ impl Cluster {
             registry.clone(),
             bus.clone(),
             &[Role::Gateway, Role::Api, Role::Users, Role::Presence],
-            limits(),
+            limits.clone(),
             None,
         )
         .await;
@@ -79,7 +84,7 @@ impl Cluster {
             guilds: BTreeMap::new(),
         };
         for name in guild_nodes {
-            cluster.add(name, limits()).await;
+            cluster.add(name, limits.clone()).await;
         }
         cluster.wait_ring(guild_nodes.len()).await;
         cluster
@@ -156,10 +161,13 @@ impl Cluster {
         panic!("loads never settled at {total} with none over {cap}: {loads:?}");
     }
 
-    /// Owners running on each guilds node.
+    /// Owners running on each guilds node that is not cut off.
     async fn loads(&self) -> BTreeMap<String, u64> {
         let mut loads = BTreeMap::new();
-        for (name, (node, _)) in &self.guilds {
+        for (name, (node, state)) in &self.guilds {
+            if state.partitioned.load(std::sync::atomic::Ordering::Relaxed) {
+                continue;
+            }
             loads.insert(name.clone(), node.metric("guildhall_guild_owners").await);
         }
         loads
@@ -826,5 +834,146 @@ async fn a_stale_owner_is_refused_by_gateways_and_the_store() {
     );
     let _ = stop_listen.send(());
     let _client = listener.await.unwrap();
+    cluster.stop().await;
+}
+
+/// Cuts `names` off at once, as a `kill -9` of each would: they stop
+/// renewing (and notice nothing), and their leases end behind their backs.
+async fn kill_together(cluster: &Cluster, names: &[&str]) {
+    for name in names {
+        let state = cluster.guilds[*name].1.clone();
+        state
+            .partitioned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let lease = state.lease.load(std::sync::atomic::Ordering::Relaxed);
+        cluster.registry.revoke(lease).await.unwrap();
+    }
+}
+
+/// Until the front and `g1` both report `metric` at `value` or more.
+async fn wait_survivors(cluster: &Cluster, metric: &str, value: u64) {
+    for _ in 0..POLLS_MAX {
+        if cluster.front.metric(metric).await >= value
+            && cluster.guilds["g1"].0.metric(metric).await >= value
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{metric} never reached {value} on the front and g1");
+}
+
+/// Two of three guilds nodes die together: more than one window's
+/// removal budget, so self-preservation freezes and their guilds keep
+/// their owners. An operator's release (the registry key every node reads
+/// while frozen) removes them at once, and every guild is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_deaths_freeze_the_ring_until_an_operator_releases_it() {
+    let cluster = Cluster::start(&["g1", "g2", "g3"]).await;
+    let (token, _) = cluster.front.register("alice").await;
+    let guilds = guilds_of(&cluster.front, &token).await;
+    cluster.wait_placed(GUILDS).await;
+    touch_all(&cluster.front, &token, &guilds).await;
+
+    kill_together(&cluster, &["g2", "g3"]).await;
+    wait_survivors(&cluster, "guildhall_membership_frozen", 1).await;
+    // Frozen: nothing removed, and the freeze's age is on /metrics.
+    assert_eq!(cluster.front.metric("guildhall_ring_members").await, 3);
+    wait_survivors(&cluster, "guildhall_membership_frozen_ms", 1).await;
+
+    cluster
+        .registry
+        .put_with_lease(
+            guildhall_proto::cluster::RING_RELEASE_KEY,
+            b"operator-release-1".to_vec(),
+            60_000,
+        )
+        .await
+        .unwrap();
+    for _ in 0..POLLS_MAX {
+        if cluster.front.metric("guildhall_ring_members").await == 1
+            && cluster.guilds["g1"]
+                .0
+                .metric("guildhall_ring_members")
+                .await
+                == 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(cluster.front.metric("guildhall_ring_members").await, 1);
+    assert_eq!(cluster.front.metric("guildhall_membership_frozen").await, 0);
+    assert_eq!(
+        cluster.front.metric("guildhall_membership_frozen_ms").await,
+        0
+    );
+    assert_eq!(
+        cluster
+            .front
+            .metric("guildhall_membership_releases_total")
+            .await,
+        1
+    );
+    assert_eq!(
+        cluster
+            .front
+            .metric("guildhall_membership_released_members_total")
+            .await,
+        2
+    );
+    // Every guild answers again, from the survivor.
+    touch_all(&cluster.front, &token, &guilds).await;
+    cluster.settled_loads(GUILDS as u64, GUILDS as u64).await;
+    cluster.stop().await;
+}
+
+/// The same two deaths without an operator: the freeze holds for
+/// `self_preservation_freeze_max_ms` and then the dead go at the window's
+/// budget, so no guild stays unserved for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freeze_ends_at_its_bound_without_an_operator() {
+    let bounded = Limits {
+        self_preservation_freeze_max_ms: 1_000,
+        self_preservation_window_ms: 1_000,
+        ..limits()
+    };
+    let cluster = Cluster::start_with(&["g1", "g2", "g3"], bounded).await;
+    let (token, _) = cluster.front.register("alice").await;
+    let guilds = guilds_of(&cluster.front, &token).await;
+    cluster.wait_placed(GUILDS).await;
+    touch_all(&cluster.front, &token, &guilds).await;
+
+    kill_together(&cluster, &["g2", "g3"]).await;
+    wait_survivors(&cluster, "guildhall_membership_freeze_expired_total", 1).await;
+    for _ in 0..POLLS_MAX {
+        if cluster.guilds["g1"]
+            .0
+            .metric("guildhall_ring_members")
+            .await
+            == 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        cluster.guilds["g1"]
+            .0
+            .metric("guildhall_ring_members")
+            .await,
+        1
+    );
+    // The longest down went past the bound; the other, in the next window,
+    // fit the budget again and went as an ordinary expiry.
+    assert!(
+        cluster.guilds["g1"]
+            .0
+            .metric("guildhall_membership_released_members_total")
+            .await
+            >= 1
+    );
+    touch_all(&cluster.front, &token, &guilds).await;
+    cluster.settled_loads(GUILDS as u64, GUILDS as u64).await;
     cluster.stop().await;
 }

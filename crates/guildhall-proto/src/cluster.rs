@@ -23,6 +23,13 @@ pub const GATEWAY_URL_BYTES_MAX: usize = 256;
 /// Prefix of instance keys: `/guildhall/instances/{node}`.
 pub const INSTANCE_PREFIX: &str = "/guildhall/instances/";
 
+/// An operator's release of a self-preservation freeze: while this key
+/// lives (its writer puts it under a short lease), every node whose removals
+/// are frozen removes every member that is down, once per distinct value
+/// (`guildhall ring release` writes a unique one). Nodes read it only while
+/// frozen.
+pub const RING_RELEASE_KEY: &str = "/guildhall/control/ring-release";
+
 /// A role a node runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

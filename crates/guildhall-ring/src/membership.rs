@@ -13,7 +13,16 @@
 //! and the registry than a mass death. Removals freeze, [`MembershipEffect::Alarm`]
 //! fires, and nothing moves; as renewals return, the few members still down
 //! fit the budget again and are removed normally. An operator can still remove
-//! a member explicitly ([`Membership::force_remove`]) during a freeze.
+//! a member explicitly ([`Membership::force_remove`]) or release the freeze
+//! ([`Membership::release`]: every down member goes at once).
+//!
+//! **A freeze is bounded** (`freeze_max_ms`): members that stay down that long
+//! are not a blip between members and the registry, and their keys have had
+//! no owner the whole time (two of three guilds nodes dying together would
+//! otherwise leave their guilds unserved for good). Past the bound, down
+//! members past the hysteresis are removed at the window's budget, longest
+//! down first ([`MembershipEffect::FreezeExpired`] says so once): paced, so a
+//! partition that outlasts the bound still does not move every key at once.
 //!
 //! **Graceful leaves** are honoured at once: the member said it is going.
 //!
@@ -46,6 +55,8 @@ pub struct MembershipConfig {
     pub rebuilds_per_window_max: u32,
     /// Members the table holds; further joins are refused.
     pub members_max: usize,
+    /// Longest a freeze holds removals before they resume at the budget.
+    pub freeze_max_ms: u64,
     /// Off only in the naive configuration that reproduces seed 003.
     pub self_preservation: bool,
 }
@@ -61,6 +72,7 @@ impl Default for MembershipConfig {
             removals_min: l::SELF_PRESERVATION_REMOVALS_MIN,
             rebuilds_per_window_max: l::RING_REBUILDS_PER_WINDOW_MAX,
             members_max: l::RING_MEMBERS_MAX,
+            freeze_max_ms: l::SELF_PRESERVATION_FREEZE_MAX_MS,
             self_preservation: true,
         }
     }
@@ -123,8 +135,17 @@ pub enum MembershipEffect {
         /// Removals still allowed in this window.
         budget: usize,
     },
-    /// The freeze ended: the members still down fit the budget again.
+    /// The freeze ended: the members still down fit the budget again, or an
+    /// operator released it.
     AlarmCleared,
+    /// The freeze has held `held_ms`, its bound: `down` members are still
+    /// down, and from now on they are removed at the window's budget.
+    FreezeExpired {
+        /// How long removals were held.
+        held_ms: u64,
+        /// Members down right now.
+        down: usize,
+    },
     /// Publish a new ring of these members (sorted) with this generation.
     RingChanged {
         /// Strictly increasing.
@@ -143,8 +164,10 @@ pub enum RemovalReason {
     Graceful,
     /// Down longer than the hysteresis, within the removal budget.
     Expired,
-    /// An operator removed it.
+    /// An operator removed it, or released a freeze while it was down.
     Forced,
+    /// Down past a freeze's bound, removed at the window's budget.
+    FreezeExpired,
 }
 
 /// The lease table.
@@ -157,6 +180,10 @@ pub struct Membership {
     removed_in_window: usize,
     rebuilds_in_window: u32,
     frozen: bool,
+    /// When the current freeze began.
+    frozen_since_ms: u64,
+    /// Whether the current freeze has outlasted `freeze_max_ms`.
+    freeze_expired: bool,
     rebuild_pending: bool,
     generation: u64,
 }
@@ -189,6 +216,8 @@ impl Membership {
             removed_in_window: 0,
             rebuilds_in_window: 0,
             frozen: false,
+            frozen_since_ms: now_ms,
+            freeze_expired: false,
             rebuild_pending: false,
             generation: 0,
         }
@@ -197,6 +226,15 @@ impl Membership {
     /// Whether removals are frozen (the alarm is raised).
     pub fn is_frozen(&self) -> bool {
         self.frozen
+    }
+
+    /// How long the current freeze has held removals (0 when not frozen).
+    pub fn frozen_for_ms(&self, now_ms: u64) -> u64 {
+        if self.frozen {
+            now_ms.saturating_sub(self.frozen_since_ms)
+        } else {
+            0
+        }
     }
 
     /// The current ring generation.
@@ -284,6 +322,36 @@ impl Membership {
         self.evaluate(now_ms, effects);
     }
 
+    /// An operator releases a freeze: every member that is down now is
+    /// removed (as [`RemovalReason::Forced`]) in one rebuild, whatever the
+    /// budget. Returns how many went. Nothing happens unless removals are
+    /// frozen: a release is for a freeze, not a way to remove members that
+    /// the hysteresis would still keep through a short stall.
+    pub fn release(&mut self, now_ms: u64, effects: &mut Vec<MembershipEffect>) -> usize {
+        self.roll_window(now_ms, effects);
+        if !self.frozen {
+            return 0;
+        }
+        let down: Vec<MemberId> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.state != MemberState::Alive)
+            .map(|(id, _)| *id)
+            .collect();
+        for member in &down {
+            self.members.remove(member);
+            effects.push(MembershipEffect::Removed {
+                member: *member,
+                reason: RemovalReason::Forced,
+            });
+        }
+        if !down.is_empty() {
+            self.request_rebuild(true, effects);
+        }
+        self.evaluate(now_ms, effects);
+        down.len()
+    }
+
     /// Advances time: expires leases, removes what the budget allows, applies
     /// pending rebuilds. Call at least once per lease renewal interval.
     pub fn tick(&mut self, now_ms: u64, effects: &mut Vec<MembershipEffect>) {
@@ -338,22 +406,37 @@ impl Membership {
         if self.config.self_preservation && down > budget {
             if !self.frozen {
                 self.frozen = true;
+                self.frozen_since_ms = now_ms;
                 effects.push(MembershipEffect::Alarm { down, budget });
             }
+            let held_ms = now_ms.saturating_sub(self.frozen_since_ms);
+            if held_ms < self.config.freeze_max_ms {
+                return;
+            }
+            if !self.freeze_expired {
+                self.freeze_expired = true;
+                effects.push(MembershipEffect::FreezeExpired { held_ms, down });
+            }
+            self.remove_longest_down(now_ms, budget, effects);
             return;
         }
         if self.frozen {
             self.frozen = false;
+            let expired = std::mem::replace(&mut self.freeze_expired, false);
             effects.push(MembershipEffect::AlarmCleared);
-            // Renewals of a healed partition trickle in over one renewal
-            // interval; members still down get a fresh hysteresis period
-            // instead of being removed a moment before their renewal lands.
-            for m in self.members.values_mut() {
-                if let MemberState::Down { since_ms } = &mut m.state {
-                    *since_ms = now_ms;
+            if !expired {
+                // Renewals of a healed partition trickle in over one
+                // renewal interval; members still down get a fresh
+                // hysteresis period instead of being removed a moment
+                // before their renewal lands. (After an expired freeze
+                // they have been down past the bound: no fresh period.)
+                for m in self.members.values_mut() {
+                    if let MemberState::Down { since_ms } = &mut m.state {
+                        *since_ms = now_ms;
+                    }
                 }
+                return;
             }
-            return;
         }
         let candidates: Vec<MemberId> = self
             .members
@@ -375,6 +458,43 @@ impl Membership {
             effects.push(MembershipEffect::Removed {
                 member,
                 reason: RemovalReason::Expired,
+            });
+        }
+        self.request_rebuild(false, effects);
+    }
+
+    /// Past a freeze's bound: removes at most `budget` members down past the
+    /// hysteresis, those down longest first (ties by id, so every node
+    /// removes the same ones).
+    fn remove_longest_down(
+        &mut self,
+        now_ms: u64,
+        budget: usize,
+        effects: &mut Vec<MembershipEffect>,
+    ) {
+        let mut candidates: Vec<(u64, MemberId)> = self
+            .members
+            .iter()
+            .filter_map(|(id, m)| match m.state {
+                MemberState::Down { since_ms }
+                    if now_ms.saturating_sub(since_ms) >= self.config.permanent_down_ms =>
+                {
+                    Some((since_ms, *id))
+                }
+                _ => None,
+            })
+            .collect();
+        candidates.sort_unstable();
+        candidates.truncate(budget);
+        if candidates.is_empty() {
+            return;
+        }
+        for (_, member) in candidates {
+            self.members.remove(&member);
+            self.removed_in_window += 1;
+            effects.push(MembershipEffect::Removed {
+                member,
+                reason: RemovalReason::FreezeExpired,
             });
         }
         self.request_rebuild(false, effects);
@@ -509,6 +629,110 @@ mod tests {
             table.tick(t, &mut fx);
         }
         assert_eq!((removed(&fx), table.is_frozen()), (0, true));
+    }
+
+    /// Two of three members die together and never return: the freeze
+    /// holds for its bound, says so once, and then removes them at the
+    /// window's budget, one per window, longest down first, until the
+    /// freeze clears and only the survivor is left.
+    #[test]
+    fn a_freeze_that_outlasts_its_bound_removes_at_the_budget() {
+        let config = MembershipConfig {
+            freeze_max_ms: 60_000,
+            ..MembershipConfig::default()
+        };
+        let mut table = cluster(3, config.clone());
+        let mut fx = Vec::new();
+        let mut removed_at = Vec::new();
+        for t in (1_000..=200_000).step_by(1_000) {
+            let before = fx.len();
+            // Member 2 goes silent a second before member 1.
+            table.renew(t, MemberId(0), &mut fx);
+            if t < 2_000 {
+                table.renew(t, MemberId(1), &mut fx);
+            }
+            table.tick(t, &mut fx);
+            for e in &fx[before..] {
+                if let E::Removed { member, reason } = e {
+                    removed_at.push((t, *member, *reason));
+                }
+            }
+            // Leases of 15 s: both are down from 16 s, frozen until the
+            // bound (60 s later).
+            if (16_000..76_000).contains(&t) {
+                assert!(table.is_frozen(), "at {t}");
+            }
+        }
+        let expired: Vec<_> = fx
+            .iter()
+            .filter(|e| matches!(e, E::FreezeExpired { .. }))
+            .collect();
+        assert_eq!(expired.len(), 1, "{fx:?}");
+        assert!(matches!(expired[0], E::FreezeExpired { held_ms, down: 2 } if *held_ms >= 60_000));
+        assert_eq!(removed_at.len(), 2, "{removed_at:?}");
+        // Longest down first, as a bounded-freeze removal; the second in a
+        // later window, once the freeze cleared.
+        assert_eq!(removed_at[0].1, MemberId(2));
+        assert_eq!(removed_at[0].2, RemovalReason::FreezeExpired);
+        assert!(removed_at[0].0 >= 76_000);
+        assert_eq!(removed_at[1].1, MemberId(1));
+        assert!(removed_at[1].0 / config.window_ms > removed_at[0].0 / config.window_ms);
+        assert_eq!(table.members(), [MemberId(0)]);
+        assert!(!table.is_frozen());
+        assert!(fx.contains(&E::AlarmCleared));
+    }
+
+    /// An operator's release ends a freeze at once: every member down goes
+    /// in one rebuild, whatever the budget; without a freeze it does
+    /// nothing (a short stall keeps its keys).
+    #[test]
+    fn a_release_removes_every_down_member_in_one_rebuild() {
+        let mut table = cluster(5, MembershipConfig::default());
+        let mut fx = Vec::new();
+        for t in (1_000..=20_000).step_by(1_000) {
+            for id in [0, 1, 2] {
+                table.renew(t, MemberId(id), &mut fx);
+            }
+            table.tick(t, &mut fx);
+        }
+        assert!(table.is_frozen());
+        assert!(table.frozen_for_ms(20_000) > 0);
+        fx.clear();
+        assert_eq!(table.release(20_500, &mut fx), 2);
+        let forced: Vec<_> = fx
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    E::Removed {
+                        reason: RemovalReason::Forced,
+                        ..
+                    }
+                )
+            })
+            .collect();
+        assert_eq!(forced.len(), 2, "{fx:?}");
+        let rebuilds: Vec<_> = fx
+            .iter()
+            .filter(|e| matches!(e, E::RingChanged { .. }))
+            .collect();
+        assert_eq!(rebuilds.len(), 1, "{fx:?}");
+        assert!(fx.contains(&E::AlarmCleared));
+        assert!(!table.is_frozen());
+        assert_eq!(table.frozen_for_ms(20_500), 0);
+        assert_eq!(table.members(), [MemberId(0), MemberId(1), MemberId(2)]);
+
+        // Member 2 stalls past its TTL (15 s), not past the hysteresis
+        // (10 s more): no freeze, and a release removes nothing.
+        fx.clear();
+        for t in (21_000..=40_000).step_by(1_000) {
+            table.renew(t, MemberId(0), &mut fx);
+            table.renew(t, MemberId(1), &mut fx);
+            table.tick(t, &mut fx);
+        }
+        assert!(fx.contains(&E::Down(MemberId(2))));
+        assert_eq!(table.release(40_500, &mut fx), 0);
+        assert_eq!(removed(&fx), 0);
     }
 
     #[test]

@@ -104,6 +104,11 @@ enum Command {
         #[command(subcommand)]
         action: GuildCommand,
     },
+    /// Operate a cluster's ring.
+    Ring {
+        #[command(subcommand)]
+        action: RingCommand,
+    },
     /// Run a resilience scenario in virtual time and print what happened as JSON.
     Sim {
         #[command(subcommand)]
@@ -155,6 +160,22 @@ enum BotCommand {
         data_dir: std::path::PathBuf,
         #[command(flatten)]
         server: Server,
+    },
+}
+
+#[derive(Subcommand)]
+enum RingCommand {
+    /// Release a self-preservation freeze: every node whose removals are
+    /// frozen removes the members down now, at once (they are dead, not
+    /// cut off). Prints {"key","release","lease_ms"}.
+    Release {
+        /// etcd endpoint(s) of the cluster, comma separated.
+        #[arg(long)]
+        etcd: String,
+        /// How long the release stays posted, in ms: every frozen node reads
+        /// it at its next renewal tick, and it expires by itself.
+        #[arg(long, default_value_t = 60_000)]
+        lease_ms: u64,
     },
 }
 
@@ -341,6 +362,32 @@ async fn shutdown_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
+/// Posts a release under `RING_RELEASE_KEY` with a lease of `lease_ms`. Its
+/// value is unique (time and process), so each node applies it once.
+async fn release_ring(etcd: &str, lease_ms: u64) -> Result<()> {
+    use guildhall_cluster::Registry;
+    let endpoints: Vec<&str> = etcd.split(',').map(str::trim).collect();
+    let registry = guildhall_cluster::EtcdRegistry::connect(
+        &endpoints,
+        guildhall_cluster::EtcdOptions::default(),
+    )
+    .await
+    .with_context(|| format!("connecting to etcd at {etcd}"))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let release = format!("release-{nanos}-{}", std::process::id());
+    let key = guildhall_proto::cluster::RING_RELEASE_KEY;
+    registry
+        .put_with_lease(key, release.clone().into_bytes(), lease_ms)
+        .await
+        .with_context(|| format!("writing {key}"))?;
+    let text = serde_json::json!({"key": key, "release": release, "lease_ms": lease_ms});
+    writeln!(std::io::stdout().lock(), "{text}")?;
+    Ok(())
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -520,6 +567,11 @@ fn main() -> Result<()> {
                 Some(&token),
                 serde_json::json!({"name": name}),
             );
+        }
+        Command::Ring {
+            action: RingCommand::Release { etcd, lease_ms },
+        } => {
+            return runtime()?.block_on(release_ring(&etcd, lease_ms));
         }
         Command::Sim { scenario } => scenario,
     };

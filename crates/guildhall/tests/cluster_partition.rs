@@ -342,3 +342,87 @@ async fn forty_percent_of_the_guilds_processes_stopped_freeze_removals_and_nothi
         assert!(node.exited().is_none(), "{name} exited");
     }
 }
+
+/// Two of three guilds processes die together (`kill -9`): more than one
+/// window's removal budget, so removals freeze and their guilds keep their
+/// dead owners. `guildhall ring release` (what an operator runs) posts the
+/// release in etcd; every frozen node removes the dead members at once,
+/// and every guild is served by the survivor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_guilds_processes_killed_together_freeze_until_ring_release() {
+    let services = Services::start(&[Service::Nats, Service::Etcd, Service::Postgres])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let front = spawn(&services, "front", 1, "gateway,api,users,presence");
+    let api = TestNode::remote(front.addr());
+    let mut guilds: BTreeMap<String, (Node, TestNode)> = BTreeMap::new();
+    for i in 1..=3u16 {
+        let name = format!("guilds-{i}");
+        let node = spawn(&services, &name, 1 + i, "guilds");
+        let metrics = TestNode::remote(node.addr());
+        guilds.insert(name, (node, metrics));
+    }
+    until("every guilds member on the ring", async || {
+        api.metric("guildhall_ring_members").await == 3
+    })
+    .await;
+    let (token, _) = api.register("alice").await;
+    let mut channels = Vec::new();
+    for i in 0..6 {
+        channels.push(api.guild(&token, &format!("guild {i}")).await);
+    }
+    let survivor = "guilds-1";
+    for name in ["guilds-2", "guilds-3"] {
+        guilds[name].0.signal("KILL");
+    }
+    until("the self-preservation alarm on the front", async || {
+        api.metric("guildhall_membership_frozen").await == 1
+    })
+    .await;
+    until("the alarm on the survivor", async || {
+        guilds[survivor]
+            .1
+            .metric("guildhall_membership_frozen")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(api.metric("guildhall_ring_members").await, 3);
+
+    let release = std::process::Command::new(env!("CARGO_BIN_EXE_guildhall"))
+        .args(["ring", "release", "--etcd", services.etcd_endpoint()])
+        .output()
+        .unwrap();
+    assert!(
+        release.status.success(),
+        "{}",
+        String::from_utf8_lossy(&release.stderr)
+    );
+    let printed: serde_json::Value = serde_json::from_slice(&release.stdout).unwrap();
+    assert_eq!(printed["key"], guildhall_proto::cluster::RING_RELEASE_KEY);
+
+    until("the ring without the dead", async || {
+        api.metric("guildhall_ring_members").await == 1
+            && guilds[survivor].1.metric("guildhall_ring_members").await == 1
+    })
+    .await;
+    assert_eq!(api.metric("guildhall_membership_frozen").await, 0);
+    assert_eq!(api.metric("guildhall_membership_releases_total").await, 1);
+    assert_eq!(
+        api.metric("guildhall_membership_released_members_total")
+            .await,
+        2
+    );
+    for (_, channel) in &channels {
+        until("every guild to take a message again", async || {
+            api.call(
+                "POST",
+                &format!("/channels/{channel}/messages"),
+                Some(&token),
+                Some(json!({"content": "after the release"})),
+            )
+            .await
+            .0 == 200
+        })
+        .await;
+    }
+}
