@@ -555,8 +555,13 @@ pub struct DroppingBus {
     /// Whether requests to the prefix are lost too (see
     /// [`DroppingBus::set_drop_requests`]).
     drop_requests: std::sync::atomic::AtomicBool,
+    /// Whether publishes to the prefix are refused (see
+    /// [`DroppingBus::set_refuse`]).
+    refuse: std::sync::atomic::AtomicBool,
     /// Messages this wrapper dropped.
     pub dropped_total: AtomicU64,
+    /// Publishes this wrapper refused.
+    pub refused_total: AtomicU64,
 }
 
 impl DroppingBus {
@@ -570,8 +575,18 @@ impl DroppingBus {
             seed,
             counter: AtomicU64::new(0),
             drop_requests: std::sync::atomic::AtomicBool::new(false),
+            refuse: std::sync::atomic::AtomicBool::new(false),
             dropped_total: AtomicU64::new(0),
+            refused_total: AtomicU64::new(0),
         }
+    }
+
+    /// Refuses every publish to the prefix with
+    /// [`BusError::Disconnected`] while set: what a NATS client answers
+    /// while it reconnects (its buffer full), so the publisher knows,
+    /// unlike a loss in transit.
+    pub fn set_refuse(&self, refuse: bool) {
+        self.refuse.store(refuse, Ordering::Relaxed);
     }
 
     /// Loses requests to the prefix as well, by the same seeded share: a
@@ -614,6 +629,10 @@ pub(crate) fn splitmix64(mut x: u64) -> u64 {
 #[async_trait::async_trait]
 impl Bus for DroppingBus {
     fn publish(&self, subject: &str, reply: Option<&str>, payload: Bytes) -> Result<(), BusError> {
+        if self.refuse.load(Ordering::Relaxed) && subject.starts_with(&self.prefix) {
+            self.refused_total.fetch_add(1, Ordering::Relaxed);
+            return Err(BusError::Disconnected);
+        }
         if self.drops(subject) {
             // Lost in transit: the publisher cannot tell.
             return Ok(());

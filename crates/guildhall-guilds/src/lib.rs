@@ -55,9 +55,20 @@ struct MemberEntry {
 pub struct FanoutCounters {
     /// Stream messages published to gateway nodes.
     pub stream_messages_total: AtomicU64,
-    /// Stream messages the bus refused (subscriber full, no responders,
-    /// too large); the receiving node sees the gap and resynchronises.
+    /// Stream messages the bus refused (disconnected, subscriber full, no
+    /// responders); each is kept in its stream's unsent queue and published
+    /// again, in order, before anything later on that stream.
     pub stream_publish_failed_total: AtomicU64,
+    /// Unsent stream messages published on a later try.
+    pub stream_resent_total: AtomicU64,
+    /// Unsent stream messages given up at `guild_stream_unsent_max`: the
+    /// receiving node sees the gap and resynchronises (a fresh
+    /// GUILD_CREATE, the documented exception).
+    pub stream_unsent_dropped_total: AtomicU64,
+    /// Publishes answered "not yet" (retryable) because part of their
+    /// fanout was still unsent: the caller holds the event and asks again,
+    /// and is confirmed once every stream took it.
+    pub publish_unconfirmed_total: AtomicU64,
     /// Subscriptions refused at `guild_subscriptions_max`.
     pub subscriptions_refused_total: AtomicU64,
     /// GUILD_CREATEs left out because they exceed the bus payload bound.
@@ -190,6 +201,21 @@ struct NodeStream {
     seq: u64,
     /// Subscribed sessions and their users.
     sessions: HashMap<String, i64>,
+    /// Messages of this stream the bus refused, oldest first, with their
+    /// sequence numbers already in them; while any is here, later ones
+    /// queue behind it, so the node receives the stream in order and
+    /// without a gap once the bus takes them (at most
+    /// `guild_stream_unsent_max`).
+    unsent: VecDeque<Unsent>,
+}
+
+/// A stream message waiting for the bus.
+#[derive(Debug)]
+struct Unsent {
+    subject: String,
+    bytes: bytes::Bytes,
+    /// The publish it belongs to (0: an event of the owner's own).
+    publish_id: u64,
 }
 
 /// One guild's owner.
@@ -230,6 +256,10 @@ pub struct GuildOwner {
     /// The last `guild_publish_ids_remembered_max` publish ids fanned out
     /// (a retried publish is confirmed, not fanned out twice).
     published: VecDeque<u64>,
+    /// Publish ids whose fanout is partly unsent, with how many stream
+    /// messages of theirs still wait (bounded by the unsent queues): a
+    /// retry of one is answered "not yet", never fanned out again.
+    unconfirmed: HashMap<u64, usize>,
 }
 
 impl GuildOwner {
@@ -846,13 +876,25 @@ impl GuildOwner {
         }
     }
 
-    /// Sends the next event of `node`'s stream. A refused publish is only
-    /// counted: the sequence number is spent either way, so the node sees
-    /// the gap and resynchronises.
+    /// Sends the next event of `node`'s stream (an event of the owner's
+    /// own, no publish id).
     fn send(&mut self, node: &str, body: StreamBody) {
+        self.send_for(node, body, 0);
+    }
+
+    /// Sends the next event of `node`'s stream for the publish `publish_id`
+    /// (0: none); `false` when it waits in the stream's unsent queue (the
+    /// bus refused it, or an earlier one waits). A refused message keeps
+    /// its sequence number and is published again before anything later
+    /// on the stream, so the node sees no gap and no reordering; a
+    /// refused publish is never confirmed (finding: a fanout that failed
+    /// during a bus reconnect used to be counted and confirmed, and the
+    /// message was lost to every session on that node).
+    fn send_for(&mut self, node: &str, body: StreamBody, publish_id: u64) -> bool {
         let guild_id = self.guild.id;
+        let unsent_max = self.shared.limits.guild_stream_unsent_max;
         let Some(stream) = self.streams.get_mut(node) else {
-            return;
+            return true;
         };
         stream.seq += 1;
         let event = NodeEvent::new(NodeEventBody::Stream(StreamEvent {
@@ -863,29 +905,133 @@ impl GuildOwner {
         }));
         let partitions = self.shared.limits.gateway_event_partitions;
         let subject = gateway_events_subject(node, partition_of(guild_id, partitions));
-        let sent = event
-            .encode()
-            .ok()
-            .is_some_and(|bytes| self.bus.publish(&subject, None, bytes.into()).is_ok());
-        let counter = if sent {
-            &self.counters.stream_messages_total
-        } else {
-            &self.counters.stream_publish_failed_total
+        let Ok(bytes) = event.encode() else {
+            // Our own types always encode; if one did not, the node sees
+            // the gap and resynchronises.
+            self.counters
+                .stream_publish_failed_total
+                .fetch_add(1, Ordering::Relaxed);
+            return true;
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let bytes = bytes::Bytes::from(bytes);
+        if stream.unsent.is_empty() && self.bus.publish(&subject, None, bytes.clone()).is_ok() {
+            self.counters
+                .stream_messages_total
+                .fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        self.counters
+            .stream_publish_failed_total
+            .fetch_add(1, Ordering::Relaxed);
+        let dropped = if stream.unsent.len() >= unsent_max {
+            stream.unsent.pop_front()
+        } else {
+            None
+        };
+        stream.unsent.push_back(Unsent {
+            subject,
+            bytes,
+            publish_id,
+        });
+        if let Some(dropped) = dropped {
+            self.give_up(dropped);
+        }
+        false
+    }
+
+    /// An unsent message given up at `guild_stream_unsent_max`: its
+    /// publish counts it as settled (the node resynchronises at the gap).
+    fn give_up(&mut self, dropped: Unsent) {
+        self.counters
+            .stream_unsent_dropped_total
+            .fetch_add(1, Ordering::Relaxed);
+        guildhall_common::throttled!(
+            warn,
+            "guilds.stream_unsent_dropped",
+            guild_id = self.guild.id,
+            subject = dropped.subject,
+            "a stream message waited past guild_stream_unsent_max and was given up; \
+             its gateway node resynchronises the guild"
+        );
+        self.settle(dropped.publish_id);
+    }
+
+    /// One stream message of `publish_id` left the unsent queue.
+    fn settle(&mut self, publish_id: u64) {
+        if publish_id == 0 {
+            return;
+        }
+        if let Some(waiting) = self.unconfirmed.get_mut(&publish_id) {
+            *waiting = waiting.saturating_sub(1);
+            if *waiting == 0 {
+                self.unconfirmed.remove(&publish_id);
+                self.remember_published(publish_id);
+            }
+        }
+    }
+
+    fn remember_published(&mut self, publish_id: u64) {
+        if publish_id == 0 {
+            return;
+        }
+        if self.published.len() >= self.shared.limits.guild_publish_ids_remembered_max {
+            self.published.pop_front();
+        }
+        self.published.push_back(publish_id);
+    }
+
+    /// Stream messages waiting for the bus, over every stream.
+    fn unsent(&self) -> usize {
+        self.streams.values().map(|s| s.unsent.len()).sum()
+    }
+
+    /// Publishes what the streams' unsent queues hold, oldest first, each
+    /// stream until the bus refuses again.
+    fn flush_unsent(&mut self) {
+        let mut settled = Vec::new();
+        for stream in self.streams.values_mut() {
+            while let Some(front) = stream.unsent.front() {
+                if self
+                    .bus
+                    .publish(&front.subject, None, front.bytes.clone())
+                    .is_err()
+                {
+                    break;
+                }
+                self.counters
+                    .stream_resent_total
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Some(sent) = stream.unsent.pop_front() {
+                    settled.push(sent.publish_id);
+                }
+            }
+        }
+        for publish_id in settled {
+            self.settle(publish_id);
+        }
     }
 
     /// Sends `body` to every node with subscribed sessions.
     fn fanout(&mut self, body: &StreamBody) {
+        self.fanout_for(body, 0);
+    }
+
+    /// Sends `body` for the publish `publish_id` to every node with
+    /// subscribed sessions; returns how many of those messages wait unsent.
+    fn fanout_for(&mut self, body: &StreamBody, publish_id: u64) -> usize {
         let nodes: Vec<String> = self
             .streams
             .iter()
             .filter(|(_, s)| !s.sessions.is_empty())
             .map(|(node, _)| node.clone())
             .collect();
+        let mut waiting = 0;
         for node in nodes {
-            self.send(&node, body.clone());
+            if !self.send_for(&node, body.clone(), publish_id) {
+                waiting += 1;
+            }
         }
+        waiting
     }
 
     fn subscribe(
@@ -1190,25 +1336,45 @@ impl GuildOwner {
             }
             GuildCall::Publish(event) => {
                 let id = event.publish_id;
+                if id != 0 && self.unconfirmed.contains_key(&id) {
+                    // A retry of a fanout still partly unsent: try the
+                    // bus again, never fan out twice.
+                    self.flush_unsent();
+                }
                 if id != 0 && self.published.contains(&id) {
                     self.counters
                         .publish_repeats_total
                         .fetch_add(1, Ordering::Relaxed);
                     return Some(Ok(GuildAnswer::Published));
                 }
-                self.fanout(&StreamBody::Dispatch {
-                    name: event.name,
-                    required_intent: event.required_intent,
-                    data: event.data,
-                    blanked: event.blanked,
-                    content_exempt: event.content_exempt,
-                });
-                if id != 0 {
-                    if self.published.len() >= self.shared.limits.guild_publish_ids_remembered_max {
-                        self.published.pop_front();
-                    }
-                    self.published.push_back(id);
+                if id != 0 && self.unconfirmed.contains_key(&id) {
+                    self.counters
+                        .publish_unconfirmed_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Some(Err(GuildError::Overloaded));
                 }
+                let waiting = self.fanout_for(
+                    &StreamBody::Dispatch {
+                        name: event.name,
+                        required_intent: event.required_intent,
+                        data: event.data,
+                        blanked: event.blanked,
+                        content_exempt: event.content_exempt,
+                    },
+                    id,
+                );
+                if waiting > 0 {
+                    // Not confirmed: the caller holds the event and asks
+                    // again; this owner publishes the rest on its own.
+                    if id != 0 {
+                        self.unconfirmed.insert(id, waiting);
+                    }
+                    self.counters
+                        .publish_unconfirmed_total
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Some(Err(GuildError::Overloaded));
+                }
+                self.remember_published(id);
                 Some(Ok(GuildAnswer::Published))
             }
             GuildCall::AddMember { user } => {
@@ -1365,7 +1531,30 @@ impl GuildOwner {
     /// forwarded to the owner in this node's view, so every event after
     /// the stop comes from the new owner's stream alone.
     async fn run(mut self, mut mailbox: mpsc::Receiver<Envelope>) {
-        while let Some(envelope) = mailbox.recv().await {
+        let retry = Duration::from_millis(self.shared.limits.guild_stream_retry_ms.max(1));
+        loop {
+            let envelope = if self.unsent() > 0 {
+                // Stream messages wait for the bus: try again every
+                // `guild_stream_retry_ms` even when nothing else arrives
+                // (the stream may be idle from now on).
+                tokio::select! {
+                    envelope = mailbox.recv() => envelope,
+                    () = tokio::time::sleep(retry) => {
+                        if !self.stop.load(Ordering::Relaxed) {
+                            self.flush_unsent();
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                mailbox.recv().await
+            };
+            let Some(envelope) = envelope else {
+                break;
+            };
+            if self.unsent() > 0 {
+                self.flush_unsent();
+            }
             if self.fenced || self.stop.load(Ordering::Relaxed) {
                 self.hand_over(envelope, &mut mailbox);
                 return;
@@ -1716,6 +1905,7 @@ impl GuildDirectory {
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             pulled: std::collections::HashSet::new(),
             published: VecDeque::new(),
+            unconfirmed: HashMap::new(),
         };
         self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);

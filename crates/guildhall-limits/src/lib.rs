@@ -584,6 +584,19 @@ pub const FANOUT_OUTBOX_CALLS_IN_FLIGHT_MAX: usize = 16;
 /// forgotten (a retry of it would be fanned out twice).
 pub const GUILD_PUBLISH_IDS_REMEMBERED_MAX: usize = 32;
 
+/// Stream messages a guild owner keeps per gateway node while the bus
+/// refuses them (a NATS reconnect: disconnected, buffer full), to publish
+/// again in order before anything later on that stream. A publish with
+/// any of its messages waiting is not confirmed. When hit: the oldest is
+/// given up (`guildhall_guild_stream_unsent_dropped_total`, a log line);
+/// its node sees the gap and resynchronises the guild (a fresh
+/// GUILD_CREATE). 1,024 events cover about a minute of a busy guild.
+pub const GUILD_STREAM_UNSENT_MAX: usize = 1_024;
+
+/// How often a guild owner with unsent stream messages tries the bus
+/// again when no request arrives (the stream may be idle from then on).
+pub const GUILD_STREAM_RETRY_MS: u64 = 100;
+
 /// Sessions whose READY subscriptions are being watched for retries at
 /// once: one small sleeping task each, and a herd's worth of READYs is a
 /// node's whole session cap. When hit: that session's subscriptions are sent
@@ -1521,6 +1534,10 @@ pub struct Limits {
     pub fanout_outbox_calls_in_flight_max: usize,
     /// See [`GUILD_PUBLISH_IDS_REMEMBERED_MAX`].
     pub guild_publish_ids_remembered_max: usize,
+    /// See [`GUILD_STREAM_UNSENT_MAX`].
+    pub guild_stream_unsent_max: usize,
+    /// See [`GUILD_STREAM_RETRY_MS`].
+    pub guild_stream_retry_ms: u64,
     /// See [`SESSION_WRITE_STALL_MS_MAX`].
     pub session_write_stall_ms_max: u64,
     /// See [`GATEWAY_CLOSE_LINGER_MS`].
@@ -1800,6 +1817,8 @@ impl Default for Limits {
             fanout_outbox_event_age_ms_max: FANOUT_OUTBOX_EVENT_AGE_MS_MAX,
             fanout_outbox_calls_in_flight_max: FANOUT_OUTBOX_CALLS_IN_FLIGHT_MAX,
             guild_publish_ids_remembered_max: GUILD_PUBLISH_IDS_REMEMBERED_MAX,
+            guild_stream_unsent_max: GUILD_STREAM_UNSENT_MAX,
+            guild_stream_retry_ms: GUILD_STREAM_RETRY_MS,
             session_write_stall_ms_max: SESSION_WRITE_STALL_MS_MAX,
             gateway_close_linger_ms: GATEWAY_CLOSE_LINGER_MS,
             gateway_identify_timeout_ms: GATEWAY_IDENTIFY_TIMEOUT_MS,
@@ -2632,6 +2651,16 @@ impl Limits {
             "guild_publish_ids_remembered_max",
             "must be at least 1",
         );
+        check(
+            self.guild_stream_unsent_max >= 1,
+            "guild_stream_unsent_max",
+            "must be at least 1",
+        );
+        check(
+            self.guild_stream_retry_ms >= 1,
+            "guild_stream_retry_ms",
+            "must be at least 1",
+        );
         // HTTP edge, password hashing and REST callers.
         for (value, field) in [
             (
@@ -3071,6 +3100,8 @@ mod tests {
             "fanout_outbox_event_age_ms_max",
             "fanout_outbox_calls_in_flight_max",
             "guild_publish_ids_remembered_max",
+            "guild_stream_unsent_max",
+            "guild_stream_retry_ms",
             "session_write_stall_ms_max",
             "gateway_close_linger_ms",
             "gateway_identify_timeout_ms",
@@ -3278,6 +3309,8 @@ mod tests {
             "fanout_outbox_event_age_ms_max" => l.fanout_outbox_event_age_ms_max = 0,
             "fanout_outbox_calls_in_flight_max" => l.fanout_outbox_calls_in_flight_max = 0,
             "guild_publish_ids_remembered_max" => l.guild_publish_ids_remembered_max = 0,
+            "guild_stream_unsent_max" => l.guild_stream_unsent_max = 0,
+            "guild_stream_retry_ms" => l.guild_stream_retry_ms = 0,
             "session_write_stall_ms_max" => l.session_write_stall_ms_max = 0,
             "gateway_close_linger_ms" => l.gateway_close_linger_ms = 0,
             "gateway_identify_timeout_ms" => l.gateway_identify_timeout_ms = 0,

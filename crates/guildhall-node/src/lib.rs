@@ -794,8 +794,23 @@ async fn metrics(
         ),
         (
             "guildhall_guild_stream_publish_failed_total",
-            "Guild stream messages the bus refused (the receiver resyncs).",
+            "Guild stream messages the bus refused (kept unsent and published again in order).",
             &node.guild_owners.counters.stream_publish_failed_total,
+        ),
+        (
+            "guildhall_guild_stream_resent_total",
+            "Unsent guild stream messages published on a later try.",
+            &node.guild_owners.counters.stream_resent_total,
+        ),
+        (
+            "guildhall_guild_stream_unsent_dropped_total",
+            "Unsent guild stream messages given up at guild_stream_unsent_max (the receiver resyncs).",
+            &node.guild_owners.counters.stream_unsent_dropped_total,
+        ),
+        (
+            "guildhall_guild_publish_unconfirmed_total",
+            "Publishes answered not-yet because part of their fanout was still unsent.",
+            &node.guild_owners.counters.publish_unconfirmed_total,
         ),
         (
             "guildhall_guild_subscriptions_refused_total",

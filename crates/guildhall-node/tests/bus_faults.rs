@@ -344,3 +344,92 @@ async fn lost_fanout_confirmations_are_redelivered_once_in_order() {
     assert_eq!(dropped, 0, "seed {seed}");
     node.stop().await;
 }
+
+/// The bus refuses the owner's stream messages (a NATS reconnect: the
+/// client answers "disconnected" at once) while 20 messages are posted,
+/// then heals, and no more is posted. Every message was answered 200 and
+/// none was confirmed while refused: each is published again, in order,
+/// with the sequence number it was given, so the session hears all 20
+/// exactly once, without a gap or a resync, though the stream is idle
+/// once the bus is back. (Before: the refused messages were counted,
+/// confirmed, and never heard.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_fanout_is_published_again_in_order_not_confirmed() {
+    const POSTS: usize = 20;
+    let limits = Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        backoff_base_ms: 20,
+        backoff_cap_ms: 200,
+        ..Limits::default()
+    };
+    let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let refusing = Arc::new(DroppingBus::new(local, "gw.", 0, 1));
+    let node = TestNode::with_bus(limits, None, Some(refusing.clone())).await;
+    let (token, _) = node.register("alice").await;
+    let (_guild, channel) = node.guild(&token, "reconnect").await;
+    let mut client = Client::connect(&node.ws).await;
+    client
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    client.dispatch("GUILD_CREATE").await;
+
+    refusing.set_refuse(true);
+    for i in 0..POSTS {
+        let (status, body) = node
+            .call(
+                "POST",
+                &format!("/channels/{channel}/messages"),
+                Some(&token),
+                Some(json!({"content": format!("m{i}")})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // Nothing confirmed while the bus refuses: the api holds them.
+    assert!(node.metric("guildhall_fanout_outbox_events").await > 0);
+    assert!(
+        node.metric("guildhall_guild_publish_unconfirmed_total")
+            .await
+            > 0
+    );
+    assert!(refusing.refused_total.load(Ordering::Relaxed) > 0);
+
+    refusing.set_refuse(false);
+    let mut frames = Vec::new();
+    for _ in 0..HEAL_ATTEMPTS_MAX {
+        drain(&mut client, &mut frames).await;
+        let heard = frames.iter().filter(|(t, _)| t == "MESSAGE_CREATE").count();
+        if heard >= POSTS && node.metric("guildhall_fanout_outbox_events").await == 0 {
+            break;
+        }
+    }
+    drain(&mut client, &mut frames).await;
+    let heard: Vec<&str> = frames
+        .iter()
+        .filter(|(t, _)| t != "PRESENCE_UPDATE")
+        .map(|(t, c)| {
+            if t == "MESSAGE_CREATE" {
+                c.as_str()
+            } else {
+                t.as_str()
+            }
+        })
+        .collect();
+    let expected: Vec<String> = (0..POSTS).map(|i| format!("m{i}")).collect();
+    assert_eq!(
+        heard, expected,
+        "heard once each, in order, and nothing else"
+    );
+    assert_eq!(node.metric("guildhall_fanout_outbox_events").await, 0);
+    assert_eq!(
+        node.metric("guildhall_fanout_outbox_dropped_total").await,
+        0
+    );
+    assert!(node.metric("guildhall_guild_stream_resent_total").await > 0);
+    assert_eq!(node.metric("guildhall_stream_gaps_total").await, 0);
+    assert_eq!(node.metric("guildhall_stream_resyncs_total").await, 0);
+    node.stop().await;
+}
