@@ -562,6 +562,11 @@ pub struct DroppingBus {
     pub dropped_total: AtomicU64,
     /// Publishes this wrapper refused.
     pub refused_total: AtomicU64,
+    /// Requests whose answers are lost (see
+    /// [`DroppingBus::set_lose_answers`]).
+    lose_answers: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Answers this wrapper lost.
+    pub answers_lost_total: AtomicU64,
 }
 
 impl DroppingBus {
@@ -578,7 +583,36 @@ impl DroppingBus {
             refuse: std::sync::atomic::AtomicBool::new(false),
             dropped_total: AtomicU64::new(0),
             refused_total: AtomicU64::new(0),
+            lose_answers: std::sync::Mutex::new(None),
+            answers_lost_total: AtomicU64::new(0),
         }
+    }
+
+    /// While `Some(needle)`: a request to the prefix whose payload contains
+    /// `needle` is delivered and handled, but its answer is lost on the way
+    /// back (the caller waits out its timeout): the handler acted and the
+    /// caller cannot know.
+    pub fn set_lose_answers(&self, needle: Option<Vec<u8>>) {
+        *self
+            .lose_answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = needle;
+    }
+
+    fn loses_answer(&self, subject: &str, payload: &[u8]) -> bool {
+        if !subject.starts_with(&self.prefix) {
+            return false;
+        }
+        let needle = self
+            .lose_answers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        needle.as_ref().is_some_and(|needle| {
+            !needle.is_empty()
+                && payload
+                    .windows(needle.len())
+                    .any(|w| w == needle.as_slice())
+        })
     }
 
     /// Refuses every publish to the prefix with
@@ -673,6 +707,13 @@ impl Bus for DroppingBus {
     ) -> Result<Message, BusError> {
         if self.drop_requests.load(Ordering::Relaxed) && self.drops(subject) {
             tokio::time::sleep(timeout).await;
+            return Err(BusError::Timeout);
+        }
+        if self.loses_answer(subject, &payload) {
+            let deadline = tokio::time::Instant::now() + timeout;
+            let _lost = self.inner.request(subject, payload, timeout).await;
+            self.answers_lost_total.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep_until(deadline).await;
             return Err(BusError::Timeout);
         }
         self.inner.request(subject, payload, timeout).await

@@ -16,8 +16,10 @@
 //! events held takes new ones behind them, so a MESSAGE_UPDATE never
 //! overtakes its MESSAGE_CREATE. Each event carries a publish id: an owner
 //! that fanned an event out but whose answer was lost confirms the retry
-//! without a second fanout (it remembers its guild's last
-//! `guild_publish_ids_remembered_max` ids). A new owner after a crash does
+//! without a second fanout (it remembers each id for
+//! `fanout_outbox_event_age_ms_max`, the age this outbox drops an event at,
+//! so however many other api nodes' publishes came between; at most
+//! `guild_publish_ids_remembered_max` per guild). A new owner after a crash does
 //! not know the dead one's ids, so an event whose fanout happened but whose
 //! confirmation died with the process is dispatched twice: at least once,
 //! never lost.

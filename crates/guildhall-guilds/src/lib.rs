@@ -105,6 +105,10 @@ pub struct FanoutCounters {
     /// Publishes confirmed without a fanout: a retry of an id this owner
     /// had fanned out already.
     pub publish_repeats_total: AtomicU64,
+    /// Publish ids forgotten at `guild_publish_ids_remembered_max` before
+    /// `fanout_outbox_event_age_ms_max` passed (a retry of one would be
+    /// fanned out twice).
+    pub publish_ids_forgotten_early_total: AtomicU64,
 }
 
 fn wire_role(row: &RoleRow) -> Role {
@@ -253,9 +257,12 @@ pub struct GuildOwner {
     /// load; a Subscribe of theirs that waited behind the load is already
     /// served (one GUILD_CREATE each, not two).
     pulled: std::collections::HashSet<(String, String)>,
-    /// The last `guild_publish_ids_remembered_max` publish ids fanned out
-    /// (a retried publish is confirmed, not fanned out twice).
-    published: VecDeque<u64>,
+    /// Publish ids fanned out, with when (ms), for as long as a caller may
+    /// offer one again (`fanout_outbox_event_age_ms_max`, the age its
+    /// outbox drops an event at) and at most
+    /// `guild_publish_ids_remembered_max`: a retried publish is confirmed,
+    /// not fanned out twice, however many other publishes came between.
+    published: VecDeque<(u64, u64)>,
     /// Publish ids whose fanout is partly unsent, with how many stream
     /// messages of theirs still wait (bounded by the unsent queues): a
     /// retry of one is answered "not yet", never fanned out again.
@@ -974,10 +981,24 @@ impl GuildOwner {
         if publish_id == 0 {
             return;
         }
-        if self.published.len() >= self.shared.limits.guild_publish_ids_remembered_max {
+        let now = guildhall_common::state::now_ms();
+        let age_max = self.shared.limits.fanout_outbox_event_age_ms_max;
+        while self
+            .published
+            .front()
+            .is_some_and(|(_, at)| now.saturating_sub(*at) >= age_max)
+        {
             self.published.pop_front();
         }
-        self.published.push_back(publish_id);
+        if self.published.len() >= self.shared.limits.guild_publish_ids_remembered_max {
+            // Forgotten while a caller may still offer it: a retry of it
+            // now would be fanned out twice.
+            self.published.pop_front();
+            self.counters
+                .publish_ids_forgotten_early_total
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.published.push_back((publish_id, now));
     }
 
     /// Stream messages waiting for the bus, over every stream.
@@ -1341,7 +1362,7 @@ impl GuildOwner {
                     // bus again, never fan out twice.
                     self.flush_unsent();
                 }
-                if id != 0 && self.published.contains(&id) {
+                if id != 0 && self.published.iter().any(|(known, _)| *known == id) {
                     self.counters
                         .publish_repeats_total
                         .fetch_add(1, Ordering::Relaxed);
@@ -1562,10 +1583,20 @@ impl GuildOwner {
             let Envelope {
                 call,
                 reply,
-                deadline: _,
+                deadline,
                 hops: _,
                 queued,
             } = envelope;
+            if deadline.is_some_and(|deadline| deadline <= tokio::time::Instant::now()) {
+                // Its caller gave up while it waited in the mailbox: nobody
+                // reads the answer, and a publish is held and offered again
+                // by its caller, so handling this one too would fan the
+                // event out twice, the second time after other events.
+                self.counters
+                    .requests_expired_total
+                    .fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             if queued
                 && let GuildCall::Subscribe {
                     node, session_id, ..

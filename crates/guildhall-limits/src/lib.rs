@@ -577,12 +577,18 @@ pub const FANOUT_OUTBOX_EVENT_AGE_MS_MAX: u64 = 120_000;
 /// stuck owner can hold up. When hit: other guilds wait their turn.
 pub const FANOUT_OUTBOX_CALLS_IN_FLIGHT_MAX: usize = 16;
 
-/// Publish ids a guild owner remembers, so a publish retried after its
-/// confirmation was lost (a reply timeout, a dropped answer) is confirmed
-/// again without a second fanout. 32 ids of 8 bytes per owner cover the
-/// retries of a guild's last 32 events. When hit: the oldest id is
-/// forgotten (a retry of it would be fanned out twice).
-pub const GUILD_PUBLISH_IDS_REMEMBERED_MAX: usize = 32;
+/// Publish ids a guild owner remembers at most, so a publish retried after
+/// its confirmation was lost (a reply timeout, a dropped answer) is
+/// confirmed again without a second fanout. An id is remembered for
+/// `fanout_outbox_event_age_ms_max` (no caller offers an event older than
+/// that), so this bounds only a guild publishing faster than 1,024 events
+/// per that age (16 bytes each: 16 KiB per owner at most). A window of a
+/// count alone was too short: other api nodes' publishes to the guild
+/// came between an event and its retry. When hit: the oldest id is
+/// forgotten early, counted in
+/// `guildhall_guild_publish_ids_forgotten_early_total` (a retry of it
+/// would be fanned out twice).
+pub const GUILD_PUBLISH_IDS_REMEMBERED_MAX: usize = 1_024;
 
 /// Stream messages a guild owner keeps per gateway node while the bus
 /// refuses them (a NATS reconnect: disconnected, buffer full), to publish

@@ -646,6 +646,11 @@ async fn metrics(
             "Publishes an owner confirmed without a second fanout (a retry of an id it had fanned out).",
             &node.guild_owners.counters.publish_repeats_total,
         ),
+        (
+            "guildhall_guild_publish_ids_forgotten_early_total",
+            "Publish ids forgotten at guild_publish_ids_remembered_max before a caller could no longer offer them again.",
+            &node.guild_owners.counters.publish_ids_forgotten_early_total,
+        ),
     ] {
         line(name, "counter", help, value.load(Ordering::Relaxed));
     }

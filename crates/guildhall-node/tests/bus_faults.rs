@@ -433,3 +433,125 @@ async fn a_refused_fanout_is_published_again_in_order_not_confirmed() {
     assert_eq!(node.metric("guildhall_stream_resyncs_total").await, 0);
     node.stop().await;
 }
+
+/// Finding 7: a publish whose confirmation is lost is offered again by
+/// its api node while another api node publishes to the same guild. Its
+/// retry arrives after more than the 32 other publishes the owner used to
+/// remember, and was fanned out a second time. Ids are now remembered for
+/// as long as a caller may offer one again, so each message is heard once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_behind_another_api_nodes_publishes_is_not_fanned_out_twice() {
+    use guildhall_cluster::{Bus, LocalRegistry, Registry};
+    use guildhall_proto::cluster::Role;
+    const OTHERS: usize = 40;
+    let limits = Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        guild_reply_timeout_ms: 300,
+        backoff_base_ms: 20,
+        backoff_cap_ms: 200,
+        ..Limits::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let local: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let lossy = Arc::new(DroppingBus::new(local.clone(), "guilds.", 0, 1));
+    let core = TestNode::member_roles_with(
+        "core",
+        1,
+        dir.path(),
+        registry.clone(),
+        local.clone(),
+        &[Role::Users, Role::Presence, Role::Guilds],
+        limits.clone(),
+        None,
+    )
+    .await;
+    // Migrated before the others open the same SQLite file.
+    core.metric("guildhall_ring_members").await;
+    let a = TestNode::member_roles_with(
+        "api-a",
+        2,
+        dir.path(),
+        registry.clone(),
+        lossy.clone(),
+        &[Role::Gateway, Role::Api],
+        limits.clone(),
+        None,
+    )
+    .await;
+    let b = TestNode::member_roles_with(
+        "api-b",
+        3,
+        dir.path(),
+        registry.clone(),
+        local.clone(),
+        &[Role::Gateway, Role::Api],
+        limits.clone(),
+        None,
+    )
+    .await;
+    for _ in 0..400 {
+        if a.metric("guildhall_ring_members").await == 1
+            && b.metric("guildhall_ring_members").await == 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (token, _) = a.register("alice").await;
+    let (_guild, channel) = a.guild(&token, "two api nodes").await;
+    let mut client = Client::connect(&b.ws).await;
+    client
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    client.dispatch("GUILD_CREATE").await;
+    async fn post(node: &TestNode, token: &str, channel: &str, content: String) {
+        let (status, body) = node
+            .call(
+                "POST",
+                &format!("/channels/{channel}/messages"),
+                Some(token),
+                Some(json!({ "content": content })),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    // A's publish of m0 is fanned out; its confirmation is lost, so A
+    // holds it and keeps offering it while B publishes 40 more.
+    lossy.set_lose_answers(Some(b"\"Publish\"".to_vec()));
+    post(&a, &token, &channel, "m0".to_owned()).await;
+    for i in 1..=OTHERS {
+        post(&b, &token, &channel, format!("m{i}")).await;
+    }
+    lossy.set_lose_answers(None);
+    for _ in 0..HEAL_ATTEMPTS_MAX {
+        if a.metric("guildhall_fanout_outbox_events").await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(QUIET_MS)).await;
+    }
+    assert_eq!(a.metric("guildhall_fanout_outbox_events").await, 0);
+    assert!(lossy.answers_lost_total.load(Ordering::Relaxed) > 0);
+    let mut frames = Vec::new();
+    drain(&mut client, &mut frames).await;
+    let heard: Vec<&str> = frames
+        .iter()
+        .filter(|(t, _)| t == "MESSAGE_CREATE")
+        .map(|(_, c)| c.as_str())
+        .collect();
+    let expected: Vec<String> = (0..=OTHERS).map(|i| format!("m{i}")).collect();
+    assert_eq!(heard, expected, "each message heard once, in order");
+    assert!(core.metric("guildhall_guild_publish_repeats_total").await > 0);
+    assert_eq!(
+        core.metric("guildhall_guild_publish_ids_forgotten_early_total")
+            .await,
+        0
+    );
+    a.stop().await;
+    b.stop().await;
+    core.stop().await;
+}
