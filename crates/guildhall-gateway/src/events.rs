@@ -267,8 +267,13 @@ impl Partition {
             }
             NodeEventBody::Joined { guild_id, user_id } => {
                 // Inline: one non-waiting publish per session of the user.
+                // A session that follows the guild already is left alone:
+                // an owner announces a join again when a retried AddMember
+                // finds the member present (its first owner may have died
+                // between the commit and the announcement), and a session
+                // must not get a second GUILD_CREATE for it.
                 for slot in self.hub.sessions_of(user_id) {
-                    if !slot.receives(Some(guild_id)) {
+                    if !slot.receives(Some(guild_id)) || self.hub.wants(guild_id, &slot.id) {
                         continue;
                     }
                     let _ = self.subscriptions.subscribe(guild_id, &slot).await;

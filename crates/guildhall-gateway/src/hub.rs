@@ -755,6 +755,13 @@ impl Hub {
         true
     }
 
+    /// Whether the session asked to follow the guild already.
+    pub fn wants(&self, guild_id: i64, session_id: &str) -> bool {
+        read(&self.wanted)
+            .get(&guild_id)
+            .is_some_and(|slots| slots.contains_key(session_id))
+    }
+
     /// A session by id.
     pub fn get(&self, id: &str) -> Option<Arc<Slot>> {
         read(&self.sessions).get(id).cloned()

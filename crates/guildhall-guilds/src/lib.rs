@@ -1400,6 +1400,15 @@ impl GuildOwner {
             }
             GuildCall::AddMember { user } => {
                 if self.members.contains_key(&user.id) {
+                    // Present already: a true repeat, or the retry of an
+                    // add whose owner died between its commit and its
+                    // announcement (this owner loaded the member from the
+                    // store). The gateways subscribe only the user's
+                    // sessions that do not follow the guild yet, so
+                    // announcing again costs a repeat nothing and spares
+                    // the joiner's open sessions a guild they never hear
+                    // of.
+                    self.announce_join(user.id);
                     return Some(Ok(GuildAnswer::Added(false)));
                 }
                 let row = MemberRow {

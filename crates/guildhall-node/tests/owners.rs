@@ -977,3 +977,116 @@ async fn a_freeze_ends_at_its_bound_without_an_operator() {
     cluster.settled_loads(GUILDS as u64, GUILDS as u64).await;
     cluster.stop().await;
 }
+
+/// Finding 4: an owner commits a member and dies (`kill -9`) before it
+/// announces the join. The joiner's retry reaches the new owner, which
+/// loaded the member from the store and answers "already a member"; it
+/// announces the join all the same, so the joiner's open session hears
+/// the guild (before: it never did), and only sessions that do not follow
+/// the guild yet are subscribed (a repeat costs no second GUILD_CREATE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_committed_by_an_owner_that_died_reaches_the_joiners_sessions() {
+    let cluster = Cluster::start(&["g1", "g2"]).await;
+    let (alice, _) = cluster.front.register("alice").await;
+    let (guild_id, channel_id) = cluster.front.guild(&alice, "joined").await;
+    cluster.wait_placed(1).await;
+    touch_all(
+        &cluster.front,
+        &alice,
+        &[(guild_id.clone(), channel_id.clone())],
+    )
+    .await;
+    let (status, invite) = cluster
+        .front
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/invites"),
+            Some(&alice),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{invite}");
+    let code = invite["code"].as_str().unwrap().to_owned();
+    let (bob, bob_id) = cluster.front.register("bob").await;
+    let mut session = Client::connect(&cluster.front.ws).await;
+    session
+        .identify(
+            &bob,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+
+    // The owner commits bob and dies before announcing him.
+    let owner = expected(&["g1", "g2"], std::slice::from_ref(&guild_id))[&guild_id].clone();
+    let survivor = if owner == "g1" { "g2" } else { "g1" };
+    kill_together(&cluster, &[owner.as_str()]).await;
+    let store =
+        guildhall_store::Store::open(&cluster.dir.path().join("guildhall.db"), &Limits::default())
+            .await
+            .unwrap();
+    let id: i64 = guild_id.parse().unwrap();
+    let epoch = store.claim_guild(id).await.unwrap().unwrap();
+    let row = guildhall_store::MemberRow {
+        guild_id: id,
+        user_id: bob_id.parse().unwrap(),
+        joined_ms: 0,
+        nick: None,
+    };
+    assert!(store.add_member(&row, epoch).await.unwrap());
+    for _ in 0..POLLS_MAX {
+        if cluster.front.metric("guildhall_ring_members").await == 1
+            && cluster.guilds[survivor]
+                .0
+                .metric("guildhall_ring_members")
+                .await
+                == 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // Bob's client retries the join; the new owner finds him present.
+    let mut joined = None;
+    for _ in 0..POLLS_MAX {
+        let (status, body) = cluster
+            .front
+            .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+            .await;
+        if status == 200 {
+            joined = Some(body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(joined.is_some(), "the join was never answered");
+    let create = session.dispatch("GUILD_CREATE").await;
+    assert_eq!(create["d"]["id"], guild_id.as_str());
+
+    // A repeat of the join subscribes nothing again.
+    let (status, body) = cluster
+        .front
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = cluster
+        .front
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&alice),
+            Some(json!({"content": "after the join"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The next dispatch is the message, not a second GUILD_CREATE.
+    let next = loop {
+        let frame = session.next().await.unwrap();
+        if frame["op"] == 0 {
+            break frame;
+        }
+    };
+    assert_eq!(next["t"], "MESSAGE_CREATE", "{next}");
+    assert_eq!(next["d"]["content"], "after the join");
+    cluster.stop().await;
+}
