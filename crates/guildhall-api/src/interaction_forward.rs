@@ -126,14 +126,18 @@ async fn forward(node: &crate::ApiState, tag: u64, req: Request, unknown: ErrorC
             .path_and_query()
             .map_or(req.uri().path(), |p| p.as_str())
     );
-    let bytes = axum::body::to_bytes(req.into_body(), limits.rest_body_bytes_max)
-        .await
-        .map_err(|_| {
-            node.counters
-                .bad_requests_total
-                .fetch_add(1, Ordering::Relaxed);
-            ApiError::Code(ErrorCode::EntityTooLarge)
-        })?;
+    let bytes = crate::read_body(
+        req.into_body(),
+        limits.rest_body_bytes_max,
+        limits.rest_body_drain_bytes_max,
+    )
+    .await
+    .map_err(|_| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Code(ErrorCode::EntityTooLarge)
+    })?;
     // The routes take JSON only; a body that is not text is not JSON.
     let body = String::from_utf8(bytes.to_vec()).map_err(|_| {
         node.counters

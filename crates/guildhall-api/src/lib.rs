@@ -241,15 +241,19 @@ pub async fn read_json<T: DeserializeOwned>(
     state: &AppState,
     limit_bytes: usize,
 ) -> Result<T, ApiError> {
-    let bytes = axum::body::to_bytes(req.into_body(), limit_bytes)
-        .await
-        .map_err(|_| {
-            state
-                .counters
-                .bad_requests_total
-                .fetch_add(1, Ordering::Relaxed);
-            ApiError::Code(ErrorCode::EntityTooLarge)
-        })?;
+    let bytes = read_body(
+        req.into_body(),
+        limit_bytes,
+        state.shared.limits.rest_body_drain_bytes_max,
+    )
+    .await
+    .map_err(|_| {
+        state
+            .counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Code(ErrorCode::EntityTooLarge)
+    })?;
     let bytes = if bytes.is_empty() {
         Bytes::from_static(b"{}")
     } else {
@@ -266,6 +270,44 @@ pub async fn read_json<T: DeserializeOwned>(
             ApiError::Field("body", "BASE_TYPE_BAD", error.to_string())
         }
     })
+}
+
+/// Reads `body` whole if it is at most `limit_bytes`; otherwise reads and
+/// discards up to `drain_bytes_max` more before refusing it. A server
+/// that answers 413 with most of the body unread closes a socket with
+/// data still in its receive buffer, which sends a TCP reset that can
+/// destroy the 413 before the client reads it (the client sees a broken
+/// connection, not Discord's error body); draining a bounded overrun lets
+/// the answer arrive. A body past the drain bound is refused at once.
+pub(crate) async fn read_body(
+    body: axum::body::Body,
+    limit_bytes: usize,
+    drain_bytes_max: usize,
+) -> Result<Bytes, ()> {
+    use axum::body::HttpBody;
+    let mut body = body;
+    let mut kept = Vec::new();
+    let mut seen_bytes = 0usize;
+    while let Some(frame) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    {
+        let Ok(frame) = frame else {
+            return Err(());
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen_bytes = seen_bytes.saturating_add(data.len());
+        if seen_bytes <= limit_bytes {
+            kept.extend_from_slice(&data);
+        } else if seen_bytes > limit_bytes.saturating_add(drain_bytes_max) {
+            return Err(());
+        }
+    }
+    if seen_bytes > limit_bytes {
+        return Err(());
+    }
+    Ok(Bytes::from(kept))
 }
 
 /// The authenticated caller.

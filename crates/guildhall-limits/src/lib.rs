@@ -291,6 +291,13 @@ pub const HANDSHAKE_HOLD_MS_MAX: u64 = 1_000;
 /// Largest JSON request body. When hit: 413 with Discord's error body.
 pub const REST_BODY_BYTES_MAX: usize = 64 * 1024;
 
+/// Bytes of an oversized request body read and discarded before its 413 is
+/// sent, so the connection is not reset with the answer unread (a client
+/// would see a broken connection instead of the error body). A body that
+/// overruns its limit by more than this is refused at once (its client may
+/// then see the reset). 4 MiB covers the bodies clients really send.
+pub const REST_BODY_DRAIN_BYTES_MAX: usize = 4 * 1024 * 1024;
+
 /// Longest message content, in characters (Discord's 2,000). When hit: 400
 /// with code 50035 (invalid form body).
 pub const MESSAGE_CONTENT_CHARS_MAX: usize = 2_000;
@@ -1352,6 +1359,8 @@ pub struct Limits {
     pub handshake_hold_ms_max: u64,
     /// See [`REST_BODY_BYTES_MAX`].
     pub rest_body_bytes_max: usize,
+    /// See [`REST_BODY_DRAIN_BYTES_MAX`].
+    pub rest_body_drain_bytes_max: usize,
     /// See [`MESSAGE_CONTENT_CHARS_MAX`].
     pub message_content_chars_max: usize,
     /// See [`MESSAGES_PER_PAGE_MAX`].
@@ -1729,6 +1738,7 @@ impl Default for Limits {
             handshake_rate_per_s: HANDSHAKE_RATE_PER_S,
             handshake_hold_ms_max: HANDSHAKE_HOLD_MS_MAX,
             rest_body_bytes_max: REST_BODY_BYTES_MAX,
+            rest_body_drain_bytes_max: REST_BODY_DRAIN_BYTES_MAX,
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
