@@ -567,6 +567,11 @@ pub struct DroppingBus {
     lose_answers: std::sync::Mutex<Option<Vec<u8>>>,
     /// Answers this wrapper lost.
     pub answers_lost_total: AtomicU64,
+    /// Requests that are lost before delivery (see
+    /// [`DroppingBus::set_lose_requests`]).
+    lose_requests: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Requests this wrapper lost.
+    pub requests_lost_total: AtomicU64,
 }
 
 impl DroppingBus {
@@ -585,7 +590,19 @@ impl DroppingBus {
             refused_total: AtomicU64::new(0),
             lose_answers: std::sync::Mutex::new(None),
             answers_lost_total: AtomicU64::new(0),
+            lose_requests: std::sync::Mutex::new(None),
+            requests_lost_total: AtomicU64::new(0),
         }
+    }
+
+    /// While `Some(needle)`: a request to the prefix whose payload contains
+    /// `needle` is lost before it is delivered (nobody handles it; its
+    /// caller waits out its timeout).
+    pub fn set_lose_requests(&self, needle: Option<Vec<u8>>) {
+        *self
+            .lose_requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = needle;
     }
 
     /// While `Some(needle)`: a request to the prefix whose payload contains
@@ -600,11 +617,19 @@ impl DroppingBus {
     }
 
     fn loses_answer(&self, subject: &str, payload: &[u8]) -> bool {
+        self.matches(&self.lose_answers, subject, payload)
+    }
+
+    fn matches(
+        &self,
+        needle: &std::sync::Mutex<Option<Vec<u8>>>,
+        subject: &str,
+        payload: &[u8],
+    ) -> bool {
         if !subject.starts_with(&self.prefix) {
             return false;
         }
-        let needle = self
-            .lose_answers
+        let needle = needle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         needle.as_ref().is_some_and(|needle| {
@@ -706,6 +731,11 @@ impl Bus for DroppingBus {
         timeout: Duration,
     ) -> Result<Message, BusError> {
         if self.drop_requests.load(Ordering::Relaxed) && self.drops(subject) {
+            tokio::time::sleep(timeout).await;
+            return Err(BusError::Timeout);
+        }
+        if self.matches(&self.lose_requests, subject, &payload) {
+            self.requests_lost_total.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(timeout).await;
             return Err(BusError::Timeout);
         }

@@ -15,7 +15,7 @@
 //! (REST, webhooks, interactions), so every node redelivers its own.
 
 use crate::cluster::ClusterState;
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, Reserved};
 use guildhall_cluster::Bus;
 use guildhall_control::retry::backoff_full_jitter_ms;
 use guildhall_limits::Limits;
@@ -202,13 +202,57 @@ impl GuildsClient {
         // Encoded once: what is sent is what is held and sent again (the
         // bytes are shared, not copied).
         let request = request_bytes(guild_id, GuildCall::Publish(event))?;
-        if self.lock_outbox().holds(guild_id) {
-            return self.hold(guild_id, id, request);
-        }
-        match self.call_bytes(guild_id, request.clone()).await {
-            Ok(GuildAnswer::Published) => Ok(()),
-            Err(error) if !retryable(error) => Err(error),
-            _ => self.hold(guild_id, id, request),
+        let reserved = self.lock_outbox().reserve(
+            guild_id,
+            id,
+            request.clone(),
+            request.len(),
+            crate::state::now_ms(),
+        );
+        match reserved {
+            Ok(Reserved::Behind) => {
+                self.outbox_counters
+                    .held_total
+                    .fetch_add(1, Ordering::Relaxed);
+                self.outbox_wake.notify_one();
+                Ok(())
+            }
+            Ok(Reserved::Head) => {
+                let outcome = self.call_bytes(guild_id, request).await;
+                let mut outbox = self.lock_outbox();
+                let result = match outcome {
+                    Ok(GuildAnswer::Published) => {
+                        outbox.confirmed(guild_id);
+                        Ok(())
+                    }
+                    Err(error) if !retryable(error) => {
+                        outbox.refused(guild_id);
+                        Err(error)
+                    }
+                    _ => {
+                        // Held where it was reserved: the driver offers it
+                        // again, ahead of anything published meanwhile.
+                        outbox.release(guild_id);
+                        self.outbox_counters
+                            .held_total
+                            .fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }
+                };
+                let more = outbox.holds(guild_id);
+                drop(outbox);
+                if more {
+                    self.outbox_wake.notify_one();
+                }
+                result
+            }
+            // The outbox is full: no place to keep, so the event is tried
+            // once, and refused (counted) when that fails.
+            Err(request) => match self.call_bytes(guild_id, request.clone()).await {
+                Ok(GuildAnswer::Published) => Ok(()),
+                Err(error) if !retryable(error) => Err(error),
+                _ => self.hold(guild_id, id, request),
+            },
         }
     }
 

@@ -14,7 +14,12 @@
 //!
 //! Events of one guild leave in the order they were held, and a guild with
 //! events held takes new ones behind them, so a MESSAGE_UPDATE never
-//! overtakes its MESSAGE_CREATE. Each event carries a publish id: an owner
+//! overtakes its MESSAGE_CREATE. An event takes its place before its first
+//! attempt ([`Outbox::reserve`]), so one published while it is in flight
+//! queues behind it even if that attempt fails. (This order is one api
+//! node's: events of one guild published through two api nodes are
+//! ordered by the owner as they arrive, so a held event of one node can
+//! still be overtaken by a later one of the other.) Each event carries a publish id: an owner
 //! that fanned an event out but whose answer was lost confirms the retry
 //! without a second fanout (it remembers each id for
 //! `fanout_outbox_event_age_ms_max`, the age this outbox drops an event at,
@@ -48,6 +53,15 @@ struct Pending<E> {
     next_try_ms: u64,
     /// A driver task is delivering this guild's events.
     busy: bool,
+}
+
+/// Where [`Outbox::reserve`] put an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reserved {
+    /// First of its guild: its caller attempts it now.
+    Head,
+    /// Behind events of its guild held already: the driver delivers it.
+    Behind,
 }
 
 /// Held events by guild, bounded in bytes and age.
@@ -118,6 +132,34 @@ impl<E> Outbox<E> {
                 held_at_ms: now_ms,
             });
         Ok(())
+    }
+
+    /// Takes `event`'s place in `guild_id`'s order before its first
+    /// attempt, so an event published while it is in flight queues behind
+    /// it even when that attempt fails (before, an event was held only
+    /// once its call had failed, and one published meanwhile could be
+    /// delivered ahead of it). [`Reserved::Head`]: the guild had nothing
+    /// held, and its caller makes the attempt (the guild is busy until it
+    /// reports with [`Outbox::confirmed`], [`Outbox::refused`] or
+    /// [`Outbox::release`]); [`Reserved::Behind`]: held behind the others
+    /// for the driver. `Err(event)` at `bytes_max`: nothing is held.
+    pub fn reserve(
+        &mut self,
+        guild_id: i64,
+        publish_id: u64,
+        event: E,
+        bytes: usize,
+        now_ms: u64,
+    ) -> Result<Reserved, E> {
+        let behind = self.holds(guild_id);
+        self.hold(guild_id, publish_id, event, bytes, now_ms)?;
+        if behind {
+            return Ok(Reserved::Behind);
+        }
+        if let Some(pending) = self.guilds.get_mut(&guild_id) {
+            pending.busy = true;
+        }
+        Ok(Reserved::Head)
     }
 
     /// Up to `n` guilds due for an attempt at `now_ms`, marked busy (their
@@ -245,6 +287,34 @@ mod tests {
         assert_eq!(outbox.head(7, 0).0.map(|h| h.publish_id), None);
         assert!(!outbox.holds(7));
         assert_eq!((outbox.bytes(), outbox.events()), (0, 0));
+    }
+
+    /// An event in flight keeps its place: one published meanwhile queues
+    /// behind it, the driver leaves the guild alone until the caller
+    /// reports, and after a failure the driver delivers both in order.
+    #[test]
+    fn a_reserved_head_keeps_its_place_while_in_flight() {
+        let mut outbox = Outbox::new(100, 10_000);
+        assert_eq!(outbox.reserve(3, 1, "create", 10, 0), Ok(Reserved::Head));
+        assert_eq!(outbox.reserve(3, 2, "delete", 10, 0), Ok(Reserved::Behind));
+        assert!(outbox.take_due(0, 4).is_empty(), "in flight: not due");
+        // The first attempt failed: the driver takes over, in order.
+        outbox.release(3);
+        assert_eq!(outbox.take_due(0, 4), vec![3]);
+        assert_eq!(outbox.head(3, 0).0.unwrap().event, "create");
+        outbox.confirmed(3);
+        assert_eq!(outbox.head(3, 0).0.unwrap().event, "delete");
+        outbox.confirmed(3);
+        assert!(!outbox.holds(3));
+        // A confirmed first attempt leaves nothing behind.
+        assert_eq!(outbox.reserve(4, 3, "only", 10, 0), Ok(Reserved::Head));
+        outbox.confirmed(4);
+        assert!(!outbox.holds(4));
+        assert_eq!((outbox.bytes(), outbox.events()), (0, 0));
+        // Full: nothing reserved.
+        let mut small = Outbox::new(5, 10_000);
+        assert_eq!(small.reserve(5, 4, "big", 10, 0), Err("big"));
+        assert!(!small.holds(5));
     }
 
     #[test]

@@ -555,3 +555,84 @@ async fn a_retry_behind_another_api_nodes_publishes_is_not_fanned_out_twice() {
     b.stop().await;
     core.stop().await;
 }
+
+/// Finding 6: an event in flight keeps its place in its guild's order.
+/// The publish of m0 is lost on its way to the owner (its caller waits
+/// out the reply timeout); m1 is posted meanwhile through the same api
+/// node. Before, m1 was sent at once (nothing was held yet) and m0 only
+/// held once its call failed, so the session heard m1 before m0; now m1
+/// queues behind m0's reserved place and both arrive in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_published_while_another_is_in_flight_stays_behind_it() {
+    let limits = Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        guild_reply_timeout_ms: 500,
+        backoff_base_ms: 20,
+        backoff_cap_ms: 200,
+        ..Limits::default()
+    };
+    let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let lossy = Arc::new(DroppingBus::new(local, "guilds.", 0, 1));
+    let node = TestNode::with_bus(limits, None, Some(lossy.clone())).await;
+    let (token, _) = node.register("alice").await;
+    let (_guild, channel) = node.guild(&token, "in flight").await;
+    let mut client = Client::connect(&node.ws).await;
+    client
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    client.dispatch("GUILD_CREATE").await;
+
+    lossy.set_lose_requests(Some(b"\"Publish\"".to_vec()));
+    let first = {
+        let url = format!("{}/channels/{channel}/messages", node.base);
+        let token = token.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(url)
+                .header("Authorization", format!("Bot {token}"))
+                .json(&json!({"content": "m0"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    for _ in 0..400 {
+        if lossy.requests_lost_total.load(Ordering::Relaxed) >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(lossy.requests_lost_total.load(Ordering::Relaxed), 1);
+    lossy.set_lose_requests(None);
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel}/messages"),
+            Some(&token),
+            Some(json!({"content": "m1"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(first.await.unwrap(), 200);
+    for _ in 0..HEAL_ATTEMPTS_MAX {
+        if node.metric("guildhall_fanout_outbox_events").await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(QUIET_MS)).await;
+    }
+    let mut frames = Vec::new();
+    drain(&mut client, &mut frames).await;
+    let heard: Vec<&str> = frames
+        .iter()
+        .filter(|(t, _)| t == "MESSAGE_CREATE")
+        .map(|(_, c)| c.as_str())
+        .collect();
+    assert_eq!(heard, ["m0", "m1"], "in the order they were answered");
+    assert_eq!(node.metric("guildhall_fanout_outbox_events").await, 0);
+    node.stop().await;
+}
