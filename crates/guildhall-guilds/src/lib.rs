@@ -102,6 +102,10 @@ pub struct FanoutCounters {
     pub pulled_sessions_total: AtomicU64,
     /// Gateway nodes that did not answer a new owner's question in time.
     pub pulls_failed_total: AtomicU64,
+    /// Questions asked again of gateway nodes that had not answered.
+    pub pulls_retried_total: AtomicU64,
+    /// Late pulls not started at `guild_late_pull_tasks_max`.
+    pub late_pulls_refused_total: AtomicU64,
     /// Publishes confirmed without a fanout: a retry of an id this owner
     /// had fanned out already.
     pub publish_repeats_total: AtomicU64,
@@ -1595,7 +1599,19 @@ impl GuildOwner {
                 deadline,
                 hops: _,
                 queued,
+                late,
             } = envelope;
+            if late
+                && let GuildCall::Subscribe {
+                    node, session_id, ..
+                } = &call
+                && self
+                    .streams
+                    .get(node)
+                    .is_some_and(|s| s.sessions.contains_key(session_id))
+            {
+                continue;
+            }
             if deadline.is_some_and(|deadline| deadline <= tokio::time::Instant::now()) {
                 // Its caller gave up while it waited in the mailbox: nobody
                 // reads the answer, and a publish is held and offered again
@@ -1728,6 +1744,9 @@ struct Envelope {
     /// It waited behind the guild's load (so it may be a subscription the
     /// load's pull served already).
     queued: bool,
+    /// A subscription learnt from a gateway node that answered the new
+    /// owner's question late: skipped if the session subscribed meanwhile.
+    late: bool,
 }
 
 /// Publishes `result` to `reply` (best effort: a caller that gave up has
@@ -1801,6 +1820,8 @@ pub struct GuildDirectory {
     // non-waiting steps (a lookup, a queue push, handing the queue to a
     // loaded owner), never across an await; distinct guilds load at once.
     loading: std::sync::Mutex<Loads>,
+    /// Late pull tasks running (at most `guild_late_pull_tasks_max`).
+    late_pull_tasks: Arc<AtomicUsize>,
 }
 
 impl GuildDirectory {
@@ -1820,6 +1841,7 @@ impl GuildDirectory {
             counters: Arc::new(FanoutCounters::default()),
             loads: LoadCounters::default(),
             owners: std::sync::RwLock::new(HashMap::new()),
+            late_pull_tasks: Arc::new(AtomicUsize::new(0)),
             loading: std::sync::Mutex::new(Loads {
                 flights: SingleFlight::new(
                     shared.limits.guild_requests_in_flight_max,
@@ -1947,14 +1969,121 @@ impl GuildDirectory {
             published: VecDeque::new(),
             unconfirmed: HashMap::new(),
         };
-        self.pull(&mut owner).await;
+        let unanswered = self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
+        if !unanswered.is_empty() {
+            self.pull_late(
+                owner.guild.id,
+                unanswered,
+                sender.clone(),
+                owner.stop.clone(),
+            );
+        }
         let handle = OwnerHandle {
             mailbox: sender,
             stop: owner.stop.clone(),
         };
         tokio::spawn(owner.run(mailbox));
         Ok(handle)
+    }
+
+    /// Asks the gateway nodes that did not answer a new owner's question in
+    /// time again, with full-jitter backoff, at most `guild_pull_retries_max`
+    /// times, while they are live and the owner runs; their sessions are
+    /// subscribed through the owner's mailbox. Without this, a gateway node
+    /// that missed the question (paused, slow) got no stream, never saw the
+    /// new epoch, and its sessions heard nothing of the guild until another
+    /// session there subscribed. One task per such load, at most
+    /// `guild_late_pull_tasks_max` at once (past it: counted, and the
+    /// sessions wait for the gateway's own resync).
+    fn pull_late(
+        &self,
+        guild_id: i64,
+        mut nodes: Vec<String>,
+        mailbox: mpsc::Sender<Envelope>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let limits = self.shared.limits.clone();
+        let tasks = self.late_pull_tasks.clone();
+        if tasks.fetch_add(1, Ordering::Relaxed) >= limits.guild_late_pull_tasks_max {
+            tasks.fetch_sub(1, Ordering::Relaxed);
+            self.counters
+                .late_pulls_refused_total
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let (bus, cluster, counters) = (
+            self.bus.clone(),
+            self.cluster.clone(),
+            self.counters.clone(),
+        );
+        tokio::spawn(async move {
+            let Ok(ask) = serde_json::to_vec(&FollowsAsk { guild_id }) else {
+                tasks.fetch_sub(1, Ordering::Relaxed);
+                return;
+            };
+            let ask = bytes::Bytes::from(ask);
+            let timeout = Duration::from_millis(limits.guild_pull_timeout_ms.max(1));
+            for attempt in 0..limits.guild_pull_retries_max {
+                let wait_ms = guildhall_control::retry::backoff_full_jitter_ms(
+                    attempt,
+                    limits.backoff_base_ms,
+                    limits.backoff_cap_ms.min(limits.lease_ttl_ms),
+                    guildhall_common::auth::random_unit(),
+                );
+                tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+                if stop.load(Ordering::Relaxed) || mailbox.is_closed() {
+                    break;
+                }
+                let live = cluster.gateways();
+                nodes.retain(|node| live.contains(node));
+                let mut still = Vec::new();
+                for node in nodes {
+                    counters.pulls_retried_total.fetch_add(1, Ordering::Relaxed);
+                    let followers = bus
+                        .request(&follows_subject(&node), ask.clone(), timeout)
+                        .await
+                        .ok()
+                        .and_then(|m| serde_json::from_slice::<Vec<Follower>>(&m.payload).ok());
+                    let Some(followers) = followers else {
+                        still.push(node);
+                        continue;
+                    };
+                    counters
+                        .pulled_sessions_total
+                        .fetch_add(followers.len() as u64, Ordering::Relaxed);
+                    for follower in followers {
+                        let envelope = Envelope {
+                            call: GuildCall::Subscribe {
+                                node: node.clone(),
+                                session_id: follower.session_id,
+                                user_id: follower.user_id,
+                                intents: follower.intents,
+                                large_threshold: follower.large_threshold,
+                            },
+                            reply: None,
+                            deadline: None,
+                            hops: 0,
+                            queued: false,
+                            late: true,
+                        };
+                        if mailbox.try_send(envelope).is_err() {
+                            // A full mailbox: the gateway's own resync
+                            // subscribes this session when the stream
+                            // reaches it.
+                            counters
+                                .mailbox_refusals_total
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                nodes = still;
+                if nodes.is_empty() {
+                    break;
+                }
+            }
+            tasks.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     /// A new owner asks every gateway node which of its sessions follow the
@@ -1967,12 +2096,13 @@ impl GuildDirectory {
     /// the requests that follow (a message posted right after a move) reach
     /// them. A gateway that does not answer within `guild_pull_timeout_ms`
     /// resubscribes its sessions itself when the new epoch's stream starts.
-    async fn pull(&self, owner: &mut GuildOwner) {
+    /// Returns the gateway nodes that did not answer.
+    async fn pull(&self, owner: &mut GuildOwner) -> Vec<String> {
         let gateways = self.cluster.gateways();
         let Ok(ask) = serde_json::to_vec(&FollowsAsk {
             guild_id: owner.guild.id,
         }) else {
-            return;
+            return Vec::new();
         };
         let ask = bytes::Bytes::from(ask);
         // Inside the wait of the caller whose request started the load.
@@ -1999,6 +2129,7 @@ impl GuildDirectory {
             .into_iter()
             .filter(|(id, _)| owner.members.contains_key(id))
             .collect();
+        let mut unanswered = Vec::new();
         for (node, answer) in gateways.iter().zip(answers) {
             let followers = answer
                 .ok()
@@ -2007,6 +2138,7 @@ impl GuildDirectory {
                 self.counters
                     .pulls_failed_total
                     .fetch_add(1, Ordering::Relaxed);
+                unanswered.push(node.clone());
                 continue;
             };
             self.counters
@@ -2025,6 +2157,7 @@ impl GuildDirectory {
                 );
             }
         }
+        unanswered
     }
 
     /// Stops the owners whose guild placement now puts elsewhere, and all
@@ -2252,6 +2385,7 @@ impl GuildDirectory {
                     deadline: message.deadline,
                     hops: request.hops,
                     queued: false,
+                    late: false,
                 };
                 let guild_id = request.guild_id;
                 // A request for a guild placement puts elsewhere (this node

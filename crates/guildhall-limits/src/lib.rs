@@ -415,6 +415,19 @@ pub const GUILD_PULL_SESSIONS_MAX: usize = 4_096;
 /// How long a new guild owner waits for each gateway node's list of sessions following the guild before it serves requests (all gateways are asked at once; never longer than half of `guild_reply_timeout_ms`, since the load it delays is inside a caller's wait). When hit: that node's sessions are re-subscribed by the node itself when the new owner's stream reaches it (paced by `stream_resync_interval_ms`); the load goes on without them.
 pub const GUILD_PULL_TIMEOUT_MS: u64 = 1_000;
 
+/// Times a new guild owner asks a gateway node again that did not answer
+/// its question in time (full-jitter backoff from `backoff_base_ms`, capped
+/// at the smaller of `backoff_cap_ms` and `lease_ttl_ms`), while the node is
+/// live and the owner runs; the sessions it then names are subscribed.
+/// When hit: its sessions wait for the node's own resync (a later event of
+/// the guild there).
+pub const GUILD_PULL_RETRIES_MAX: u32 = 8;
+
+/// Late-pull tasks (one per guild load that a gateway node did not answer)
+/// running at once on a node. When hit: that load's unanswered nodes are
+/// not asked again (counted in `guildhall_guild_late_pulls_refused_total`).
+pub const GUILD_LATE_PULL_TASKS_MAX: usize = 256;
+
 /// Guilds a node loads at once (each load is one store read and a few user batches; one load per guild however many requests wait for it). When hit: a request for another guild that is not loaded is answered `Overloaded` (503 for REST) at once.
 pub const GUILD_REQUESTS_IN_FLIGHT_MAX: usize = 1_024;
 
@@ -1407,6 +1420,10 @@ pub struct Limits {
     pub guild_forward_hops_max: u32,
     /// See [`GUILD_PULL_TIMEOUT_MS`].
     pub guild_pull_timeout_ms: u64,
+    /// See [`GUILD_PULL_RETRIES_MAX`].
+    pub guild_pull_retries_max: u32,
+    /// See [`GUILD_LATE_PULL_TASKS_MAX`].
+    pub guild_late_pull_tasks_max: usize,
     /// See [`GUILD_PULL_SESSIONS_MAX`].
     pub guild_pull_sessions_max: usize,
     /// See [`GUILD_REPLY_TIMEOUT_MS`].
@@ -1762,6 +1779,8 @@ impl Default for Limits {
             placement_refresh_interval_ms: PLACEMENT_REFRESH_INTERVAL_MS,
             guild_forward_hops_max: GUILD_FORWARD_HOPS_MAX,
             guild_pull_timeout_ms: GUILD_PULL_TIMEOUT_MS,
+            guild_pull_retries_max: GUILD_PULL_RETRIES_MAX,
+            guild_late_pull_tasks_max: GUILD_LATE_PULL_TASKS_MAX,
             guild_pull_sessions_max: GUILD_PULL_SESSIONS_MAX,
             guild_reply_timeout_ms: GUILD_REPLY_TIMEOUT_MS,
             guild_owners_max: GUILD_OWNERS_MAX,

@@ -933,6 +933,16 @@ async fn metrics(
             &node.guild_owners.counters.pulls_failed_total,
         ),
         (
+            "guildhall_guild_pulls_retried_total",
+            "Questions a new owner asked again of gateway nodes that had not answered.",
+            &node.guild_owners.counters.pulls_retried_total,
+        ),
+        (
+            "guildhall_guild_late_pulls_refused_total",
+            "Late pulls not started at guild_late_pull_tasks_max.",
+            &node.guild_owners.counters.late_pulls_refused_total,
+        ),
+        (
             "guildhall_guild_owner_gone_total",
             "Guild requests refused at once: their owner's node is on the ring but its lease ended.",
             &node.guilds.counters.owner_gone_total,

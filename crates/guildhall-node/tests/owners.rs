@@ -91,6 +91,12 @@ impl Cluster {
     }
 
     async fn add(&mut self, name: &str, limits: Limits) {
+        let bus = self.bus.clone();
+        self.add_on(name, limits, bus).await;
+    }
+
+    /// A guilds node on its own view of the bus (a fault-injecting one).
+    async fn add_on(&mut self, name: &str, limits: Limits, bus: Arc<dyn Bus>) {
         let state = Arc::new(ClusterState::default());
         let worker = 2 + self.guilds.len() as u16 + u16::from(name.len() as u8);
         let node = TestNode::member_roles_with(
@@ -98,7 +104,7 @@ impl Cluster {
             worker,
             self.dir.path(),
             self.registry.clone(),
-            self.bus.clone(),
+            bus,
             &[Role::Guilds],
             limits,
             Some(state.clone()),
@@ -1088,5 +1094,112 @@ async fn a_join_committed_by_an_owner_that_died_reaches_the_joiners_sessions() {
     };
     assert_eq!(next["t"], "MESSAGE_CREATE", "{next}");
     assert_eq!(next["d"]["content"], "after the join");
+    cluster.stop().await;
+}
+
+/// Finding 2: a gateway node that misses a new owner's question (who
+/// follows this guild?) is asked again. The new owner's questions to the
+/// gateways are lost while it loads the dead owner's guild; before, the
+/// gateway got no stream, never saw the new epoch, and its session heard
+/// nothing more of the guild. Now the owner asks again once the loss ends,
+/// subscribes the session (a fresh GUILD_CREATE) and its events follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_missed_the_new_owners_question_is_asked_again() {
+    let mut cluster = Cluster::start(&["g1"]).await;
+    let lossy = Arc::new(guildhall_cluster::bus::DroppingBus::new(
+        cluster.bus.clone(),
+        "gw.",
+        0,
+        1,
+    ));
+    cluster.add_on("g2", limits(), lossy.clone()).await;
+    cluster.wait_ring(2).await;
+    let (token, _) = cluster.front.register("alice").await;
+    let mut guilds = Vec::new();
+    for i in 0..4 {
+        guilds.push(cluster.front.guild(&token, &format!("guild {i}")).await);
+    }
+    cluster.wait_placed(guilds.len()).await;
+    touch_all(&cluster.front, &token, &guilds).await;
+    let ids: Vec<String> = guilds.iter().map(|g| g.0.clone()).collect();
+    let placed = expected(&["g1", "g2"], &ids);
+    let (guild_id, channel_id) = guilds
+        .iter()
+        .find(|(g, _)| placed[g] == "g1")
+        .cloned()
+        .expect("a guild on g1");
+    let mut session = Client::connect(&cluster.front.ws).await;
+    session
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    for _ in 0..guilds.len() {
+        session.dispatch("GUILD_CREATE").await;
+    }
+
+    // g2's questions to the gateways are lost; g1 dies.
+    lossy.set_lose_requests(Some(b"guild_id".to_vec()));
+    kill_together(&cluster, &["g1"]).await;
+    for _ in 0..POLLS_MAX {
+        if cluster.front.metric("guildhall_ring_members").await == 1
+            && cluster.guilds["g2"]
+                .0
+                .metric("guildhall_ring_members")
+                .await
+                == 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // A post loads the guild at g2, whose question to the front is lost.
+    let mut posted = false;
+    for _ in 0..POLLS_MAX {
+        let (status, _) = cluster
+            .front
+            .call(
+                "POST",
+                &format!("/channels/{channel_id}/messages"),
+                Some(&token),
+                Some(json!({"content": "while the question is lost"})),
+            )
+            .await;
+        if status == 200 {
+            posted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(posted);
+    let g2 = &cluster.guilds["g2"].0;
+    assert!(g2.metric("guildhall_guild_pulls_failed_total").await >= 1);
+    lossy.set_lose_requests(None);
+
+    // The owner asks again: the session hears the guild anew, then its
+    // events.
+    let mut fresh = false;
+    for _ in 0..20 {
+        let create = session.dispatch("GUILD_CREATE").await;
+        if create["d"]["id"] == guild_id.as_str() {
+            fresh = true;
+            break;
+        }
+    }
+    assert!(fresh, "no fresh GUILD_CREATE for the moved guild");
+    let (status, body) = cluster
+        .front
+        .call(
+            "POST",
+            &format!("/channels/{channel_id}/messages"),
+            Some(&token),
+            Some(json!({"content": "after the question"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let message = session.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(message["d"]["content"], "after the question");
+    assert!(g2.metric("guildhall_guild_pulls_retried_total").await >= 1);
     cluster.stop().await;
 }
