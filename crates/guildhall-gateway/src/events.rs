@@ -272,15 +272,17 @@ impl Partition {
                 // finds the member present (its first owner may have died
                 // between the commit and the announcement), and a session
                 // must not get a second GUILD_CREATE for it.
+                let mut pairs = Vec::new();
                 for slot in self.hub.sessions_of(user_id) {
                     if !slot.receives(Some(guild_id)) || self.hub.wants(guild_id, &slot.id) {
                         continue;
                     }
-                    let _ = self.subscriptions.subscribe(guild_id, &slot).await;
                     self.counters
                         .joined_subscriptions_total
                         .fetch_add(1, Ordering::Relaxed);
+                    pairs.push((guild_id, slot));
                 }
+                self.subscriptions.subscribe_watched(pairs).await;
             }
         }
     }
@@ -458,9 +460,8 @@ impl Partition {
                     hub.resync(guild_id)
                 };
                 counters.resyncs_total.fetch_add(1, Ordering::Relaxed);
-                for slot in slots {
-                    let _ = subscriptions.subscribe(guild_id, &slot).await;
-                }
+                let pairs = slots.into_iter().map(|slot| (guild_id, slot)).collect();
+                subscriptions.subscribe_watched(pairs).await;
                 counters.resync_tasks.fetch_sub(1, Ordering::Relaxed);
                 drop(permit);
             });

@@ -1,7 +1,8 @@
 //! A session's guild subscriptions, on the gateway side: which guilds each
 //! session here follows (the hub records it first, so a stream resync can
 //! ask again), the owner's `Subscribe`, `Move` and `Unsubscribe` casts, and
-//! READY's retries for GUILD_CREATEs that do not come (full-jitter backoff,
+//! the retries of every subscription (READY's, a join's, a resync's, a
+//! takeover's) whose GUILD_CREATE does not come (full-jitter backoff,
 //! at most `guild_subscribe_attempts_max` attempts, within the node's
 //! retry budget and `guild_subscribe_retry_tasks_max` watching tasks).
 //!
@@ -109,19 +110,35 @@ impl Subscriptions {
     /// backoff, at most `guild_subscribe_attempts_max` attempts in all and
     /// within the node's retry budget. Returns without waiting for any of it.
     pub async fn subscribe_ready(self: &Arc<Self>, slot: &Arc<Slot>, guild_ids: Vec<i64>) {
+        let pairs = guild_ids
+            .into_iter()
+            .map(|guild_id| (guild_id, slot.clone()))
+            .collect();
+        self.subscribe_watched(pairs).await;
+    }
+
+    /// Subscribes each (guild, session) of `pairs` and watches for their
+    /// GUILD_CREATEs as [`Subscriptions::subscribe_ready`] does: every
+    /// subscription a session needs (READY's, a join's, a resync's after a
+    /// gap or an owner change, a takeover's) is asked again until its
+    /// GUILD_CREATE comes, so a lost or refused cast (the owner's mailbox
+    /// full, its node paused) does not leave a session silently deaf to a
+    /// guild. One watching task per call, within
+    /// `guild_subscribe_retry_tasks_max`.
+    pub async fn subscribe_watched(self: &Arc<Self>, pairs: Vec<(i64, Arc<Slot>)>) {
         {
             let mut budget = self.lock_budget();
             let now = guildhall_common::state::now_ms();
-            for _ in &guild_ids {
+            for _ in &pairs {
                 budget.on_first_attempt(now);
             }
         }
-        for guild_id in &guild_ids {
+        for (guild_id, slot) in &pairs {
             if let Err(error) = self.subscribe(*guild_id, slot).await {
-                guildhall_common::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable at READY");
+                guildhall_common::throttled!(warn, "gateway.guild_unavailable", guild_id, %error, "guild unavailable for a subscription");
             }
         }
-        if guild_ids.is_empty() || self.shared.limits.guild_subscribe_attempts_max <= 1 {
+        if pairs.is_empty() || self.shared.limits.guild_subscribe_attempts_max <= 1 {
             return;
         }
         let Ok(permit) = self.tasks.clone().try_acquire_owned() else {
@@ -130,9 +147,9 @@ impl Subscriptions {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let (subscriptions, slot) = (self.clone(), slot.clone());
+        let subscriptions = self.clone();
         tokio::spawn(async move {
-            subscriptions.retry_subscriptions(&slot, guild_ids).await;
+            subscriptions.retry_subscriptions(pairs).await;
             drop(permit);
         });
     }
@@ -141,7 +158,7 @@ impl Subscriptions {
     /// that do not come. Each wait is `guild_reply_timeout_ms` (how long any
     /// guild request may take) plus a full-jitter backoff, so sessions that
     /// failed together do not retry together.
-    async fn retry_subscriptions(&self, slot: &Arc<Slot>, mut pending: Vec<i64>) {
+    async fn retry_subscriptions(&self, mut pending: Vec<(i64, Arc<Slot>)>) {
         let limits = &self.shared.limits;
         let mut attempts = 1;
         loop {
@@ -155,8 +172,10 @@ impl Subscriptions {
                 limits.guild_reply_timeout_ms.saturating_add(jitter_ms),
             ))
             .await;
-            pending.retain(|guild_id| self.hub.awaiting(*guild_id, &slot.id));
-            if pending.is_empty() || self.hub.get(&slot.id).is_none() {
+            pending.retain(|(guild_id, slot)| {
+                self.hub.awaiting(*guild_id, &slot.id) && self.hub.get(&slot.id).is_some()
+            });
+            if pending.is_empty() {
                 return;
             }
             if attempts >= limits.guild_subscribe_attempts_max {
@@ -166,7 +185,7 @@ impl Subscriptions {
                 return;
             }
             attempts += 1;
-            for guild_id in &pending {
+            for (guild_id, slot) in &pending {
                 if !self
                     .lock_budget()
                     .try_retry(guildhall_common::state::now_ms())

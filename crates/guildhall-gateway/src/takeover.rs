@@ -468,9 +468,12 @@ impl Takeovers {
             return Err(TakeoverRefusal::Gap);
         }
         self.hub.adopted(slot);
-        for guild_id in handoff.resubscribe {
-            let _ = self.subscriptions.subscribe(guild_id, slot).await;
-        }
+        let pairs = handoff
+            .resubscribe
+            .into_iter()
+            .map(|guild_id| (guild_id, slot.clone()))
+            .collect();
+        self.subscriptions.subscribe_watched(pairs).await;
         Ok(())
     }
 }

@@ -636,3 +636,56 @@ async fn an_event_published_while_another_is_in_flight_stays_behind_it() {
     assert_eq!(node.metric("guildhall_fanout_outbox_events").await, 0);
     node.stop().await;
 }
+
+/// Finding 3: a subscription after a join is watched and asked again like
+/// READY's. Bob accepts an invite while every cast to the guilds role is
+/// lost, so his open session's Subscribe never reaches the owner. Before,
+/// it never heard the guild; now the gateway asks again once its
+/// GUILD_CREATE does not come, and it arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_subscription_after_a_join_is_asked_again() {
+    let limits = Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        guild_reply_timeout_ms: 300,
+        backoff_base_ms: 20,
+        backoff_cap_ms: 200,
+        ..Limits::default()
+    };
+    let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let lossy = Arc::new(DroppingBus::new(local, "guilds.", 0, 1));
+    let node = TestNode::with_bus(limits, None, Some(lossy.clone())).await;
+    let (alice, _) = node.register("alice").await;
+    let (guild_id, channel) = node.guild(&alice, "joined").await;
+    let (status, invite) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel}/invites"),
+            Some(&alice),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 200, "{invite}");
+    let code = invite["code"].as_str().unwrap().to_owned();
+    let (bob, _) = node.register("bob").await;
+    let mut session = Client::connect(&node.ws).await;
+    session.identify(&bob, intents::GUILDS).await;
+
+    // Casts to the guilds role are lost (the join itself is a request).
+    lossy.set_drop_per_million(1_000_000);
+    let (status, body) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for _ in 0..400 {
+        if lossy.dropped_total.load(Ordering::Relaxed) >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(lossy.dropped_total.load(Ordering::Relaxed) >= 1);
+    lossy.set_drop_per_million(0);
+    let create = session.dispatch("GUILD_CREATE").await;
+    assert_eq!(create["d"]["id"], guild_id.as_str());
+    assert!(node.metric("guildhall_guild_subscribe_retries_total").await >= 1);
+    node.stop().await;
+}
