@@ -117,13 +117,13 @@ pub struct ClusterState {
     pub placement_truncated_total: AtomicU64,
     /// Placements computed.
     pub placement_recomputes_total: AtomicU64,
-    /// When this node's lease was last renewed (or granted), Unix ms; 0
-    /// before. Past `lease_ttl_ms` the registry may have ended it, so the
+    /// When this node's lease was last renewed (or granted), on
+    /// [`crate::state::monotonic_ms`]; 0 before. Past `lease_ttl_ms` the registry may have ended it, so the
     /// node claims no guild and stops its owners (self-fencing).
     pub lease_renewed_ms: AtomicU64,
     /// The lease's time to live, ms (set at start).
     pub lease_ttl_ms: AtomicU64,
-    /// Until when (Unix ms) this node claims no guild: a write of one of
+    /// Until when ([`crate::state::monotonic_ms`]) this node claims no guild: a write of one of
     /// its owners was refused as stale, so the registry moved on without
     /// this node's view; it waits for its view (or its lease) to settle
     /// instead of claiming the guild back.
@@ -540,7 +540,7 @@ pub async fn start(
         u64::from(limits.ring_load_epsilon_permille),
         Ordering::Relaxed,
     );
-    let asked = now_ms();
+    let asked = crate::state::monotonic_ms();
     if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms).await {
         state.lease.store(lease, Ordering::Relaxed);
         state.lease_renewed_ms.store(asked, Ordering::Relaxed);
@@ -624,7 +624,7 @@ pub async fn start(
                 }
                 // The time the renewal was asked: the registry's expiry is
                 // at least this plus the TTL.
-                let asked = now_ms();
+                let asked = crate::state::monotonic_ms();
                 let lease = state.lease.load(Ordering::Relaxed);
                 let renewed = if lease == 0 {
                     Err(guildhall_cluster::RegistryError::UnknownLease)

@@ -6,8 +6,18 @@ use guildhall_limits::Limits;
 use guildhall_proto::Snowflake;
 use guildhall_proto::snowflake::SnowflakeGenerator;
 use guildhall_store::Store;
-use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Milliseconds on this process's monotonic clock, from 1 (so 0 can mean
+/// "never"). Leases and claim holds are timed on it: a wall clock stepped
+/// back (an NTP correction, an operator's `date`) would keep a cut-off
+/// owner serving past its lease, and one stepped forward would stop every
+/// owner at once. Only meaningful within this process.
+pub fn monotonic_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    (START.get_or_init(Instant::now).elapsed().as_millis() as u64).saturating_add(1)
+}
 
 /// Unix milliseconds now.
 pub fn now_ms() -> u64 {

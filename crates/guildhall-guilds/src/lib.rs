@@ -324,7 +324,8 @@ impl GuildOwner {
         if matches!(error, Some(guildhall_store::StoreError::StaleEpoch)) {
             self.fenced = true;
             self.counters.fenced_total.fetch_add(1, Ordering::Relaxed);
-            self.cluster.hold_claims(guildhall_common::state::now_ms());
+            self.cluster
+                .hold_claims(guildhall_common::state::monotonic_ms());
             guildhall_common::throttled!(
                 warn,
                 "guilds.fenced",
@@ -985,7 +986,7 @@ impl GuildOwner {
         if publish_id == 0 {
             return;
         }
-        let now = guildhall_common::state::now_ms();
+        let now = guildhall_common::state::monotonic_ms();
         let age_max = self.shared.limits.fanout_outbox_event_age_ms_max;
         while self
             .published
@@ -1904,7 +1905,10 @@ impl GuildDirectory {
         // lease was live. The claim comes before the read, so every write
         // of the previous owner is either in what this load reads or
         // refused (the previous owner's epoch is no longer the row's).
-        if !self.cluster.may_claim(guildhall_common::state::now_ms()) {
+        if !self
+            .cluster
+            .may_claim(guildhall_common::state::monotonic_ms())
+        {
             self.counters
                 .claims_refused_total
                 .fetch_add(1, Ordering::Relaxed);
@@ -2164,6 +2168,8 @@ impl GuildDirectory {
     /// of them when this node's lease is no longer vouched for (renewed
     /// within its TTL): an owner acts only while the registry would call
     /// it one. Each stopped owner forwards what its mailbox holds.
+    /// `now_ms` is on [`guildhall_common::state::monotonic_ms`], the
+    /// clock leases are timed on.
     pub fn rebalance(&self, now_ms: u64) -> usize {
         let vouched = self.cluster.ring().is_empty() || self.cluster.lease_live(now_ms);
         let mut stopped = 0;
@@ -2213,7 +2219,7 @@ impl GuildDirectory {
                     changed = changes.changed() => if changed.is_err() { break },
                     _ = tick.tick() => {}
                 }
-                directory.rebalance(guildhall_common::state::now_ms());
+                directory.rebalance(guildhall_common::state::monotonic_ms());
             }
         })
     }

@@ -1203,3 +1203,28 @@ async fn a_gateway_that_missed_the_new_owners_question_is_asked_again() {
     assert!(g2.metric("guildhall_guild_pulls_retried_total").await >= 1);
     cluster.stop().await;
 }
+
+/// Leases are timed on the process's monotonic clock, not the wall clock:
+/// a wall clock stepped back would keep a cut-off owner serving past its
+/// lease, one stepped forward would stop every owner. The renewal each
+/// guilds node records is a monotonic reading, and its lease is live on
+/// that clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_are_timed_on_the_monotonic_clock() {
+    let cluster = Cluster::start(&["g1"]).await;
+    let state = &cluster.guilds["g1"].1;
+    let now = guildhall_common::state::monotonic_ms();
+    let renewed = state
+        .lease_renewed_ms
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        renewed > 0 && renewed <= now,
+        "renewed {renewed}, now {now}"
+    );
+    assert!(state.lease_live(now));
+    assert!(state.may_claim(now));
+    // A wall-clock reading is no monotonic one: it would read as a lease
+    // renewed decades from now.
+    assert!(!state.lease_live(guildhall_common::state::now_ms() + limits().lease_ttl_ms));
+    cluster.stop().await;
+}
