@@ -67,6 +67,14 @@ pub struct ClusterState {
     pub ring: RwLock<Arc<Ring>>,
     /// Removals frozen by self-preservation.
     pub frozen: AtomicBool,
+    /// Bumped whenever the set of live gateway nodes changes: guild owners
+    /// compare it on their next event and drop the sessions of gateway
+    /// nodes whose lease ended.
+    pub gateways_generation: AtomicU64,
+    /// Bumped when this node announced itself again after its lease had
+    /// ended: its gateway re-subscribes every session here (owners dropped
+    /// them when the lease ended).
+    pub lease_regained: tokio::sync::watch::Sender<u64>,
     /// How long the current freeze has held removals, as of the
     /// membership loop's last pass (0 when not frozen).
     pub frozen_for_ms: AtomicU64,
@@ -167,6 +175,8 @@ impl Default for ClusterState {
             rejected: Mutex::new(BTreeMap::new()),
             ring: RwLock::new(Arc::new(Ring::new(0, &[], 1))),
             frozen: AtomicBool::new(false),
+            gateways_generation: AtomicU64::new(0),
+            lease_regained: tokio::sync::watch::Sender::new(0),
             frozen_for_ms: AtomicU64::new(0),
             freeze_expired_total: AtomicU64::new(0),
             releases_total: AtomicU64::new(0),
@@ -463,10 +473,14 @@ impl ClusterState {
     }
 
     fn set_gateways(&self, nodes: Vec<String>) {
-        *self
+        let mut gateways = self
             .gateways
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(nodes);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if **gateways != nodes {
+            *gateways = Arc::new(nodes);
+            self.gateways_generation.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -656,6 +670,7 @@ pub async fn start(
                         {
                             state.lease.store(lease, Ordering::Relaxed);
                             state.lease_renewed_ms.store(asked, Ordering::Relaxed);
+                            state.lease_regained.send_modify(|n| *n += 1);
                         }
                     }
                 }

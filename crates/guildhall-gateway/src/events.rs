@@ -43,7 +43,7 @@ use crate::subscriptions::Subscriptions;
 use guildhall_cluster::{Bus, BusError, Subscription};
 use guildhall_proto::bus::{
     NodeEvent, NodeEventBody, StreamBody, StreamCheck, StreamEvent, StreamPosition,
-    gateway_events_subject,
+    gateway_events_subject, partition_of,
 };
 use guildhall_proto::gateway::EncodedDispatch;
 use guildhall_proto::guilds::{Follower, FollowsAsk, follows_subject};
@@ -61,6 +61,9 @@ pub use guildhall_common::gateways::to_gateways;
 pub struct EventCounters {
     /// Stream events applied.
     pub applied_total: AtomicU64,
+    /// Guild resyncs scheduled because this node's lease ended and it
+    /// announced itself again.
+    pub lease_regained_resyncs_total: AtomicU64,
     /// Gaps detected.
     pub gaps_total: AtomicU64,
     /// Events the gaps skipped over.
@@ -115,6 +118,14 @@ struct Partition {
     /// Permits of the node's resync tasks (`event_resync_tasks_max`, shared
     /// by every partition).
     resync_tasks: Arc<Semaphore>,
+    /// This partition's number, and how many there are.
+    partition: usize,
+    partitions: usize,
+    /// Changes when this node announced itself again after its lease had
+    /// ended (guild owners dropped its sessions then).
+    regained: tokio::sync::watch::Receiver<u64>,
+    /// Whether `regained` can still change (its sender lives).
+    regained_open: bool,
 }
 
 /// Subscribes this node's partitions and starts their tasks.
@@ -125,6 +136,7 @@ pub async fn start(
     hub: Arc<Hub>,
     subscriptions: Arc<Subscriptions>,
     counters: Arc<EventCounters>,
+    regained: tokio::sync::watch::Receiver<u64>,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, BusError> {
     let mut tasks = Vec::new();
     let resync_tasks = Arc::new(Semaphore::new(limits.event_resync_tasks_max));
@@ -147,6 +159,10 @@ pub async fn start(
             due_at: HashMap::new(),
             awaiting_only: std::collections::HashSet::new(),
             resync_tasks: resync_tasks.clone(),
+            partition,
+            partitions: limits.gateway_event_partitions,
+            regained: regained.clone(),
+            regained_open: true,
         };
         tasks.push(tokio::spawn(partition.run(subscription)));
     }
@@ -223,6 +239,13 @@ impl Partition {
                 }
                 () = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {
                     self.run_due(Instant::now());
+                }
+                changed = self.regained.changed(), if self.regained_open => {
+                    if changed.is_ok() {
+                        self.resync_everything();
+                    } else {
+                        self.regained_open = false;
+                    }
                 }
             }
         }
@@ -407,6 +430,27 @@ impl Partition {
         }
     }
 
+    /// This node's lease ended and it announced itself again: owners
+    /// dropped its sessions when the lease ended, so every guild followed
+    /// here (of this partition) is re-subscribed from a fresh GUILD_CREATE,
+    /// through the paced resync path (`event_resync_tasks_max`).
+    fn resync_everything(&mut self) {
+        let now = Instant::now();
+        let guilds: Vec<i64> = self
+            .hub
+            .wanted_guilds()
+            .into_iter()
+            .filter(|guild_id| partition_of(*guild_id, self.partitions) == self.partition)
+            .collect();
+        self.counters
+            .lease_regained_resyncs_total
+            .fetch_add(guilds.len() as u64, Ordering::Relaxed);
+        for guild_id in guilds {
+            self.awaiting_only.remove(&guild_id);
+            self.resync_at(guild_id, now);
+        }
+    }
+
     /// Schedules the guild's resync for `when` (replacing one scheduled
     /// earlier: one per guild).
     fn resync_at(&mut self, guild_id: i64, when: Instant) {
@@ -504,6 +548,10 @@ mod tests {
             due_at: HashMap::new(),
             awaiting_only: std::collections::HashSet::new(),
             resync_tasks: Arc::new(Semaphore::new(permits)),
+            partition: 0,
+            partitions: 1,
+            regained: tokio::sync::watch::channel(0).1,
+            regained_open: false,
         }
     }
 

@@ -755,6 +755,11 @@ impl Hub {
         true
     }
 
+    /// Every guild some session here asked to follow.
+    pub fn wanted_guilds(&self) -> Vec<i64> {
+        read(&self.wanted).keys().copied().collect()
+    }
+
     /// Whether the session asked to follow the guild already.
     pub fn wants(&self, guild_id: i64, session_id: &str) -> bool {
         read(&self.wanted)

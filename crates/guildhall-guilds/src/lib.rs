@@ -102,6 +102,8 @@ pub struct FanoutCounters {
     pub pulled_sessions_total: AtomicU64,
     /// Gateway nodes that did not answer a new owner's question in time.
     pub pulls_failed_total: AtomicU64,
+    /// Sessions owners dropped because their gateway node's lease ended.
+    pub dead_gateway_sessions_dropped_total: AtomicU64,
     /// Questions asked again of gateway nodes that had not answered.
     pub pulls_retried_total: AtomicU64,
     /// Late pulls not started at `guild_late_pull_tasks_max`.
@@ -271,6 +273,8 @@ pub struct GuildOwner {
     /// messages of theirs still wait (bounded by the unsent queues): a
     /// retry of one is answered "not yet", never fanned out again.
     unconfirmed: HashMap<u64, usize>,
+    /// The cluster's gateway generation this owner last pruned against.
+    gateways_seen: u64,
 }
 
 impl GuildOwner {
@@ -1006,6 +1010,37 @@ impl GuildOwner {
         self.published.push_back((publish_id, now));
     }
 
+    /// Drops the sessions of gateway nodes whose lease ended, once per
+    /// change of the live gateway set: they counted toward
+    /// `guild_subscriptions_max` for good (a dead node never unsubscribes),
+    /// and past it new subscriptions were refused. A node that comes back
+    /// re-subscribes its sessions itself (it resyncs every guild when it
+    /// announces itself again). Each stream keeps its numbering.
+    fn prune_dead_gateways(&mut self) {
+        let generation = self.cluster.gateways_generation.load(Ordering::Relaxed);
+        if generation == self.gateways_seen {
+            return;
+        }
+        self.gateways_seen = generation;
+        let live = self.cluster.gateways();
+        if live.is_empty() {
+            return;
+        }
+        let mut dropped = 0;
+        for (node, stream) in &mut self.streams {
+            if !live.contains(node) {
+                dropped += stream.sessions.len();
+                stream.sessions.clear();
+            }
+        }
+        if dropped > 0 {
+            self.subscriptions = self.subscriptions.saturating_sub(dropped);
+            self.counters
+                .dead_gateway_sessions_dropped_total
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+        }
+    }
+
     /// Stream messages waiting for the bus, over every stream.
     fn unsent(&self) -> usize {
         self.streams.values().map(|s| s.unsent.len()).sum()
@@ -1590,6 +1625,7 @@ impl GuildOwner {
             if self.unsent() > 0 {
                 self.flush_unsent();
             }
+            self.prune_dead_gateways();
             if self.fenced || self.stop.load(Ordering::Relaxed) {
                 self.hand_over(envelope, &mut mailbox);
                 return;
@@ -1972,6 +2008,7 @@ impl GuildDirectory {
             pulled: std::collections::HashSet::new(),
             published: VecDeque::new(),
             unconfirmed: HashMap::new(),
+            gateways_seen: self.cluster.gateways_generation.load(Ordering::Relaxed),
         };
         let unanswered = self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);

@@ -873,6 +873,11 @@ async fn metrics(
             &node.events.resyncs_total,
         ),
         (
+            "guildhall_stream_lease_regained_resyncs_total",
+            "Guild resyncs scheduled because this node's lease ended and it announced itself again.",
+            &node.events.lease_regained_resyncs_total,
+        ),
+        (
             "guildhall_stream_stale_total",
             "Duplicate or out-of-date stream events skipped.",
             &node.events.stale_total,
@@ -931,6 +936,11 @@ async fn metrics(
             "guildhall_guild_pulls_failed_total",
             "Gateway nodes that did not answer a new owner's question in time.",
             &node.guild_owners.counters.pulls_failed_total,
+        ),
+        (
+            "guildhall_guild_dead_gateway_sessions_dropped_total",
+            "Sessions guild owners dropped because their gateway node's lease ended.",
+            &node.guild_owners.counters.dead_gateway_sessions_dropped_total,
         ),
         (
             "guildhall_guild_pulls_retried_total",
@@ -1502,6 +1512,7 @@ pub async fn run(
                 hub.clone(),
                 subscriptions.clone(),
                 event_counters.clone(),
+                cluster_state.lease_regained.subscribe(),
             )
             .await
             .map_err(bus_error)?,

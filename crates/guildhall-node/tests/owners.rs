@@ -1228,3 +1228,173 @@ async fn leases_are_timed_on_the_monotonic_clock() {
     assert!(!state.lease_live(guildhall_common::state::now_ms() + limits().lease_ttl_ms));
     cluster.stop().await;
 }
+
+/// A guilds node `g1`, the front and a second gateway node `gw2` (which
+/// can be cut off); alice's guild, loaded, and one session of hers on each
+/// gateway following it.
+struct TwoGateways {
+    cluster: Cluster,
+    gw2: TestNode,
+    gw2_state: Arc<ClusterState>,
+    token: String,
+    guild_id: String,
+    channel_id: String,
+    first: Client,
+    second: Client,
+}
+
+const WANTED: u64 = intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT;
+
+async fn two_gateways(limits: Limits) -> TwoGateways {
+    let cluster = Cluster::start_with(&["g1"], limits.clone()).await;
+    let (token, _) = cluster.front.register("alice").await;
+    let (guild_id, channel_id) = cluster.front.guild(&token, "crowded").await;
+    // One guilds member owns every guild: nothing to place.
+    touch_all(
+        &cluster.front,
+        &token,
+        &[(guild_id.clone(), channel_id.clone())],
+    )
+    .await;
+    let gw2_state = Arc::new(ClusterState::default());
+    let gw2 = TestNode::member_roles_with(
+        "gw2",
+        40,
+        cluster.dir.path(),
+        cluster.registry.clone(),
+        cluster.bus.clone(),
+        &[Role::Gateway, Role::Api],
+        limits,
+        Some(gw2_state.clone()),
+    )
+    .await;
+    gw2.metric("guildhall_ring_members").await;
+    let mut first = Client::connect(&cluster.front.ws).await;
+    first.identify(&token, WANTED).await;
+    first.dispatch("GUILD_CREATE").await;
+    let mut second = Client::connect(&gw2.ws).await;
+    second.identify(&token, WANTED).await;
+    second.dispatch("GUILD_CREATE").await;
+    TwoGateways {
+        cluster,
+        gw2,
+        gw2_state,
+        token,
+        guild_id,
+        channel_id,
+        first,
+        second,
+    }
+}
+
+impl TwoGateways {
+    /// gw2's lease ends behind its back (a kill -9, as the owner sees it),
+    /// and the owner, on its next events, drops gw2's session.
+    async fn cut_gw2(&self) {
+        self.gw2_state
+            .partitioned
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let lease = self
+            .gw2_state
+            .lease
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.cluster.registry.revoke(lease).await.unwrap();
+        let owner = &self.cluster.guilds["g1"].0;
+        let mut dropped = 0;
+        for _ in 0..POLLS_MAX {
+            let (status, _) = self
+                .cluster
+                .front
+                .call(
+                    "POST",
+                    &format!("/channels/{}/messages", self.channel_id),
+                    Some(&self.token),
+                    Some(json!({"content": "tick"})),
+                )
+                .await;
+            assert_eq!(status, 200);
+            dropped = owner
+                .metric("guildhall_guild_dead_gateway_sessions_dropped_total")
+                .await;
+            if dropped >= 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert_eq!(dropped, 1, "the dead gateway's session was not dropped");
+    }
+
+    async fn stop(self) {
+        self.gw2.stop().await;
+        self.cluster.stop().await;
+    }
+}
+
+/// Finding 9: an owner drops the sessions of a gateway node whose lease
+/// ended. With room for two subscriptions, a session on the front and one
+/// on gw2 fill the guild, and gw2 dies. Before, its session counted for
+/// good and a new session was refused silently (it never heard the
+/// guild); now the owner drops it and the newcomer subscribes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_gateways_sessions_no_longer_fill_the_guild() {
+    let run = two_gateways(Limits {
+        guild_subscriptions_max: 2,
+        ..limits()
+    })
+    .await;
+    run.cut_gw2().await;
+    let mut third = Client::connect(&run.cluster.front.ws).await;
+    third.identify(&run.token, WANTED).await;
+    let create = third.dispatch("GUILD_CREATE").await;
+    assert_eq!(create["d"]["id"], run.guild_id.as_str());
+    run.stop().await;
+}
+
+/// A gateway node whose lease ended and that announces itself again
+/// re-subscribes every session it holds (owners dropped them): its session
+/// hears the guild anew, then its events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_regains_its_lease_resubscribes_its_sessions() {
+    let mut run = two_gateways(limits()).await;
+    run.cut_gw2().await;
+    run.gw2_state
+        .partitioned
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let mut fresh = false;
+    for _ in 0..20 {
+        let frame = run.second.dispatch("GUILD_CREATE").await;
+        if frame["d"]["id"] == run.guild_id.as_str() {
+            fresh = true;
+            break;
+        }
+    }
+    assert!(
+        fresh,
+        "the returning gateway's session never heard the guild again"
+    );
+    assert!(
+        run.gw2
+            .metric("guildhall_stream_lease_regained_resyncs_total")
+            .await
+            >= 1
+    );
+    let (status, body) = run
+        .cluster
+        .front
+        .call(
+            "POST",
+            &format!("/channels/{}/messages", run.channel_id),
+            Some(&run.token),
+            Some(json!({"content": "after the return"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    loop {
+        let message = run.second.dispatch("MESSAGE_CREATE").await;
+        if message["d"]["content"] == "after the return" {
+            break;
+        }
+    }
+    let _ = &mut run.first;
+    run.stop().await;
+}
