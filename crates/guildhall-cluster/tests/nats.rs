@@ -449,6 +449,25 @@ fn signal(pid: u32, signal: rustix::process::Signal) {
     rustix::process::kill_process(pid, signal).unwrap();
 }
 
+/// Until the process is stopped: a signal is delivered asynchronously, so
+/// for a moment after `kill` returns the server can still answer (on a
+/// busy machine, a request sent then was answered). Bounded polls of
+/// /proc, not a sleep.
+fn wait_stopped(pid: u32) {
+    for _ in 0..2_000 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command name's closing parenthesis.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if matches!(state, Some('T' | 't')) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("process {pid} never stopped");
+}
+
 /// Resumes a stopped server even when an assertion fails first.
 struct Resume(u32);
 
@@ -476,6 +495,7 @@ async fn a_stopped_server_times_requests_out_and_they_work_after_it_resumes() {
     let pid = services.pid(Service::Nats).unwrap();
     signal(pid, rustix::process::Signal::STOP);
     let resume = Resume(pid);
+    wait_stopped(pid);
     for _ in 0..3 {
         let started = Instant::now();
         assert_eq!(

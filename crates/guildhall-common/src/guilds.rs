@@ -218,15 +218,29 @@ impl GuildsClient {
                 Ok(())
             }
             Ok(Reserved::Head) => {
+                // The caller's future can be dropped mid-call (a handler
+                // timeout, a client gone): the guard then hands the
+                // reserved head to the driver, or the guild's events would
+                // wait behind a head nobody attempts, for good.
+                let mut guard = HeadGuard {
+                    client: self,
+                    guild_id,
+                    armed: true,
+                };
                 let outcome = self.call_bytes(guild_id, request).await;
+                guard.armed = false;
                 let mut outbox = self.lock_outbox();
+                // Whatever the outcome, the guild stops being this
+                // caller's: events held behind the head go to the driver.
                 let result = match outcome {
                     Ok(GuildAnswer::Published) => {
                         outbox.confirmed(guild_id);
+                        outbox.release(guild_id);
                         Ok(())
                     }
                     Err(error) if !retryable(error) => {
                         outbox.refused(guild_id);
+                        outbox.release(guild_id);
                         Err(error)
                     }
                     _ => {
@@ -595,4 +609,26 @@ fn unexpected<T>(guild_id: i64, answer: &GuildAnswer) -> Result<T, GuildError> {
         "unexpected guild answer"
     );
     Err(GuildError::Overloaded)
+}
+
+/// Releases a reserved outbox head whose first attempt was abandoned (the
+/// publishing future dropped before the owner answered): the driver then
+/// offers it again, ahead of what the guild holds behind it.
+struct HeadGuard<'a> {
+    client: &'a GuildsClient,
+    guild_id: i64,
+    armed: bool,
+}
+
+impl Drop for HeadGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.client.lock_outbox().release(self.guild_id);
+            self.client
+                .outbox_counters
+                .held_total
+                .fetch_add(1, Ordering::Relaxed);
+            self.client.outbox_wake.notify_one();
+        }
+    }
 }

@@ -306,6 +306,16 @@ mod tests {
         assert_eq!(outbox.head(3, 0).0.unwrap().event, "delete");
         outbox.confirmed(3);
         assert!(!outbox.holds(3));
+        // Confirmed with an event behind it: released, the driver takes
+        // the guild for the rest.
+        assert_eq!(outbox.reserve(6, 5, "first", 10, 0), Ok(Reserved::Head));
+        assert_eq!(outbox.reserve(6, 6, "second", 10, 0), Ok(Reserved::Behind));
+        outbox.confirmed(6);
+        outbox.release(6);
+        assert_eq!(outbox.take_due(0, 4), vec![6]);
+        assert_eq!(outbox.head(6, 0).0.unwrap().event, "second");
+        outbox.confirmed(6);
+        assert!(!outbox.holds(6));
         // A confirmed first attempt leaves nothing behind.
         assert_eq!(outbox.reserve(4, 3, "only", 10, 0), Ok(Reserved::Head));
         outbox.confirmed(4);
