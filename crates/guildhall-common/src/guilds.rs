@@ -260,8 +260,11 @@ impl GuildsClient {
                 }
                 result
             }
-            // The outbox is full: no place to keep, so the event is tried
-            // once, and refused (counted) when that fails.
+            // The outbox is full: no place to keep. A guild with events
+            // held is refused at once (counted), as sending this one
+            // ahead of them would break its order; another is tried once,
+            // and refused (counted) when that fails.
+            Err(request) if self.lock_outbox().holds(guild_id) => self.hold(guild_id, id, request),
             Err(request) => match self.call_bytes(guild_id, request.clone()).await {
                 Ok(GuildAnswer::Published) => Ok(()),
                 Err(error) if !retryable(error) => Err(error),
