@@ -616,10 +616,6 @@ impl DroppingBus {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = needle;
     }
 
-    fn loses_answer(&self, subject: &str, payload: &[u8]) -> bool {
-        self.matches(&self.lose_answers, subject, payload)
-    }
-
     fn matches(
         &self,
         needle: &std::sync::Mutex<Option<Vec<u8>>>,
@@ -739,7 +735,7 @@ impl Bus for DroppingBus {
             tokio::time::sleep(timeout).await;
             return Err(BusError::Timeout);
         }
-        if self.loses_answer(subject, &payload) {
+        if self.matches(&self.lose_answers, subject, &payload) {
             let deadline = tokio::time::Instant::now() + timeout;
             let _lost = self.inner.request(subject, payload, timeout).await;
             self.answers_lost_total.fetch_add(1, Ordering::Relaxed);

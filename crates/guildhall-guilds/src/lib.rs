@@ -1603,7 +1603,9 @@ impl GuildOwner {
     async fn run(mut self, mut mailbox: mpsc::Receiver<Envelope>) {
         let retry = Duration::from_millis(self.shared.limits.guild_stream_retry_ms.max(1));
         loop {
-            let envelope = if self.unsent() > 0 {
+            // Only this task changes the unsent queues: counted once a pass.
+            let waiting = self.unsent() > 0;
+            let envelope = if waiting {
                 // Stream messages wait for the bus: try again every
                 // `guild_stream_retry_ms` even when nothing else arrives
                 // (the stream may be idle from now on).
@@ -1622,7 +1624,7 @@ impl GuildOwner {
             let Some(envelope) = envelope else {
                 break;
             };
-            if self.unsent() > 0 {
+            if waiting {
                 self.flush_unsent();
             }
             self.prune_dead_gateways();

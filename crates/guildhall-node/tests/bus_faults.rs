@@ -48,6 +48,51 @@ async fn drain(client: &mut Client, into: &mut Vec<(String, String)>) {
     }
 }
 
+/// Limits with quick retries: a lost answer costs `guild_reply_timeout_ms`
+/// (a bound, not a timing assertion) and a retry follows within 200 ms.
+fn quick_retries(guild_reply_timeout_ms: u64) -> Limits {
+    Limits {
+        rest_rate_limit_per_window: 1_000_000,
+        guild_reply_timeout_ms,
+        backoff_base_ms: 20,
+        backoff_cap_ms: 200,
+        ..Limits::default()
+    }
+}
+
+/// An embedded node on a bus that injects faults on `prefix` once told to
+/// (none at first), alice's guild on it and her session following it:
+/// (node, bus, token, channel, session).
+async fn faulty_node(
+    limits: Limits,
+    prefix: &str,
+    guild: &str,
+) -> (TestNode, Arc<DroppingBus>, String, String, Client) {
+    let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let faulty = Arc::new(DroppingBus::new(local, prefix, 0, 1));
+    let node = TestNode::with_bus(limits, None, Some(faulty.clone())).await;
+    let (token, _) = node.register("alice").await;
+    let (_guild, channel) = node.guild(&token, guild).await;
+    let mut client = Client::connect(&node.ws).await;
+    client
+        .identify(
+            &token,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    client.dispatch("GUILD_CREATE").await;
+    (node, faulty, token, channel, client)
+}
+
+/// The contents of the MESSAGE_CREATEs among `frames`, in order.
+fn messages(frames: &[(String, String)]) -> Vec<&str> {
+    frames
+        .iter()
+        .filter(|(t, _)| t == "MESSAGE_CREATE")
+        .map(|(_, c)| c.as_str())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lossy_bus_loses_no_event_silently() {
     let seed = seed();
@@ -356,25 +401,12 @@ async fn lost_fanout_confirmations_are_redelivered_once_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_fanout_is_published_again_in_order_not_confirmed() {
     const POSTS: usize = 20;
-    let limits = Limits {
-        rest_rate_limit_per_window: 1_000_000,
-        backoff_base_ms: 20,
-        backoff_cap_ms: 200,
-        ..Limits::default()
-    };
-    let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
-    let refusing = Arc::new(DroppingBus::new(local, "gw.", 0, 1));
-    let node = TestNode::with_bus(limits, None, Some(refusing.clone())).await;
-    let (token, _) = node.register("alice").await;
-    let (_guild, channel) = node.guild(&token, "reconnect").await;
-    let mut client = Client::connect(&node.ws).await;
-    client
-        .identify(
-            &token,
-            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
-        )
-        .await;
-    client.dispatch("GUILD_CREATE").await;
+    let (node, refusing, token, channel, mut client) = faulty_node(
+        quick_retries(Limits::default().guild_reply_timeout_ms),
+        "gw.",
+        "reconnect",
+    )
+    .await;
 
     refusing.set_refuse(true);
     for i in 0..POSTS {
@@ -401,8 +433,9 @@ async fn a_refused_fanout_is_published_again_in_order_not_confirmed() {
     let mut frames = Vec::new();
     for _ in 0..HEAL_ATTEMPTS_MAX {
         drain(&mut client, &mut frames).await;
-        let heard = frames.iter().filter(|(t, _)| t == "MESSAGE_CREATE").count();
-        if heard >= POSTS && node.metric("guildhall_fanout_outbox_events").await == 0 {
+        if messages(&frames).len() >= POSTS
+            && node.metric("guildhall_fanout_outbox_events").await == 0
+        {
             break;
         }
     }
@@ -444,13 +477,7 @@ async fn a_retry_behind_another_api_nodes_publishes_is_not_fanned_out_twice() {
     use guildhall_cluster::{Bus, LocalRegistry, Registry};
     use guildhall_proto::cluster::Role;
     const OTHERS: usize = 40;
-    let limits = Limits {
-        rest_rate_limit_per_window: 1_000_000,
-        guild_reply_timeout_ms: 300,
-        backoff_base_ms: 20,
-        backoff_cap_ms: 200,
-        ..Limits::default()
-    };
+    let limits = quick_retries(300);
     let dir = tempfile::tempdir().unwrap();
     let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
     let local: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
@@ -538,13 +565,12 @@ async fn a_retry_behind_another_api_nodes_publishes_is_not_fanned_out_twice() {
     assert!(lossy.answers_lost_total.load(Ordering::Relaxed) > 0);
     let mut frames = Vec::new();
     drain(&mut client, &mut frames).await;
-    let heard: Vec<&str> = frames
-        .iter()
-        .filter(|(t, _)| t == "MESSAGE_CREATE")
-        .map(|(_, c)| c.as_str())
-        .collect();
     let expected: Vec<String> = (0..=OTHERS).map(|i| format!("m{i}")).collect();
-    assert_eq!(heard, expected, "each message heard once, in order");
+    assert_eq!(
+        messages(&frames),
+        expected,
+        "each message heard once, in order"
+    );
     assert!(core.metric("guildhall_guild_publish_repeats_total").await > 0);
     assert_eq!(
         core.metric("guildhall_guild_publish_ids_forgotten_early_total")
@@ -564,26 +590,8 @@ async fn a_retry_behind_another_api_nodes_publishes_is_not_fanned_out_twice() {
 /// queues behind m0's reserved place and both arrive in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_published_while_another_is_in_flight_stays_behind_it() {
-    let limits = Limits {
-        rest_rate_limit_per_window: 1_000_000,
-        guild_reply_timeout_ms: 500,
-        backoff_base_ms: 20,
-        backoff_cap_ms: 200,
-        ..Limits::default()
-    };
-    let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
-    let lossy = Arc::new(DroppingBus::new(local, "guilds.", 0, 1));
-    let node = TestNode::with_bus(limits, None, Some(lossy.clone())).await;
-    let (token, _) = node.register("alice").await;
-    let (_guild, channel) = node.guild(&token, "in flight").await;
-    let mut client = Client::connect(&node.ws).await;
-    client
-        .identify(
-            &token,
-            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
-        )
-        .await;
-    client.dispatch("GUILD_CREATE").await;
+    let (node, lossy, token, channel, mut client) =
+        faulty_node(quick_retries(500), "guilds.", "in flight").await;
 
     lossy.set_lose_requests(Some(b"\"Publish\"".to_vec()));
     let first = {
@@ -627,12 +635,11 @@ async fn an_event_published_while_another_is_in_flight_stays_behind_it() {
     }
     let mut frames = Vec::new();
     drain(&mut client, &mut frames).await;
-    let heard: Vec<&str> = frames
-        .iter()
-        .filter(|(t, _)| t == "MESSAGE_CREATE")
-        .map(|(_, c)| c.as_str())
-        .collect();
-    assert_eq!(heard, ["m0", "m1"], "in the order they were answered");
+    assert_eq!(
+        messages(&frames),
+        ["m0", "m1"],
+        "in the order they were answered"
+    );
     assert_eq!(node.metric("guildhall_fanout_outbox_events").await, 0);
     node.stop().await;
 }
@@ -644,13 +651,7 @@ async fn an_event_published_while_another_is_in_flight_stays_behind_it() {
 /// GUILD_CREATE does not come, and it arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_subscription_after_a_join_is_asked_again() {
-    let limits = Limits {
-        rest_rate_limit_per_window: 1_000_000,
-        guild_reply_timeout_ms: 300,
-        backoff_base_ms: 20,
-        backoff_cap_ms: 200,
-        ..Limits::default()
-    };
+    let limits = quick_retries(300);
     let local = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
     let lossy = Arc::new(DroppingBus::new(local, "guilds.", 0, 1));
     let node = TestNode::with_bus(limits, None, Some(lossy.clone())).await;

@@ -896,18 +896,8 @@ async fn two_deaths_freeze_the_ring_until_an_operator_releases_it() {
         )
         .await
         .unwrap();
-    for _ in 0..POLLS_MAX {
-        if cluster.front.metric("guildhall_ring_members").await == 1
-            && cluster.guilds["g1"]
-                .0
-                .metric("guildhall_ring_members")
-                .await
-                == 1
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    // The survivors drop the dead (cut-off nodes are not asked).
+    cluster.wait_ring(1).await;
     assert_eq!(cluster.front.metric("guildhall_ring_members").await, 1);
     assert_eq!(cluster.front.metric("guildhall_membership_frozen").await, 0);
     assert_eq!(
@@ -952,17 +942,7 @@ async fn a_freeze_ends_at_its_bound_without_an_operator() {
 
     kill_together(&cluster, &["g2", "g3"]).await;
     wait_survivors(&cluster, "guildhall_membership_freeze_expired_total", 1).await;
-    for _ in 0..POLLS_MAX {
-        if cluster.guilds["g1"]
-            .0
-            .metric("guildhall_ring_members")
-            .await
-            == 1
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    cluster.wait_ring(1).await;
     assert_eq!(
         cluster.guilds["g1"]
             .0
@@ -1024,7 +1004,6 @@ async fn a_join_committed_by_an_owner_that_died_reaches_the_joiners_sessions() {
 
     // The owner commits bob and dies before announcing him.
     let owner = expected(&["g1", "g2"], std::slice::from_ref(&guild_id))[&guild_id].clone();
-    let survivor = if owner == "g1" { "g2" } else { "g1" };
     kill_together(&cluster, &[owner.as_str()]).await;
     let store =
         guildhall_store::Store::open(&cluster.dir.path().join("guildhall.db"), &Limits::default())
@@ -1039,18 +1018,8 @@ async fn a_join_committed_by_an_owner_that_died_reaches_the_joiners_sessions() {
         nick: None,
     };
     assert!(store.add_member(&row, epoch).await.unwrap());
-    for _ in 0..POLLS_MAX {
-        if cluster.front.metric("guildhall_ring_members").await == 1
-            && cluster.guilds[survivor]
-                .0
-                .metric("guildhall_ring_members")
-                .await
-                == 1
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    // The survivors drop the dead (cut-off nodes are not asked).
+    cluster.wait_ring(1).await;
 
     // Bob's client retries the join; the new owner finds him present.
     let mut joined = None;
@@ -1142,18 +1111,8 @@ async fn a_gateway_that_missed_the_new_owners_question_is_asked_again() {
     // g2's questions to the gateways are lost; g1 dies.
     lossy.set_lose_requests(Some(b"guild_id".to_vec()));
     kill_together(&cluster, &["g1"]).await;
-    for _ in 0..POLLS_MAX {
-        if cluster.front.metric("guildhall_ring_members").await == 1
-            && cluster.guilds["g2"]
-                .0
-                .metric("guildhall_ring_members")
-                .await
-                == 1
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    // The survivors drop the dead (cut-off nodes are not asked).
+    cluster.wait_ring(1).await;
     // A post loads the guild at g2, whose question to the front is lost.
     let mut posted = false;
     for _ in 0..POLLS_MAX {

@@ -438,40 +438,26 @@ impl Membership {
                 return;
             }
         }
-        let candidates: Vec<MemberId> = self
-            .members
-            .iter()
-            .filter(|(_, m)| match m.state {
-                MemberState::Down { since_ms } => {
-                    now_ms.saturating_sub(since_ms) >= self.config.permanent_down_ms
-                }
-                MemberState::Alive => false,
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        if candidates.is_empty() {
-            return;
-        }
-        for member in candidates {
-            self.members.remove(&member);
-            self.removed_in_window += 1;
-            effects.push(MembershipEffect::Removed {
-                member,
-                reason: RemovalReason::Expired,
-            });
-        }
-        self.request_rebuild(false, effects);
+        let candidates = self.past_hysteresis(now_ms);
+        self.remove_expired(candidates, RemovalReason::Expired, effects);
     }
 
     /// Past a freeze's bound: removes at most `budget` members down past the
-    /// hysteresis, those down longest first (ties by id, so every node
-    /// removes the same ones).
+    /// hysteresis, those down longest first.
     fn remove_longest_down(
         &mut self,
         now_ms: u64,
         budget: usize,
         effects: &mut Vec<MembershipEffect>,
     ) {
+        let mut candidates = self.past_hysteresis(now_ms);
+        candidates.truncate(budget);
+        self.remove_expired(candidates, RemovalReason::FreezeExpired, effects);
+    }
+
+    /// Members down longer than `permanent_down_ms`, as (down since, id),
+    /// longest down first (ties by id, so every node sees the same order).
+    fn past_hysteresis(&self, now_ms: u64) -> Vec<(u64, MemberId)> {
         let mut candidates: Vec<(u64, MemberId)> = self
             .members
             .iter()
@@ -485,17 +471,24 @@ impl Membership {
             })
             .collect();
         candidates.sort_unstable();
-        candidates.truncate(budget);
+        candidates
+    }
+
+    /// Removes `candidates` for `reason`, each counted against the window's
+    /// budget, in one rebuild.
+    fn remove_expired(
+        &mut self,
+        candidates: Vec<(u64, MemberId)>,
+        reason: RemovalReason,
+        effects: &mut Vec<MembershipEffect>,
+    ) {
         if candidates.is_empty() {
             return;
         }
         for (_, member) in candidates {
             self.members.remove(&member);
             self.removed_in_window += 1;
-            effects.push(MembershipEffect::Removed {
-                member,
-                reason: RemovalReason::FreezeExpired,
-            });
+            effects.push(MembershipEffect::Removed { member, reason });
         }
         self.request_rebuild(false, effects);
     }
