@@ -157,6 +157,16 @@ impl From<GuildError> for ApiError {
                 "BASE_TYPE_MAX_LENGTH",
                 "The guild's roles and channels are at their size limit.".into(),
             ),
+            GuildError::MaxOverwrites => ApiError::Field(
+                "permission_overwrites",
+                "BASE_TYPE_MAX_LENGTH",
+                "A channel holds at most channel_overwrites_max overwrites.".into(),
+            ),
+            GuildError::InvalidOverwrite => ApiError::Field(
+                "permission_overwrites",
+                "BASE_TYPE_BAD",
+                "Each overwrite names one role or member, once.".into(),
+            ),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -1081,6 +1091,7 @@ pub async fn create_guild_for(
         mentionable: false,
     };
     let general = ChannelRow {
+        permission_overwrites: String::new(),
         id: channel_id,
         guild_id: Some(id),
         kind: 0,
@@ -1140,6 +1151,8 @@ struct NewChannel {
     #[serde(default, rename = "type")]
     kind: u8,
     topic: Option<String>,
+    /// Raw, so each malformed entry gets its own 50035 at its path.
+    permission_overwrites: Option<Value>,
 }
 
 async fn create_channel(
@@ -1164,8 +1177,10 @@ async fn create_channel(
             "Value must be one of {0, 2, 4}.".into(),
         ));
     }
-    // The owner checks MANAGE_CHANNELS and the guild's channel count, then
-    // stores the channel.
+    let permission_overwrites =
+        overwrites_field(&node, body.permission_overwrites.as_ref())?.unwrap_or_default();
+    // The owner checks MANAGE_CHANNELS (and MANAGE_ROLES for overwrites)
+    // and the guild's channel count, then stores the channel.
     let channel = ChannelRecord {
         id: node.shared.next_id().get() as i64,
         guild_id: Some(guild_id),
@@ -1173,6 +1188,7 @@ async fn create_channel(
         name: body.name,
         position: 0,
         topic: body.topic,
+        permission_overwrites,
     };
     change(
         &node,
@@ -2581,7 +2597,14 @@ fn changed(result: Changed) -> ApiResult {
 
 async fn change(node: &ApiState, guild_id: i64, actor: i64, change: GuildChange) -> ApiResult {
     let result = node.guilds.change(guild_id, actor, change).await;
-    if let Err(GuildError::MaxRoles | GuildError::MaxChannels | GuildError::SizeLimit(_)) = result {
+    if let Err(
+        GuildError::MaxRoles
+        | GuildError::MaxChannels
+        | GuildError::SizeLimit(_)
+        | GuildError::MaxOverwrites
+        | GuildError::InvalidOverwrite,
+    ) = result
+    {
         node.counters
             .bad_requests_total
             .fetch_add(1, Ordering::Relaxed);
@@ -2635,6 +2658,11 @@ async fn patch_channel(
         check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
     }
     let position = patch::<i64>(body.get("position"))?.flatten();
+    // Null clears them, as an empty list does.
+    let permission_overwrites = match body.get("permission_overwrites") {
+        Some(Value::Null) => Some(vec![]),
+        value => overwrites_field(&node, value)?,
+    };
     change(
         &node,
         guild_id,
@@ -2644,9 +2672,190 @@ async fn patch_channel(
             name,
             topic,
             position,
+            permission_overwrites,
         },
     )
     .await
+}
+
+/// A 50035 at a nested path (`permission_overwrites.0.allow`), counted.
+fn nested_field(node: &ApiState, path: &[&str], code: &str, message: &str) -> ApiError {
+    node.counters
+        .bad_requests_total
+        .fetch_add(1, Ordering::Relaxed);
+    let mut errors = json!({"_errors": [{"code": code, "message": message}]});
+    for key in path.iter().rev() {
+        errors = json!({ *key: errors });
+    }
+    let mut body = ErrorBody::new(ErrorCode::InvalidFormBody);
+    body.errors = Some(errors);
+    ApiError::Invalid(body)
+}
+
+/// One permission overwrite from a request (an entry of
+/// `permission_overwrites` at `path`, or `PUT
+/// /channels/{id}/permissions/{overwrite.id}`'s body with the path's id):
+/// `type` 0 (role) or 1 (member), `allow` and `deny` decimal strings (or
+/// integers) of documented permissions, absent or null meaning "0".
+fn overwrite_from(
+    node: &ApiState,
+    value: &Value,
+    id: Option<i64>,
+    path: &[&str],
+) -> Result<guildhall_proto::model::PermissionOverwrite, ApiError> {
+    let at = |field: &'static str| -> Vec<&str> {
+        let mut full = path.to_vec();
+        full.push(field);
+        full
+    };
+    let Some(object) = value.as_object() else {
+        return Err(nested_field(
+            node,
+            path,
+            "DICT_TYPE_CONVERT",
+            "Only dictionaries may be used in a DictType",
+        ));
+    };
+    let id = match id {
+        Some(id) => id,
+        None => object
+            .get("id")
+            .and_then(|v| match v {
+                Value::String(s) => s.parse::<u64>().ok(),
+                Value::Number(n) => n.as_u64(),
+                _ => None,
+            })
+            .filter(|v| *v > 0 && *v <= i64::MAX as u64)
+            .map(|v| v as i64)
+            .ok_or_else(|| {
+                nested_field(
+                    node,
+                    &at("id"),
+                    "NUMBER_TYPE_COERCE",
+                    "Value is not snowflake.",
+                )
+            })?,
+    };
+    let kind = match object.get("type").and_then(Value::as_u64) {
+        Some(kind @ (0 | 1)) => kind as u8,
+        _ => {
+            return Err(nested_field(
+                node,
+                &at("type"),
+                "BASE_TYPE_CHOICES",
+                "Value must be one of {0, 1}.",
+            ));
+        }
+    };
+    let bits_at = |field: &'static str| -> Result<String, ApiError> {
+        let parsed = match object.get(field) {
+            None | Some(Value::Null) => Some(0),
+            Some(Value::String(s)) => perm::parse_bits(s),
+            Some(Value::Number(n)) => n.as_u64().filter(|b| b & !perm::ALL == 0),
+            Some(_) => None,
+        };
+        parsed.map(|b| b.to_string()).ok_or_else(|| {
+            nested_field(
+                node,
+                &at(field),
+                "BASE_TYPE_BAD",
+                "Must be a decimal string of documented permission bits.",
+            )
+        })
+    };
+    Ok(guildhall_proto::model::PermissionOverwrite {
+        id: sf(id),
+        kind,
+        allow: bits_at("allow")?,
+        deny: bits_at("deny")?,
+    })
+}
+
+/// A channel body's `permission_overwrites` (None: absent), each entry
+/// checked where it stands, at most `channel_overwrites_max` of them.
+fn overwrites_field(
+    node: &ApiState,
+    value: Option<&Value>,
+) -> Result<Option<Vec<guildhall_proto::model::PermissionOverwrite>>, ApiError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let Some(list) = value.as_array() else {
+        return Err(nested_field(
+            node,
+            &["permission_overwrites"],
+            "BASE_TYPE_BAD",
+            "Must be an array.",
+        ));
+    };
+    let max = node.shared.limits.channel_overwrites_max;
+    if list.len() > max {
+        return Err(nested_field(
+            node,
+            &["permission_overwrites"],
+            "BASE_TYPE_MAX_LENGTH",
+            &format!("Must be {max} or fewer in length."),
+        ));
+    }
+    let indexes: Vec<String> = (0..list.len()).map(|i| i.to_string()).collect();
+    list.iter()
+        .zip(&indexes)
+        .map(|(entry, index)| {
+            overwrite_from(
+                node,
+                entry,
+                None,
+                &["permission_overwrites", index.as_str()],
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// `PUT /channels/{id}/permissions/{overwrite.id}`: sets one overwrite
+/// (MANAGE_ROLES there; only bits the caller holds). 204, CHANNEL_UPDATE.
+async fn put_overwrite(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, overwrite_id)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    let overwrite_id = parse_id(&overwrite_id)?;
+    let overwrite = overwrite_from(&node, &body, Some(overwrite_id), &[])?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::SetOverwrite {
+            channel_id: channel.id,
+            overwrite,
+        },
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE /channels/{id}/permissions/{overwrite.id}`: 204, with
+/// CHANNEL_UPDATE if there was one to remove.
+async fn delete_overwrite(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, overwrite_id)): Path<(String, String)>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    let overwrite_id = parse_id(&overwrite_id)?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::DeleteOverwrite {
+            channel_id: channel.id,
+            overwrite_id,
+        },
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn delete_channel(
@@ -4291,6 +4500,10 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/channels/{id}",
             get(get_channel).patch(patch_channel).delete(delete_channel),
+        )
+        .route(
+            "/channels/{id}/permissions/{overwrite}",
+            axum::routing::put(put_overwrite).delete(delete_overwrite),
         )
         .route("/channels/{id}/messages/bulk-delete", post(bulk_delete))
         .route(

@@ -34,7 +34,12 @@ pub fn wire_channel(row: &ChannelRow, with_guild: bool) -> Channel {
         },
         name: row.name.clone(),
         position: i32::try_from(row.position).unwrap_or(0),
-        permission_overwrites: vec![],
+        permission_overwrites: guildhall_proto::permissions::Overwrite::parse_stored(
+            &row.permission_overwrites,
+        )
+        .iter()
+        .map(guildhall_proto::permissions::Overwrite::to_wire)
+        .collect(),
         topic: row.topic.clone(),
         nsfw: false,
         last_message_id: None,

@@ -50,6 +50,16 @@ struct MemberEntry {
     roles: Vec<i64>,
 }
 
+/// The numeric form of overwrites a caller sent, refused whole if one is
+/// malformed.
+fn parse_overwrites(
+    wire: &[model::PermissionOverwrite],
+) -> Result<Vec<perm::Overwrite>, GuildError> {
+    wire.iter()
+        .map(|o| perm::Overwrite::from_wire(o).ok_or(GuildError::InvalidOverwrite))
+        .collect()
+}
+
 /// Fanout counters of a node's guild owners, read by `/metrics`.
 #[derive(Debug, Default)]
 pub struct FanoutCounters {
@@ -278,15 +288,154 @@ pub struct GuildOwner {
 }
 
 impl GuildOwner {
-    fn permissions(&self, user_id: i64) -> Option<u64> {
-        let entry = self.members.get(&user_id)?;
-        let mut bits = 0u64;
+    /// `user_id` as the permission function sees them (None: not a
+    /// member).
+    fn subject<'a>(&self, user_id: i64, entry: &'a MemberEntry) -> perm::Subject<'a> {
+        let mut role_bits = 0u64;
         for role in &self.roles {
             if role.id == self.guild.id || entry.roles.contains(&role.id) {
-                bits |= role.permissions as u64;
+                role_bits |= role.permissions as u64;
             }
         }
-        Some(perm::effective(self.guild.owner_id == user_id, bits))
+        perm::Subject {
+            guild_id: self.guild.id,
+            user_id,
+            is_owner: self.guild.owner_id == user_id,
+            role_bits,
+            roles: &entry.roles,
+            timed_out: false,
+        }
+    }
+
+    /// A member's guild-wide permissions (None: not a member).
+    fn permissions(&self, user_id: i64) -> Option<u64> {
+        let entry = self.members.get(&user_id)?;
+        Some(perm::in_guild(&self.subject(user_id, entry)))
+    }
+
+    /// A member's permissions in `channel`, its overwrites applied (None:
+    /// not a member).
+    fn channel_permissions(&self, user_id: i64, channel: &ChannelRow) -> Option<u64> {
+        let entry = self.members.get(&user_id)?;
+        let overwrites = perm::Overwrite::parse_stored(&channel.permission_overwrites);
+        Some(perm::in_channel(
+            &self.subject(user_id, entry),
+            channel.kind,
+            &overwrites,
+        ))
+    }
+
+    /// `bits` in the channel at `index`: MissingAccess if the actor cannot
+    /// see it (or is no member), MissingPermissions if a bit is missing.
+    fn require_in(&self, actor: i64, index: usize, bits: u64) -> Result<u64, GuildError> {
+        let have = self
+            .channel_permissions(actor, &self.channels[index])
+            .ok_or(GuildError::MissingAccess)?;
+        if have & perm::VIEW_CHANNEL == 0 {
+            Err(GuildError::MissingAccess)
+        } else if have & bits != bits {
+            Err(GuildError::MissingPermissions)
+        } else {
+            Ok(have)
+        }
+    }
+
+    /// Whether `actor` holds MANAGE_ROLES through an overwrite of the
+    /// channel (theirs or one of their roles'): Discord then lets them set
+    /// any bit there, not only the ones they hold.
+    fn manages_roles_by_overwrite(&self, actor: i64, overwrites: &[perm::Overwrite]) -> bool {
+        let roles = self
+            .members
+            .get(&actor)
+            .map(|m| m.roles.as_slice())
+            .unwrap_or(&[]);
+        overwrites.iter().any(|o| {
+            o.allow & perm::MANAGE_ROLES != 0
+                && match o.kind {
+                    perm::OverwriteKind::Member => o.id == actor,
+                    perm::OverwriteKind::Role => roles.contains(&o.id),
+                }
+        })
+    }
+
+    /// Checks a channel's new overwrites against the guild and the actor
+    /// (who holds MANAGE_ROLES there, `held` their bits in the channel):
+    /// each names a role of the guild or a member, at most one per id and
+    /// `channel_overwrites_max` in all, and every bit that changes is one
+    /// the actor holds (unless an overwrite gives them MANAGE_ROLES there).
+    fn check_overwrites(
+        &self,
+        actor: i64,
+        held: u64,
+        old: &[perm::Overwrite],
+        new: &[perm::Overwrite],
+    ) -> Result<(), GuildError> {
+        if new.len() > self.shared.limits.channel_overwrites_max {
+            return Err(GuildError::MaxOverwrites);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for overwrite in new {
+            if !seen.insert(overwrite.id) {
+                return Err(GuildError::InvalidOverwrite);
+            }
+            match overwrite.kind {
+                perm::OverwriteKind::Role if !self.roles.iter().any(|r| r.id == overwrite.id) => {
+                    return Err(GuildError::UnknownRole);
+                }
+                perm::OverwriteKind::Member if !self.members.contains_key(&overwrite.id) => {
+                    return Err(GuildError::UnknownMember);
+                }
+                _ => {}
+            }
+        }
+        if held & perm::ADMINISTRATOR != 0 || self.manages_roles_by_overwrite(actor, old) {
+            return Ok(());
+        }
+        let bits_of = |list: &[perm::Overwrite], id: i64| {
+            list.iter()
+                .find(|o| o.id == id)
+                .map_or((0, 0), |o| (o.allow, o.deny))
+        };
+        for id in old.iter().chain(new).map(|o| o.id) {
+            let (old_allow, old_deny) = bits_of(old, id);
+            let (new_allow, new_deny) = bits_of(new, id);
+            let changed = (old_allow ^ new_allow) | (old_deny ^ new_deny);
+            if changed & !held != 0 {
+                return Err(GuildError::MissingPermissions);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores `row` as the channel at `index` and announces
+    /// CHANNEL_UPDATE; the old row is kept if the guild would not fit its
+    /// GUILD_CREATE or the store refuses.
+    async fn replace_channel(
+        &mut self,
+        index: usize,
+        row: ChannelRow,
+        grown: Grown,
+    ) -> Result<Changed, GuildError> {
+        let store = self.shared.store.clone();
+        let old = std::mem::replace(&mut self.channels[index], row.clone());
+        if !self.fits() {
+            self.channels[index] = old;
+            return Err(GuildError::SizeLimit(grown));
+        }
+        match store.update_channel(&row, self.epoch as i64).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.channels[index] = old;
+                return Err(GuildError::UnknownChannel);
+            }
+            Err(error) => {
+                self.channels[index] = old;
+                return Err(self.store_failed(Some(&error)));
+            }
+        }
+        let wire = wire_channel(&row, true);
+        self.publish("CHANNEL_UPDATE", intents::GUILDS, &wire);
+        Ok(Changed::Channel(wire))
     }
 
     /// The highest role position of `user_id` (the owner outranks all).
@@ -305,12 +454,21 @@ impl GuildOwner {
             .unwrap_or(0)
     }
 
-    fn require(&self, actor: i64, bits: u64) -> Result<(), GuildError> {
+    /// `bits` guild-wide; the actor's permissions if they hold them.
+    fn require(&self, actor: i64, bits: u64) -> Result<u64, GuildError> {
         match self.permissions(actor) {
             None => Err(GuildError::MissingAccess),
             Some(have) if have & bits != bits => Err(GuildError::MissingPermissions),
-            Some(_) => Ok(()),
+            Some(have) => Ok(have),
         }
+    }
+
+    /// Where the channel `channel_id` is in this guild's list.
+    fn channel_index(&self, channel_id: i64) -> Result<usize, GuildError> {
+        self.channels
+            .iter()
+            .position(|c| c.id == channel_id)
+            .ok_or(GuildError::UnknownChannel)
     }
 
     fn member_event(&self, member_id: i64) -> Option<serde_json::Value> {
@@ -353,13 +511,10 @@ impl GuildOwner {
                 name,
                 topic,
                 position,
+                permission_overwrites,
             } => {
-                self.require(actor, perm::MANAGE_CHANNELS)?;
-                let index = self
-                    .channels
-                    .iter()
-                    .position(|c| c.id == channel_id)
-                    .ok_or(GuildError::UnknownChannel)?;
+                let index = self.channel_index(channel_id)?;
+                let held = self.require_in(actor, index, perm::MANAGE_CHANNELS)?;
                 let mut row = self.channels[index].clone();
                 let grown = if topic.is_some() {
                     Grown::Topic
@@ -375,33 +530,59 @@ impl GuildOwner {
                 if let Some(position) = position {
                     row.position = position;
                 }
-                let old = std::mem::replace(&mut self.channels[index], row.clone());
-                if !self.fits() {
-                    self.channels[index] = old;
-                    return Err(GuildError::SizeLimit(grown));
-                }
-                match store.update_channel(&row, epoch).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        self.channels[index] = old;
-                        return Err(GuildError::UnknownChannel);
+                if let Some(wire) = permission_overwrites {
+                    if held & perm::MANAGE_ROLES == 0 {
+                        return Err(GuildError::MissingPermissions);
                     }
-                    Err(error) => {
-                        self.channels[index] = old;
-                        return Err(self.store_failed(Some(&error)));
-                    }
+                    let new = parse_overwrites(&wire)?;
+                    let old = perm::Overwrite::parse_stored(&row.permission_overwrites);
+                    self.check_overwrites(actor, held, &old, &new)?;
+                    row.permission_overwrites = perm::Overwrite::to_stored(&new);
                 }
-                let wire = wire_channel(&row, true);
-                self.publish("CHANNEL_UPDATE", intents::GUILDS, &wire);
-                Ok(Changed::Channel(wire))
+                self.replace_channel(index, row, grown).await
+            }
+            GuildChange::SetOverwrite {
+                channel_id,
+                overwrite,
+            } => {
+                let index = self.channel_index(channel_id)?;
+                let held = self.require_in(actor, index, perm::MANAGE_ROLES)?;
+                let overwrite =
+                    perm::Overwrite::from_wire(&overwrite).ok_or(GuildError::InvalidOverwrite)?;
+                let mut row = self.channels[index].clone();
+                let old = perm::Overwrite::parse_stored(&row.permission_overwrites);
+                let mut new = old.clone();
+                match new.iter_mut().find(|o| o.id == overwrite.id) {
+                    Some(existing) => *existing = overwrite,
+                    None => new.push(overwrite),
+                }
+                self.check_overwrites(actor, held, &old, &new)?;
+                row.permission_overwrites = perm::Overwrite::to_stored(&new);
+                self.replace_channel(index, row, Grown::Name).await
+            }
+            GuildChange::DeleteOverwrite {
+                channel_id,
+                overwrite_id,
+            } => {
+                let index = self.channel_index(channel_id)?;
+                let held = self.require_in(actor, index, perm::MANAGE_ROLES)?;
+                let mut row = self.channels[index].clone();
+                let old = perm::Overwrite::parse_stored(&row.permission_overwrites);
+                if !old.iter().any(|o| o.id == overwrite_id) {
+                    return Ok(Changed::Nothing);
+                }
+                let new: Vec<perm::Overwrite> = old
+                    .iter()
+                    .copied()
+                    .filter(|o| o.id != overwrite_id)
+                    .collect();
+                self.check_overwrites(actor, held, &old, &new)?;
+                row.permission_overwrites = perm::Overwrite::to_stored(&new);
+                self.replace_channel(index, row, Grown::Name).await
             }
             GuildChange::DeleteChannel { channel_id } => {
-                self.require(actor, perm::MANAGE_CHANNELS)?;
-                let index = self
-                    .channels
-                    .iter()
-                    .position(|c| c.id == channel_id)
-                    .ok_or(GuildError::UnknownChannel)?;
+                let index = self.channel_index(channel_id)?;
+                self.require_in(actor, index, perm::MANAGE_CHANNELS)?;
                 let deleted = match store.delete_channel(guild_id, channel_id, epoch).await {
                     Ok(deleted) => deleted,
                     Err(error) => return Err(self.store_failed(Some(&error))),
@@ -419,10 +600,18 @@ impl GuildOwner {
                 if self.channels.len() >= self.shared.limits.guild_channels_max {
                     return Err(GuildError::MaxChannels);
                 }
+                let wire_overwrites = channel.permission_overwrites.clone();
                 let channel = ChannelRow {
                     guild_id: Some(guild_id),
                     ..ChannelRow::from(channel)
                 };
+                if !wire_overwrites.is_empty() {
+                    // As Discord: setting overwrites at creation needs
+                    // MANAGE_ROLES, and only bits the creator holds.
+                    let held = self.require(actor, perm::MANAGE_ROLES)?;
+                    let new = parse_overwrites(&wire_overwrites)?;
+                    self.check_overwrites(actor, held, &[], &new)?;
+                }
                 self.channels.push(channel.clone());
                 if !self.fits() {
                     self.channels.pop();
@@ -699,7 +888,7 @@ impl GuildOwner {
         self_mute: bool,
         self_deaf: bool,
     ) -> Result<serde_json::Value, GuildError> {
-        let bits = self.permissions(user_id).ok_or(GuildError::MissingAccess)?;
+        self.permissions(user_id).ok_or(GuildError::MissingAccess)?;
         if let Some(channel_id) = channel_id {
             let channel = self
                 .channels
@@ -709,6 +898,9 @@ impl GuildOwner {
             if channel.kind != 2 {
                 return Err(GuildError::UnknownChannel);
             }
+            let bits = self
+                .channel_permissions(user_id, channel)
+                .ok_or(GuildError::MissingAccess)?;
             if bits & (perm::VIEW_CHANNEL | perm::CONNECT) != perm::VIEW_CHANNEL | perm::CONNECT {
                 return Err(GuildError::MissingPermissions);
             }
@@ -1345,24 +1537,26 @@ impl GuildOwner {
                 channel_id,
                 need,
             } => {
-                let channel = if channel_id == GUILD_WIDE {
-                    Some(())
+                let bits = if channel_id == GUILD_WIDE {
+                    Some(self.permissions(user_id))
                 } else {
                     self.channels
                         .iter()
                         .find(|c| c.id == channel_id)
-                        .map(|_| ())
+                        .map(|c| self.channel_permissions(user_id, c))
                 };
-                let result = match (self.permissions(user_id), channel) {
-                    (None, _) => Err(GuildError::MissingAccess),
-                    (Some(_), None) => Err(GuildError::UnknownChannel),
-                    (Some(bits), Some(_)) if bits & perm::VIEW_CHANNEL == 0 => {
+                // Not a member: no access, whichever channel is named.
+                let member = self.members.contains_key(&user_id);
+                let result = match (member, bits) {
+                    (false, _) | (true, Some(None)) => Err(GuildError::MissingAccess),
+                    (true, None) => Err(GuildError::UnknownChannel),
+                    (true, Some(Some(bits))) if bits & perm::VIEW_CHANNEL == 0 => {
                         Err(GuildError::MissingAccess)
                     }
-                    (Some(bits), Some(_)) if bits & need != need => {
+                    (true, Some(Some(bits))) if bits & need != need => {
                         Err(GuildError::MissingPermissions)
                     }
-                    (Some(bits), Some(_)) => Ok(SendGrant {
+                    (true, Some(Some(bits))) => Ok(SendGrant {
                         guild_id: self.guild.id,
                         permissions: bits,
                         member: self

@@ -982,6 +982,13 @@ pub const GUILD_ROLES_MAX: usize = 250;
 /// (maximum number of guild channels reached).
 pub const GUILD_CHANNELS_MAX: usize = 500;
 
+/// Permission overwrites one channel holds (one per role or member it
+/// names). When hit: 400 with 50035 on `permission_overwrites`, nothing
+/// stored. A channel's overwrites travel whole in every channel object
+/// (GUILD_CREATE, CHANNEL_UPDATE), so the bound keeps one channel from
+/// filling a guild's GUILD_CREATE.
+pub const CHANNEL_OVERWRITES_MAX: usize = 100;
+
 /// Members a GUILD_CREATE carries at most (Discord's largest
 /// `large_threshold`): a guild with more is `large`, and clients ask for
 /// the rest with op 8. The session's own member always comes first; fewer
@@ -1536,6 +1543,8 @@ pub struct Limits {
     pub guild_roles_max: usize,
     /// See [`GUILD_CHANNELS_MAX`].
     pub guild_channels_max: usize,
+    /// See [`CHANNEL_OVERWRITES_MAX`].
+    pub channel_overwrites_max: usize,
     /// See [`GUILD_CREATE_MEMBERS_MAX`].
     pub guild_create_members_max: usize,
     /// See [`GUILD_ENVELOPE_RESERVE_BYTES`].
@@ -1826,6 +1835,7 @@ impl Default for Limits {
             interaction_autocomplete_choices_max: INTERACTION_AUTOCOMPLETE_CHOICES_MAX,
             guild_roles_max: GUILD_ROLES_MAX,
             guild_channels_max: GUILD_CHANNELS_MAX,
+            channel_overwrites_max: CHANNEL_OVERWRITES_MAX,
             guild_create_members_max: GUILD_CREATE_MEMBERS_MAX,
             guild_envelope_reserve_bytes: GUILD_ENVELOPE_RESERVE_BYTES,
             users_batch_ids_max: USERS_BATCH_IDS_MAX,
@@ -2553,6 +2563,11 @@ impl Limits {
             "must be at most interactions_max",
         );
         check(
+            self.channel_overwrites_max >= 1,
+            "channel_overwrites_max",
+            "must be at least 1",
+        );
+        check(
             self.guild_roles_max >= 2,
             "guild_roles_max",
             "must be at least 2 (@everyone and one more)",
@@ -3192,6 +3207,7 @@ mod tests {
             "interaction_autocomplete_choices_max",
             "guild_roles_max",
             "guild_channels_max",
+            "channel_overwrites_max",
             "guild_create_members_max",
             "guild_envelope_reserve_bytes",
             "handshake_retry_after_s_max",
@@ -3403,6 +3419,7 @@ mod tests {
             "interaction_autocomplete_choices_max" => l.interaction_autocomplete_choices_max = 0,
             "guild_roles_max" => l.guild_roles_max = 0,
             "guild_channels_max" => l.guild_channels_max = 0,
+            "channel_overwrites_max" => l.channel_overwrites_max = 0,
             "guild_create_members_max" => l.guild_create_members_max = 0,
             "guild_envelope_reserve_bytes" => l.guild_envelope_reserve_bytes = 0,
             "handshake_retry_after_s_max" => l.handshake_retry_after_s_max = 0,

@@ -1020,3 +1020,253 @@ async fn shutdown_revokes_the_lease_at_once() {
         "graceful leave revokes the lease"
     );
 }
+
+/// A private channel (issue 25): overwrites given at creation hide it
+/// from members without the allowed role (50001 on every route, as
+/// Discord answers), a role grants it, a member overwrite takes one
+/// permission back, and each change is stored, echoed in the channel
+/// object and announced with CHANNEL_UPDATE. Malformed overwrites, unknown
+/// targets and callers without MANAGE_ROLES are refused with nothing
+/// stored.
+#[tokio::test]
+async fn permission_overwrites_make_a_channel_private() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Private").await;
+    let code = node.invite(&owner, &channel_id).await;
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher.identify(&owner, intents::GUILDS).await;
+    watcher.dispatch("GUILD_CREATE").await;
+    let (_, role) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "staff"})),
+        )
+        .await;
+    let staff = role["id"].as_str().unwrap().to_owned();
+    let view = guildhall_proto::permissions::VIEW_CHANNEL.to_string();
+    let (status, private) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({"name": "tickets", "permission_overwrites": [
+                {"id": guild_id, "type": 0, "deny": view},
+                {"id": staff, "type": 0, "allow": view, "deny": "0"},
+            ]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{private}");
+    let overwrites = private["permission_overwrites"].as_array().unwrap();
+    assert_eq!(overwrites.len(), 2, "{private}");
+    assert_eq!(overwrites[0]["deny"], view);
+    assert_eq!(overwrites[1]["type"], 0);
+    let private_id = private["id"].as_str().unwrap().to_owned();
+    let created = watcher.dispatch("CHANNEL_CREATE").await;
+    assert_eq!(
+        created["d"]["permission_overwrites"],
+        private["permission_overwrites"]
+    );
+
+    let post = |token: String| {
+        let node = &node;
+        let private_id = private_id.clone();
+        async move {
+            node.call(
+                "POST",
+                &format!("/channels/{private_id}/messages"),
+                Some(&token),
+                Some(json!({"content": "hi"})),
+            )
+            .await
+        }
+    };
+    // Bob cannot see it: no read, no send.
+    let (status, body) = node
+        .call("GET", &format!("/channels/{private_id}"), Some(&bob), None)
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50001)));
+    let (status, body) = post(bob.clone()).await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50001)));
+    // The public channel is unchanged for him.
+    let (status, _) = node
+        .call("GET", &format!("/channels/{channel_id}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+
+    // The role lets him in.
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{bob_id}/roles/{staff}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, body) = post(bob.clone()).await;
+    assert_eq!(status, 200, "{body}");
+
+    // A member overwrite takes SEND_MESSAGES back from him alone.
+    let send = guildhall_proto::permissions::SEND_MESSAGES.to_string();
+    let (status, body) = node
+        .call(
+            "PUT",
+            &format!("/channels/{private_id}/permissions/{bob_id}"),
+            Some(&owner),
+            Some(json!({"type": 1, "deny": send})),
+        )
+        .await;
+    assert_eq!(status, 204, "{body}");
+    let update = watcher.dispatch("CHANNEL_UPDATE").await;
+    let theirs: Vec<_> = update["d"]["permission_overwrites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["id"] == bob_id.as_str())
+        .cloned()
+        .collect();
+    assert_eq!(
+        theirs,
+        vec![json!({"id": bob_id, "type": 1, "allow": "0", "deny": send})]
+    );
+    let (status, body) = post(bob.clone()).await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50013)));
+    let (status, _) = post(owner.clone()).await;
+    assert_eq!(status, 200, "the owner is not affected");
+
+    // Bad input: each refused, nothing stored.
+    let before = node
+        .call(
+            "GET",
+            &format!("/channels/{private_id}"),
+            Some(&owner),
+            None,
+        )
+        .await
+        .1["permission_overwrites"]
+        .clone();
+    let put = |target: String, body: serde_json::Value, token: String| {
+        let node = &node;
+        let private_id = private_id.clone();
+        async move {
+            node.call(
+                "PUT",
+                &format!("/channels/{private_id}/permissions/{target}"),
+                Some(&token),
+                Some(body),
+            )
+            .await
+        }
+    };
+    let (status, body) = put(staff.clone(), json!({"type": 2}), owner.clone()).await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+    assert!(body["errors"]["type"].is_object(), "{body}");
+    let (status, body) = put(
+        staff.clone(),
+        json!({"type": 0, "allow": (1u64 << 47).to_string()}),
+        owner.clone(),
+    )
+    .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+    assert!(body["errors"]["allow"].is_object(), "{body}");
+    let (status, body) = put("12345".into(), json!({"type": 0}), owner.clone()).await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (404, Some(10011)),
+        "{body}"
+    );
+    let (status, body) = put("12345".into(), json!({"type": 1}), owner.clone()).await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (404, Some(10007)),
+        "{body}"
+    );
+    let (status, body) = put(staff.clone(), json!({"type": 0}), bob.clone()).await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (403, Some(50013)),
+        "{body}"
+    );
+    let too_many: Vec<_> = (1..=101)
+        .map(|i| json!({"id": (i as u64).to_string(), "type": 1}))
+        .collect();
+    let (status, body) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{private_id}"),
+            Some(&owner),
+            Some(json!({"permission_overwrites": too_many})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (400, Some(50035)),
+        "{body}"
+    );
+    let (status, body) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{private_id}"),
+            Some(&owner),
+            Some(json!({"permission_overwrites": [{"id": staff, "type": "x"}]})),
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+    assert!(
+        body["errors"]["permission_overwrites"]["0"]["type"].is_object(),
+        "{body}"
+    );
+    let after = node
+        .call(
+            "GET",
+            &format!("/channels/{private_id}"),
+            Some(&owner),
+            None,
+        )
+        .await
+        .1["permission_overwrites"]
+        .clone();
+    assert_eq!(before, after, "nothing refused was stored");
+
+    // Removing his overwrite gives SEND_MESSAGES back.
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("/channels/{private_id}/permissions/{bob_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let update = watcher.dispatch("CHANNEL_UPDATE").await;
+    assert_eq!(
+        update["d"]["permission_overwrites"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let (status, _) = post(bob.clone()).await;
+    assert_eq!(status, 200);
+    // PATCH with null clears the overwrites: the channel is public again.
+    let (status, cleared) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{private_id}"),
+            Some(&owner),
+            Some(json!({"permission_overwrites": null})),
+        )
+        .await;
+    assert_eq!(
+        (status, cleared["permission_overwrites"].clone()),
+        (200, json!([]))
+    );
+}

@@ -29,6 +29,9 @@ pub struct ChannelRecord {
     pub position: i64,
     /// Topic.
     pub topic: Option<String>,
+    /// Permission overwrites (absent from an older caller: none).
+    #[serde(default)]
+    pub permission_overwrites: Vec<model::PermissionOverwrite>,
 }
 
 /// A role as a guild change carries it (a new role's fields).
@@ -88,6 +91,13 @@ pub enum GuildError {
     /// GUILD_CREATE can carry.
     #[error("guild at its size limit")]
     SizeLimit(Grown),
+    /// A channel would hold more than `channel_overwrites_max` overwrites.
+    #[error("too many permission overwrites")]
+    MaxOverwrites,
+    /// An overwrite is malformed (a type other than 0 or 1, bits that are
+    /// not a decimal string of documented permissions).
+    #[error("invalid permission overwrite")]
+    InvalidOverwrite,
     /// The owner is busy or gone: retry later.
     #[error("overloaded")]
     Overloaded,
@@ -357,6 +367,25 @@ pub enum GuildChange {
         topic: Option<Option<String>>,
         /// New position.
         position: Option<i64>,
+        /// New overwrites, all of them (needs MANAGE_ROLES there too).
+        #[serde(default)]
+        permission_overwrites: Option<Vec<model::PermissionOverwrite>>,
+    },
+    /// Set one permission overwrite of a channel (`PUT
+    /// /channels/{id}/permissions/{overwrite.id}`).
+    SetOverwrite {
+        /// Which channel.
+        channel_id: i64,
+        /// The overwrite (replaces one with its id).
+        overwrite: model::PermissionOverwrite,
+    },
+    /// Remove one permission overwrite of a channel (none with that id:
+    /// nothing changes, nothing is announced).
+    DeleteOverwrite {
+        /// Which channel.
+        channel_id: i64,
+        /// The role's or member's id.
+        overwrite_id: i64,
     },
     /// Delete a channel.
     DeleteChannel {

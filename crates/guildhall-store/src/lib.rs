@@ -128,6 +128,7 @@ impl From<guildhall_proto::guilds::ChannelRecord> for ChannelRow {
             name,
             position,
             topic,
+            permission_overwrites,
         } = record;
         Self {
             id,
@@ -136,6 +137,12 @@ impl From<guildhall_proto::guilds::ChannelRecord> for ChannelRow {
             name,
             position,
             topic,
+            permission_overwrites: guildhall_proto::permissions::Overwrite::to_stored(
+                &permission_overwrites
+                    .iter()
+                    .filter_map(guildhall_proto::permissions::Overwrite::from_wire)
+                    .collect::<Vec<_>>(),
+            ),
         }
     }
 }
@@ -213,7 +220,7 @@ pub struct GuildRow {
 }
 
 /// A channel row.
-#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, FromRow, PartialEq, Eq)]
 pub struct ChannelRow {
     /// Id.
     pub id: i64,
@@ -227,6 +234,21 @@ pub struct ChannelRow {
     pub position: i64,
     /// Topic.
     pub topic: Option<String>,
+    /// Permission overwrites, the wire form's JSON (read with
+    /// `guildhall_proto::permissions::Overwrite::parse_stored`; empty
+    /// reads as none).
+    pub permission_overwrites: String,
+}
+
+impl ChannelRow {
+    /// The overwrites as stored ('[]' for none).
+    fn overwrites_stored(&self) -> &str {
+        if self.permission_overwrites.is_empty() {
+            "[]"
+        } else {
+            &self.permission_overwrites
+        }
+    }
 }
 
 /// A role row.
@@ -1200,13 +1222,14 @@ where
             .bind(everyone.mentionable)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic) VALUES ($1, $2, $3, $4, $5, $6)")
+        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites) VALUES ($1, $2, $3, $4, $5, $6, $7)")
             .bind(first.id)
             .bind(first.guild_id)
             .bind(first.kind)
             .bind(&first.name)
             .bind(first.position)
             .bind(&first.topic)
+            .bind(first.overwrites_stored())
             .execute(&mut *tx)
             .await?;
         sqlx::query(
@@ -1490,13 +1513,14 @@ where
         if let Some(guild_id) = channel.guild_id {
             Self::fence(&mut tx, guild_id, epoch).await?;
         }
-        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic) VALUES ($1, $2, $3, $4, $5, $6)")
+        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites) VALUES ($1, $2, $3, $4, $5, $6, $7)")
             .bind(channel.id)
             .bind(channel.guild_id)
             .bind(channel.kind)
             .bind(&channel.name)
             .bind(channel.position)
             .bind(&channel.topic)
+            .bind(channel.overwrites_stored())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -1607,7 +1631,8 @@ where
         Ok(self.delete_messages(channel_id, &[id]).await?.len() == 1)
     }
 
-    /// Changes a channel's name, topic and position (in its guild only);
+    /// Changes a channel's name, topic, position and overwrites (in its
+    /// guild only);
     /// false if the guild has no such channel.
     pub async fn update_channel(&self, channel: &ChannelRow, epoch: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
@@ -1617,13 +1642,14 @@ where
             Self::fence(&mut tx, guild_id, epoch).await?;
         }
         let done = sqlx::query(
-            "UPDATE channels SET name = $2, topic = $3, position = $4 WHERE id = $1 AND guild_id = $5",
+            "UPDATE channels SET name = $2, topic = $3, position = $4, permission_overwrites = $6 WHERE id = $1 AND guild_id = $5",
         )
         .bind(channel.id)
         .bind(&channel.name)
         .bind(&channel.topic)
         .bind(channel.position)
         .bind(channel.guild_id)
+        .bind(channel.overwrites_stored())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -2285,6 +2311,7 @@ where
             return Ok(channel);
         }
         let channel = ChannelRow {
+            permission_overwrites: String::new(),
             id: new_id,
             guild_id: None,
             kind: 1,
@@ -2816,7 +2843,8 @@ store_api! {
     fn delete_message<'a>(&'a self, channel_id: i64, id: i64) -> bool;
     /// See [`SqlStore::update_message`].
     fn update_message<'a>(&'a self, row: &'a MessageRow) -> bool;
-    /// Changes a channel's name, topic and position (in its guild only);
+    /// Changes a channel's name, topic, position and overwrites (in its
+    /// guild only);
     /// false if the guild has no such channel.
     fn update_channel<'a>(&'a self, channel: &'a ChannelRow, epoch: i64) -> bool;
     /// Deletes a guild's channel with its messages, reactions and invites;
@@ -3002,6 +3030,7 @@ mod tests {
             mentionable: false,
         };
         let general = ChannelRow {
+            permission_overwrites: String::new(),
             id: 11,
             guild_id: Some(10),
             kind: 0,
@@ -3036,6 +3065,7 @@ mod tests {
     async fn messages_page_newest_first(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
+            permission_overwrites: String::new(),
             id: 5,
             guild_id: None,
             kind: 1,
@@ -3111,6 +3141,7 @@ mod tests {
     async fn concurrent_inserts_are_all_durable_and_answered(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
+            permission_overwrites: String::new(),
             id: 5,
             guild_id: None,
             kind: 1,
@@ -3213,6 +3244,7 @@ mod tests {
                 mentionable: false,
             };
             let channel = ChannelRow {
+                permission_overwrites: String::new(),
                 id: base + 1,
                 guild_id: Some(base),
                 kind: 0,
@@ -3607,6 +3639,7 @@ mod tests {
         };
         assert!(!store.upsert_role(&hijack, 0).await.unwrap());
         let moved = ChannelRow {
+            permission_overwrites: String::new(),
             id: b_channel,
             guild_id: Some(a),
             kind: 0,
@@ -3644,6 +3677,7 @@ mod tests {
             Err(StoreError::StaleEpoch)
         ));
         let channel = ChannelRow {
+            permission_overwrites: String::new(),
             id: a_channel,
             guild_id: Some(a),
             kind: 0,
@@ -3982,6 +4016,7 @@ mod tests {
             mentionable: false,
         };
         let channel = |id| ChannelRow {
+            permission_overwrites: String::new(),
             id,
             guild_id: Some(10),
             kind: 0,
@@ -4131,6 +4166,7 @@ mod tests {
                 mentionable: false,
             };
             let channel = ChannelRow {
+                permission_overwrites: String::new(),
                 id: id + 1,
                 guild_id: Some(id),
                 kind: 0,
