@@ -34,7 +34,7 @@ use guildhall_proto::Snowflake;
 use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::guilds::Outgoing;
-use guildhall_proto::guilds::{Changed, GuildChange, GuildError};
+use guildhall_proto::guilds::{Changed, GUILD_WIDE, GuildChange, GuildError};
 use guildhall_proto::guilds::{ChannelRecord, RoleRecord};
 use guildhall_proto::intents;
 use guildhall_proto::intents::app_flags;
@@ -167,6 +167,8 @@ impl From<GuildError> for ApiError {
                 "BASE_TYPE_BAD",
                 "Each overwrite names one role or member, once.".into(),
             ),
+            GuildError::Banned => ApiError::Code(ErrorCode::UserBanned),
+            GuildError::UnknownBan => ApiError::Code(ErrorCode::UnknownBan),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -2591,6 +2593,13 @@ fn changed(result: Changed) -> ApiResult {
         Changed::Role(role) => ok(&role),
         Changed::Member(member) => ok(&member),
         Changed::Guild(guild) => ok(&guild),
+        Changed::Banned { banned, failed } => {
+            if banned.is_empty() {
+                return Err(ApiError::Code(ErrorCode::FailedToBanUsers));
+            }
+            let ids = |list: Vec<i64>| -> Vec<String> { list.iter().map(i64::to_string).collect() };
+            ok(&json!({"banned_users": ids(banned), "failed_users": ids(failed)}))
+        }
         Changed::Nothing => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
@@ -3101,6 +3110,284 @@ async fn kick_member(
         },
     )
     .await
+}
+
+// ----- bans -------------------------------------------------------------------
+
+/// The moderator's reason from `X-Audit-Log-Reason`, percent-decoded (as
+/// libraries encode it) and cut to `audit_reason_chars_max` characters
+/// (Discord's 512); None when absent or blank.
+pub(crate) fn audit_reason(node: &ApiState, headers: &HeaderMap) -> Option<String> {
+    let raw = headers.get("x-audit-log-reason")?;
+    let decoded = percent_encoding::percent_decode(raw.as_bytes()).decode_utf8_lossy();
+    let reason: String = decoded
+        .chars()
+        .take(node.shared.limits.audit_reason_chars_max)
+        .collect();
+    (!reason.trim().is_empty()).then_some(reason)
+}
+
+/// The oldest message id a ban deletes from (0: none), from
+/// `delete_message_seconds` (0 to 604,800) or the deprecated
+/// `delete_message_days` (0 to 7).
+fn ban_delete_since(node: &ApiState, body: &Value) -> Result<i64, ApiError> {
+    let bad = |field: &'static str, max: u64| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(
+            field,
+            "NUMBER_TYPE_MAX",
+            format!("Must be an integer between 0 and {max}."),
+        )
+    };
+    let seconds = match (
+        body.get("delete_message_seconds").filter(|v| !v.is_null()),
+        body.get("delete_message_days").filter(|v| !v.is_null()),
+    ) {
+        (Some(v), _) => v
+            .as_u64()
+            .filter(|s| *s <= 604_800)
+            .ok_or_else(|| bad("delete_message_seconds", 604_800))?,
+        (None, Some(v)) => v
+            .as_u64()
+            .filter(|d| *d <= 7)
+            .map(|d| d * 86_400)
+            .ok_or_else(|| bad("delete_message_days", 7))?,
+        (None, None) => 0,
+    };
+    if seconds == 0 {
+        return Ok(0);
+    }
+    let since_ms = now_ms()
+        .saturating_sub(seconds * 1_000)
+        .max(guildhall_proto::snowflake::DISCORD_EPOCH_MS);
+    Ok(((since_ms - guildhall_proto::snowflake::DISCORD_EPOCH_MS) << 22).max(1) as i64)
+}
+
+/// A ban object: `{reason, user}`.
+fn wire_ban(ban: &guildhall_store::BanRow, user: &UserRow) -> Value {
+    json!({"reason": ban.reason, "user": wire_user(user)})
+}
+
+/// `PUT /guilds/{id}/bans/{user}`: BAN_MEMBERS, above the target; 204.
+async fn put_ban(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, user)): Path<(String, String)>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let delete_since_id = ban_delete_since(&node, &body)?;
+    let user = node
+        .shared
+        .store
+        .user(parse_id(&user)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownUser))?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::Ban {
+            user: (&user).into(),
+            delete_since_id,
+            reason: audit_reason(&node, &headers),
+        },
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE /guilds/{id}/bans/{user}`: 204, or 10026 if not banned.
+async fn delete_ban(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, user)): Path<(String, String)>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let user = node
+        .shared
+        .store
+        .user(parse_id(&user)?)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownBan))?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::Unban {
+            user: (&user).into(),
+        },
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /guilds/{id}/bans/{user}`: BAN_MEMBERS; 10026 if not banned.
+async fn get_ban(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, user)): Path<(String, String)>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let user_id = parse_id(&user)?;
+    node.guilds
+        .authorize(guild_id, caller.id, GUILD_WIDE, perm::BAN_MEMBERS)
+        .await?;
+    let ban = node
+        .shared
+        .store
+        .ban(guild_id, user_id)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownBan))?;
+    let user = node
+        .shared
+        .store
+        .user(user_id)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownBan))?;
+    ok(&wire_ban(&ban, &user))
+}
+
+#[derive(Deserialize)]
+struct BansQuery {
+    limit: Option<String>,
+    before: Option<String>,
+    after: Option<String>,
+}
+
+/// `GET /guilds/{id}/bans`: BAN_MEMBERS; ascending by user id, `limit`
+/// 1 to `bans_page_max` (default that), `before` winning over `after`.
+async fn list_bans(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<BansQuery>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let max = node.shared.limits.bans_page_max;
+    let limit = match query.limit.as_deref() {
+        None => max,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=max).contains(l))
+            .ok_or_else(|| {
+                node.counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                ApiError::Field(
+                    "limit",
+                    "NUMBER_TYPE_MAX",
+                    format!("Must be between 1 and {max}."),
+                )
+            })?,
+    };
+    let cursor = |raw: Option<&str>, field: &'static str| -> Result<i64, ApiError> {
+        match raw {
+            None => Ok(0),
+            Some(raw) => parse_id(raw).map_err(|_| {
+                ApiError::Field(
+                    field,
+                    "NUMBER_TYPE_COERCE",
+                    "Value is not snowflake.".into(),
+                )
+            }),
+        }
+    };
+    let before = cursor(query.before.as_deref(), "before")?;
+    let after = cursor(query.after.as_deref(), "after")?;
+    node.guilds
+        .authorize(guild_id, caller.id, GUILD_WIDE, perm::BAN_MEMBERS)
+        .await?;
+    let bans = node
+        .shared
+        .store
+        .bans(guild_id, after, before, limit as i64)
+        .await?;
+    let ids: Vec<i64> = bans.iter().map(|b| b.user_id).collect();
+    let users: HashMap<i64, UserRow> = node
+        .shared
+        .store
+        .users_by_ids(&ids)
+        .await?
+        .into_iter()
+        .map(|u| (u.id, u))
+        .collect();
+    let page: Vec<Value> = bans
+        .iter()
+        .filter_map(|ban| users.get(&ban.user_id).map(|user| wire_ban(ban, user)))
+        .collect();
+    ok(&page)
+}
+
+/// `POST /guilds/{id}/bulk-ban`: up to `bulk_ban_users_max` users (BAN_MEMBERS
+/// and MANAGE_GUILD); 200 with who was banned and who was not, 500000 if
+/// nobody was.
+async fn bulk_ban(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let max = node.shared.limits.bulk_ban_users_max;
+    let bad = |message: String| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field("user_ids", "BASE_TYPE_BAD", message)
+    };
+    let Some(list) = body.get("user_ids").and_then(Value::as_array) else {
+        return Err(bad(
+            "This field is required and is an array of snowflakes.".into()
+        ));
+    };
+    if list.is_empty() || list.len() > max {
+        return Err(bad(format!("Must be between 1 and {max} in length.")));
+    }
+    let mut ids = Vec::with_capacity(list.len());
+    for value in list {
+        let id = match value {
+            Value::String(raw) => parse_id(raw).ok(),
+            Value::Number(n) => n.as_i64().filter(|v| *v > 0),
+            _ => None,
+        }
+        .ok_or_else(|| bad("Value is not snowflake.".into()))?;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    let delete_since_id = ban_delete_since(&node, &body)?;
+    let found = node.shared.store.users_by_ids(&ids).await?;
+    let missing: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| !found.iter().any(|u| u.id == *id))
+        .collect();
+    let users = found.iter().map(Into::into).collect();
+    let result = node
+        .guilds
+        .change(
+            guild_id,
+            caller.id,
+            GuildChange::BulkBan {
+                users,
+                delete_since_id,
+                reason: audit_reason(&node, &headers),
+            },
+        )
+        .await?;
+    match result {
+        Changed::Banned { banned, mut failed } => {
+            failed.extend(missing);
+            changed(Changed::Banned { banned, failed })
+        }
+        other => changed(other),
+    }
 }
 
 async fn leave_guild(
@@ -4492,6 +4779,12 @@ pub fn routes() -> Router<AppState> {
             "/guilds/{id}/members/{user}/roles/{role}",
             axum::routing::put(add_member_role).delete(remove_member_role),
         )
+        .route("/guilds/{id}/bans", get(list_bans))
+        .route(
+            "/guilds/{id}/bans/{user}",
+            get(get_ban).put(put_ban).delete(delete_ban),
+        )
+        .route("/guilds/{id}/bulk-ban", post(bulk_ban))
         .route("/guilds/{id}/roles", get(list_roles).post(create_role))
         .route(
             "/guilds/{id}/roles/{role}",

@@ -848,6 +848,53 @@ impl GuildOwner {
                 self.deleted = true;
                 Ok(Changed::Nothing)
             }
+            GuildChange::Ban {
+                user,
+                delete_since_id,
+                reason,
+            } => {
+                self.require(actor, perm::BAN_MEMBERS)?;
+                // Banned already: 204 as well, and nothing changes.
+                self.ban_one(actor, user, delete_since_id, reason).await?;
+                Ok(Changed::Nothing)
+            }
+            GuildChange::BulkBan {
+                users,
+                delete_since_id,
+                reason,
+            } => {
+                self.require(actor, perm::BAN_MEMBERS | perm::MANAGE_GUILD)?;
+                let (mut banned, mut failed) = (vec![], vec![]);
+                for user in users {
+                    let user_id = user.id;
+                    match self
+                        .ban_one(actor, user, delete_since_id, reason.clone())
+                        .await
+                    {
+                        Ok(true) => banned.push(user_id),
+                        Ok(false) | Err(GuildError::MissingPermissions) => failed.push(user_id),
+                        // The store failed or the owner was fenced: what
+                        // was banned stays banned; the rest is not tried.
+                        Err(error) => return Err(error),
+                    }
+                }
+                Ok(Changed::Banned { banned, failed })
+            }
+            GuildChange::Unban { user } => {
+                self.require(actor, perm::BAN_MEMBERS)?;
+                match store.unban_member(guild_id, user.id, epoch).await {
+                    Ok(true) => {}
+                    Ok(false) => return Err(GuildError::UnknownBan),
+                    Err(error) => return Err(self.store_failed(Some(&error))),
+                }
+                let user = UserRow::from(user);
+                self.publish(
+                    "GUILD_BAN_REMOVE",
+                    intents::GUILD_MODERATION,
+                    &serde_json::json!({"guild_id": guild_id.to_string(), "user": wire_user(&user)}),
+                );
+                Ok(Changed::Nothing)
+            }
             GuildChange::RemoveMember { member_id } => {
                 if member_id == self.guild.owner_id {
                     return Err(GuildError::MissingPermissions);
@@ -877,6 +924,106 @@ impl GuildOwner {
                 self.remove_users(vec![member_id]);
                 Ok(Changed::Nothing)
             }
+        }
+    }
+
+    /// Bans `user` for `actor` (who holds BAN_MEMBERS): never the owner or
+    /// the actor, nor a member ranked at or above the actor. A member is
+    /// removed (GUILD_MEMBER_REMOVE, their sessions lose the guild), the
+    /// ban announced (GUILD_BAN_ADD) and their messages from
+    /// `delete_since_id` on deleted (MESSAGE_DELETE_BULK per channel), at
+    /// most `ban_delete_messages_max`, newest first. False: banned
+    /// already (nothing changes).
+    async fn ban_one(
+        &mut self,
+        actor: i64,
+        user: guildhall_proto::users::UserRecord,
+        delete_since_id: i64,
+        reason: Option<String>,
+    ) -> Result<bool, GuildError> {
+        let guild_id = self.guild.id;
+        if user.id == self.guild.owner_id || user.id == actor {
+            return Err(GuildError::MissingPermissions);
+        }
+        if self.members.contains_key(&user.id) && self.rank(user.id) >= self.rank(actor) {
+            return Err(GuildError::MissingPermissions);
+        }
+        let store = self.shared.store.clone();
+        let row = guildhall_store::BanRow {
+            guild_id,
+            user_id: user.id,
+            reason,
+            created_ms: guildhall_common::state::now_ms() as i64,
+        };
+        let write = match store.ban_member(&row, self.epoch as i64).await {
+            Ok(write) => write,
+            Err(error) => return Err(self.store_failed(Some(&error))),
+        };
+        let user = UserRow::from(user);
+        if write.was_member {
+            self.publish(
+                "GUILD_MEMBER_REMOVE",
+                intents::GUILD_MEMBERS,
+                &serde_json::json!({"guild_id": guild_id.to_string(), "user": wire_user(&user)}),
+            );
+            self.members.remove(&user.id);
+            self.statuses.remove(&user.id);
+            self.remove_users(vec![user.id]);
+        }
+        if write.banned {
+            self.publish(
+                "GUILD_BAN_ADD",
+                intents::GUILD_MODERATION,
+                &serde_json::json!({"guild_id": guild_id.to_string(), "user": wire_user(&user)}),
+            );
+        }
+        if delete_since_id > 0 {
+            self.delete_messages_of(user.id, delete_since_id).await;
+        }
+        Ok(write.banned)
+    }
+
+    /// Deletes a banned user's messages from `since_id` on, announcing
+    /// each channel's as MESSAGE_DELETE_BULK. A store failure leaves the
+    /// rest in place (the ban stands; a moderator can bulk-delete them).
+    async fn delete_messages_of(&mut self, user_id: i64, since_id: i64) {
+        let store = self.shared.store.clone();
+        let limit = self.shared.limits.ban_delete_messages_max as i64;
+        let found = match store
+            .messages_by_author_since(self.guild.id, user_id, since_id, limit)
+            .await
+        {
+            Ok(found) => found,
+            Err(error) => {
+                guildhall_common::throttled!(warn, "guilds.ban_delete", error = %error, "a ban's messages were not deleted");
+                return;
+            }
+        };
+        let mut by_channel: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        for (channel_id, id) in found {
+            by_channel.entry(channel_id).or_default().push(id);
+        }
+        for (channel_id, ids) in by_channel {
+            let deleted = match store.delete_messages(channel_id, &ids).await {
+                Ok(deleted) => deleted,
+                Err(error) => {
+                    guildhall_common::throttled!(warn, "guilds.ban_delete", error = %error, "a ban's messages were not deleted");
+                    continue;
+                }
+            };
+            if deleted.is_empty() {
+                continue;
+            }
+            let ids: Vec<String> = deleted.iter().map(|id| id.to_string()).collect();
+            self.publish(
+                "MESSAGE_DELETE_BULK",
+                intents::GUILD_MESSAGES,
+                &serde_json::json!({
+                    "ids": ids,
+                    "channel_id": channel_id.to_string(),
+                    "guild_id": self.guild.id.to_string(),
+                }),
+            );
         }
     }
 
@@ -1644,6 +1791,12 @@ impl GuildOwner {
                     // of.
                     self.announce_join(user.id);
                     return Some(Ok(GuildAnswer::Added(false)));
+                }
+                // A banned user joins by no path (invite, OAuth2, add).
+                match self.shared.store.ban(self.guild.id, user.id).await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return Some(Err(GuildError::Banned)),
+                    Err(error) => return Some(Err(self.store_failed(Some(&error)))),
                 }
                 let row = MemberRow {
                     guild_id: self.guild.id,

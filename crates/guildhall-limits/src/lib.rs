@@ -989,6 +989,24 @@ pub const GUILD_CHANNELS_MAX: usize = 500;
 /// filling a guild's GUILD_CREATE.
 pub const CHANNEL_OVERWRITES_MAX: usize = 100;
 
+/// Messages one ban deletes at most (`delete_message_seconds`), newest
+/// first. When hit: the older ones in the window stay (a moderator
+/// removes them with bulk delete); the bound keeps one ban from holding
+/// the guild's owner for a flood's worth of deletes.
+pub const BAN_DELETE_MESSAGES_MAX: usize = 10_000;
+
+/// Bans one `GET /guilds/{id}/bans` page holds at most, and its default
+/// `limit` (Discord's 1,000). A larger `limit`: 400 with 50035.
+pub const BANS_PAGE_MAX: usize = 1_000;
+
+/// Users one bulk ban names at most (Discord's 200). More: 400 with
+/// 50035 on `user_ids`, nobody banned.
+pub const BULK_BAN_USERS_MAX: usize = 200;
+
+/// Characters of an `X-Audit-Log-Reason` kept (Discord's 512). Longer:
+/// cut to this many.
+pub const AUDIT_REASON_CHARS_MAX: usize = 512;
+
 /// Members a GUILD_CREATE carries at most (Discord's largest
 /// `large_threshold`): a guild with more is `large`, and clients ask for
 /// the rest with op 8. The session's own member always comes first; fewer
@@ -1545,6 +1563,14 @@ pub struct Limits {
     pub guild_channels_max: usize,
     /// See [`CHANNEL_OVERWRITES_MAX`].
     pub channel_overwrites_max: usize,
+    /// See [`BAN_DELETE_MESSAGES_MAX`].
+    pub ban_delete_messages_max: usize,
+    /// See [`BANS_PAGE_MAX`].
+    pub bans_page_max: usize,
+    /// See [`BULK_BAN_USERS_MAX`].
+    pub bulk_ban_users_max: usize,
+    /// See [`AUDIT_REASON_CHARS_MAX`].
+    pub audit_reason_chars_max: usize,
     /// See [`GUILD_CREATE_MEMBERS_MAX`].
     pub guild_create_members_max: usize,
     /// See [`GUILD_ENVELOPE_RESERVE_BYTES`].
@@ -1836,6 +1862,10 @@ impl Default for Limits {
             guild_roles_max: GUILD_ROLES_MAX,
             guild_channels_max: GUILD_CHANNELS_MAX,
             channel_overwrites_max: CHANNEL_OVERWRITES_MAX,
+            ban_delete_messages_max: BAN_DELETE_MESSAGES_MAX,
+            bans_page_max: BANS_PAGE_MAX,
+            bulk_ban_users_max: BULK_BAN_USERS_MAX,
+            audit_reason_chars_max: AUDIT_REASON_CHARS_MAX,
             guild_create_members_max: GUILD_CREATE_MEMBERS_MAX,
             guild_envelope_reserve_bytes: GUILD_ENVELOPE_RESERVE_BYTES,
             users_batch_ids_max: USERS_BATCH_IDS_MAX,
@@ -2562,11 +2592,15 @@ impl Limits {
             "interactions_pending_per_application_max",
             "must be at most interactions_max",
         );
-        check(
-            self.channel_overwrites_max >= 1,
-            "channel_overwrites_max",
-            "must be at least 1",
-        );
+        for (value, field) in [
+            (self.channel_overwrites_max, "channel_overwrites_max"),
+            (self.ban_delete_messages_max, "ban_delete_messages_max"),
+            (self.bans_page_max, "bans_page_max"),
+            (self.bulk_ban_users_max, "bulk_ban_users_max"),
+            (self.audit_reason_chars_max, "audit_reason_chars_max"),
+        ] {
+            check(value >= 1, field, "must be at least 1");
+        }
         check(
             self.guild_roles_max >= 2,
             "guild_roles_max",
@@ -3208,6 +3242,10 @@ mod tests {
             "guild_roles_max",
             "guild_channels_max",
             "channel_overwrites_max",
+            "ban_delete_messages_max",
+            "bans_page_max",
+            "bulk_ban_users_max",
+            "audit_reason_chars_max",
             "guild_create_members_max",
             "guild_envelope_reserve_bytes",
             "handshake_retry_after_s_max",
@@ -3420,6 +3458,10 @@ mod tests {
             "guild_roles_max" => l.guild_roles_max = 0,
             "guild_channels_max" => l.guild_channels_max = 0,
             "channel_overwrites_max" => l.channel_overwrites_max = 0,
+            "ban_delete_messages_max" => l.ban_delete_messages_max = 0,
+            "bans_page_max" => l.bans_page_max = 0,
+            "bulk_ban_users_max" => l.bulk_ban_users_max = 0,
+            "audit_reason_chars_max" => l.audit_reason_chars_max = 0,
             "guild_create_members_max" => l.guild_create_members_max = 0,
             "guild_envelope_reserve_bytes" => l.guild_envelope_reserve_bytes = 0,
             "handshake_retry_after_s_max" => l.handshake_retry_after_s_max = 0,

@@ -252,8 +252,23 @@ impl TestNode {
         token: Option<&str>,
         body: Option<Value>,
     ) -> (u16, Value) {
+        self.call_with(method, path, token, body, &[]).await
+    }
+
+    /// (status, body) of a request with extra `headers`.
+    pub async fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let mut request = self.http.request(method, format!("{}{path}", self.base));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(token) = token {
             request = request.header("authorization", format!("Bot {token}"));
         }

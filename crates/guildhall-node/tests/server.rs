@@ -1270,3 +1270,246 @@ async fn permission_overwrites_make_a_channel_private() {
         (200, json!([]))
     );
 }
+
+/// Bans (issue 25): a moderator above the target bans a member with
+/// `delete_message_seconds` and a reason (the member is removed, the ban
+/// announced, their recent messages deleted in one bulk event), the
+/// banned user cannot come back by invite (40007) until unbanned, bans
+/// are listed and read back with the reason, bulk bans report who was
+/// banned and who was not, and the owner, a higher member and bad values
+/// are refused with nothing changed.
+#[tokio::test]
+async fn bans_remove_keep_out_and_are_lifted() {
+    let node = TestNode::start().await;
+    let (owner, owner_id) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (carol, carol_id) = node.register("carol").await;
+    let (_, dave_id) = node.register("dave").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Moderated").await;
+    let code = node.invite(&owner, &channel_id).await;
+    for token in [&bob, &carol] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let ban = guildhall_proto::permissions::BAN_MEMBERS;
+    let (_, mods) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "mods", "permissions": ban.to_string()})),
+        )
+        .await;
+    let mods = mods["id"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{carol_id}/roles/{mods}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher
+        .identify(
+            &owner,
+            intents::GUILDS
+                | intents::GUILD_MEMBERS
+                | intents::GUILD_MODERATION
+                | intents::GUILD_MESSAGES,
+        )
+        .await;
+    watcher.dispatch("GUILD_CREATE").await;
+    let mut spam = vec![];
+    for text in ["spam 1", "spam 2"] {
+        let (status, message) = node
+            .post_message(&bob, &channel_id, json!({"content": text}))
+            .await;
+        assert_eq!(status, 200);
+        spam.push(message["id"].as_str().unwrap().to_owned());
+    }
+    let (status, kept) = node
+        .post_message(&carol, &channel_id, json!({"content": "not spam"}))
+        .await;
+    assert_eq!(status, 200);
+
+    let put_ban = |token: String, target: String, body: serde_json::Value| {
+        let node = &node;
+        let guild_id = guild_id.clone();
+        async move {
+            node.call_with(
+                "PUT",
+                &format!("/guilds/{guild_id}/bans/{target}"),
+                Some(&token),
+                Some(body),
+                &[("X-Audit-Log-Reason", "spam%20bot")],
+            )
+            .await
+        }
+    };
+    // Refused: the owner, someone without BAN_MEMBERS, a window past 7 days.
+    let (status, body) = put_ban(carol.clone(), owner_id.clone(), json!({})).await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50013)));
+    let (status, body) = put_ban(bob.clone(), carol_id.clone(), json!({})).await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50013)));
+    let (status, body) = put_ban(
+        carol.clone(),
+        bob_id.clone(),
+        json!({"delete_message_seconds": 604_801}),
+    )
+    .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+    let (status, body) = put_ban(carol.clone(), "999999999".into(), json!({})).await;
+    assert_eq!((status, body["code"].as_u64()), (404, Some(10013)));
+    assert_eq!(
+        node.history(&owner, &channel_id).await.len(),
+        3,
+        "nothing deleted yet"
+    );
+
+    // Carol bans Bob with an hour of his messages.
+    let (status, body) = put_ban(
+        carol.clone(),
+        bob_id.clone(),
+        json!({"delete_message_seconds": 3600}),
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    let removed = watcher.dispatch("GUILD_MEMBER_REMOVE").await;
+    assert_eq!(removed["d"]["user"]["id"], bob_id.as_str());
+    let banned = watcher.dispatch("GUILD_BAN_ADD").await;
+    assert_eq!(
+        (
+            banned["d"]["guild_id"].as_str(),
+            banned["d"]["user"]["id"].as_str()
+        ),
+        (Some(guild_id.as_str()), Some(bob_id.as_str()))
+    );
+    let deleted = watcher.dispatch("MESSAGE_DELETE_BULK").await;
+    let mut ids: Vec<String> = deleted["d"]["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    spam.sort();
+    assert_eq!(ids, spam);
+    let history = node.history(&owner, &channel_id).await;
+    assert!(history.iter().any(|m| m["id"] == kept["id"]));
+    assert!(history.iter().all(|m| m["author"]["id"] != bob_id.as_str()));
+
+    // He cannot come back, and the ban reads back with its reason.
+    let (status, body) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (403, Some(40007)),
+        "{body}"
+    );
+    let (status, list) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/bans"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(
+        list,
+        json!([{"reason": "spam bot", "user": list[0]["user"].clone()}])
+    );
+    assert_eq!(list[0]["user"]["id"], bob_id.as_str());
+    let (status, one) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/bans/{bob_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!((status, one["reason"].as_str()), (200, Some("spam bot")));
+    let (status, body) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/bans/{dave_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (404, Some(10026)));
+    let (status, body) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/bans?limit=1001"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+
+    // A bulk ban: Dave is banned; the owner and an unknown id are not.
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/bulk-ban"),
+            Some(&owner),
+            Some(json!({"user_ids": [dave_id, owner_id, "999999999"]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["banned_users"], json!([dave_id]));
+    let mut failed: Vec<_> = body["failed_users"].as_array().unwrap().clone();
+    failed.sort_by_key(|v| v.as_str().unwrap().to_owned());
+    assert_eq!(failed, vec![json!(owner_id), json!("999999999")]);
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/bulk-ban"),
+            Some(&owner),
+            Some(json!({"user_ids": [owner_id]})),
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(500000)));
+    let too_many: Vec<String> = (1..=201).map(|i: u64| i.to_string()).collect();
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/bulk-ban"),
+            Some(&owner),
+            Some(json!({"user_ids": too_many})),
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+
+    // Lifted: announced, gone from the list, and Bob may join again.
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("/guilds/{guild_id}/bans/{bob_id}"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let lifted = watcher.dispatch("GUILD_BAN_REMOVE").await;
+    assert_eq!(lifted["d"]["user"]["id"], bob_id.as_str());
+    let (status, body) = node
+        .call(
+            "DELETE",
+            &format!("/guilds/{guild_id}/bans/{bob_id}"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (404, Some(10026)));
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+}

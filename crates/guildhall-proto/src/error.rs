@@ -9,6 +9,12 @@ use serde::Serialize;
 pub enum ErrorCode {
     /// 0: general error (with 401 Unauthorized, 404 not found routes, 405).
     General,
+    /// 10026 Unknown ban.
+    UnknownBan,
+    /// 40007 The user is banned from this guild.
+    UserBanned,
+    /// 500000 Failed to ban users (a bulk ban that banned nobody).
+    FailedToBanUsers,
     /// 10003 Unknown channel.
     UnknownChannel,
     /// 10004 Unknown guild.
@@ -82,6 +88,9 @@ impl ErrorCode {
     pub fn code(self) -> u32 {
         match self {
             ErrorCode::General => 0,
+            ErrorCode::UnknownBan => 10026,
+            ErrorCode::UserBanned => 40007,
+            ErrorCode::FailedToBanUsers => 500000,
             ErrorCode::UnknownApplication => 10002,
             ErrorCode::UnknownChannel => 10003,
             ErrorCode::UnknownGuild => 10004,
@@ -121,6 +130,9 @@ impl ErrorCode {
     pub fn message(self) -> &'static str {
         match self {
             ErrorCode::General => "404: Not Found",
+            ErrorCode::UnknownBan => "Unknown Ban",
+            ErrorCode::UserBanned => "The user is banned from this guild.",
+            ErrorCode::FailedToBanUsers => "Failed to ban users",
             ErrorCode::UnknownApplication => "Unknown Application",
             ErrorCode::UnknownChannel => "Unknown Channel",
             ErrorCode::UnknownGuild => "Unknown Guild",
@@ -169,12 +181,14 @@ impl ErrorCode {
         match self {
             ErrorCode::Unauthorized | ErrorCode::InvalidWebhookToken => 401,
             ErrorCode::MissingAccess
+            | ErrorCode::UserBanned
             | ErrorCode::MissingPermissions
             | ErrorCode::NotApplicationOwner
             | ErrorCode::BotsCannotUse
             | ErrorCode::CannotExecuteOnDm
             | ErrorCode::CannotEditOthersMessage => 403,
             ErrorCode::General
+            | ErrorCode::UnknownBan
             | ErrorCode::UnknownApplication
             | ErrorCode::UnknownChannel
             | ErrorCode::UnknownGuild
@@ -189,6 +203,7 @@ impl ErrorCode {
             | ErrorCode::UnknownInteraction => 404,
             ErrorCode::EntityTooLarge => 413,
             ErrorCode::EmptyMessage
+            | ErrorCode::FailedToBanUsers
             | ErrorCode::InvalidFormBody
             | ErrorCode::InvalidJson
             | ErrorCode::MaxApplicationCommands

@@ -98,6 +98,12 @@ pub enum GuildError {
     /// not a decimal string of documented permissions).
     #[error("invalid permission overwrite")]
     InvalidOverwrite,
+    /// The user is banned from the guild (40007).
+    #[error("banned")]
+    Banned,
+    /// No such ban (10026).
+    #[error("unknown ban")]
+    UnknownBan,
     /// The owner is busy or gone: retry later.
     #[error("overloaded")]
     Overloaded,
@@ -440,6 +446,31 @@ pub enum GuildChange {
         /// Whom.
         member_id: i64,
     },
+    /// Ban a user (a member is removed), deleting their messages in the
+    /// guild from `delete_since_id` on (0: none).
+    Ban {
+        /// Whom.
+        user: UserRecord,
+        /// The oldest message id to delete (0: delete none).
+        delete_since_id: i64,
+        /// The moderator's reason.
+        reason: Option<String>,
+    },
+    /// Ban several users (`POST /guilds/{id}/bulk-ban`), each as `Ban`;
+    /// answered with who was banned and who was not.
+    BulkBan {
+        /// Whom (users the caller could not find are its failures).
+        users: Vec<UserRecord>,
+        /// The oldest message id to delete (0: delete none).
+        delete_since_id: i64,
+        /// The moderator's reason.
+        reason: Option<String>,
+    },
+    /// Lift a ban.
+    Unban {
+        /// Whom.
+        user: UserRecord,
+    },
     /// Rename the guild.
     UpdateGuild {
         /// New name.
@@ -474,6 +505,13 @@ pub enum Changed {
     Member(Member),
     /// The guild (GUILD_UPDATE's payload).
     Guild(serde_json::Value),
+    /// A bulk ban's outcome: user ids banned, and not.
+    Banned {
+        /// Banned now.
+        banned: Vec<i64>,
+        /// Not banned (owner, ranked too high, banned already, unknown).
+        failed: Vec<i64>,
+    },
     /// Nothing to return.
     Nothing,
 }

@@ -285,6 +285,28 @@ pub struct MemberRow {
     pub nick: Option<String>,
 }
 
+/// A guild's ban of a user.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct BanRow {
+    /// Guild.
+    pub guild_id: i64,
+    /// The banned user.
+    pub user_id: i64,
+    /// Why (the moderator's `X-Audit-Log-Reason`), if given.
+    pub reason: Option<String>,
+    /// Banned at, Unix ms.
+    pub created_ms: i64,
+}
+
+/// What a ban changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BanWrite {
+    /// The ban is new (false: the user was banned already).
+    pub banned: bool,
+    /// The user was a member, and no longer is.
+    pub was_member: bool,
+}
+
 /// A message row.
 #[derive(Clone, Debug, FromRow, PartialEq, Eq)]
 pub struct MessageRow {
@@ -855,6 +877,7 @@ where
     for<'r> ChannelRow: FromRow<'r, DB::Row>,
     for<'r> RoleRow: FromRow<'r, DB::Row>,
     for<'r> MemberRow: FromRow<'r, DB::Row>,
+    for<'r> BanRow: FromRow<'r, DB::Row>,
     for<'r> MessageRow: FromRow<'r, DB::Row>,
     for<'r> PinRow: FromRow<'r, DB::Row>,
     for<'r> InviteRow: FromRow<'r, DB::Row>,
@@ -1805,6 +1828,124 @@ where
         Ok(())
     }
 
+    /// Bans a user from a guild; a member is removed (with their roles, the
+    /// member count kept) in the same transaction. Banning a banned user
+    /// changes nothing.
+    pub async fn ban_member(&self, ban: &BanRow, epoch: i64) -> Result<BanWrite> {
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, ban.guild_id, epoch).await?;
+        let banned = sqlx::query(
+            "INSERT INTO bans (guild_id, user_id, reason, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        )
+        .bind(ban.guild_id)
+        .bind(ban.user_id)
+        .bind(&ban.reason)
+        .bind(ban.created_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND user_id = $2")
+            .bind(ban.guild_id)
+            .bind(ban.user_id)
+            .execute(&mut *tx)
+            .await?;
+        let removed = sqlx::query("DELETE FROM members WHERE guild_id = $1 AND user_id = $2")
+            .bind(ban.guild_id)
+            .bind(ban.user_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if removed == 1 {
+            sqlx::query("UPDATE guilds SET member_count = member_count - 1 WHERE id = $1")
+                .bind(ban.guild_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(BanWrite {
+            banned,
+            was_member: removed == 1,
+        })
+    }
+
+    /// Lifts a ban; false if there was none.
+    pub async fn unban_member(&self, guild_id: i64, user_id: i64, epoch: i64) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
+        let lifted = sqlx::query("DELETE FROM bans WHERE guild_id = $1 AND user_id = $2")
+            .bind(guild_id)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(lifted == 1)
+    }
+
+    /// A user's ban in a guild, if any.
+    pub async fn ban(&self, guild_id: i64, user_id: i64) -> Result<Option<BanRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM bans WHERE guild_id = $1 AND user_id = $2")
+                .bind(guild_id)
+                .bind(user_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    /// A page of a guild's bans in ascending user id: the first `limit`
+    /// after `after` or, with `before` (> 0, which wins), the last `limit`
+    /// before it.
+    pub async fn bans(
+        &self,
+        guild_id: i64,
+        after: i64,
+        before: i64,
+        limit: i64,
+    ) -> Result<Vec<BanRow>> {
+        if before > 0 {
+            let mut page: Vec<BanRow> = sqlx::query_as(
+                "SELECT * FROM bans WHERE guild_id = $1 AND user_id < $2 ORDER BY user_id DESC LIMIT $3",
+            )
+            .bind(guild_id)
+            .bind(before)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+            page.reverse();
+            return Ok(page);
+        }
+        Ok(sqlx::query_as(
+            "SELECT * FROM bans WHERE guild_id = $1 AND user_id > $2 ORDER BY user_id LIMIT $3",
+        )
+        .bind(guild_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The newest messages of `author_id` in a guild's channels from
+    /// message id `since_id` on, at most `limit`: (channel, message).
+    pub async fn messages_by_author_since(
+        &self,
+        guild_id: i64,
+        author_id: i64,
+        since_id: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT channel_id, id FROM messages WHERE guild_id = $1 AND author_id = $2 AND id >= $3 ORDER BY id DESC LIMIT $4",
+        )
+        .bind(guild_id)
+        .bind(author_id)
+        .bind(since_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Deletes those of `ids` that are messages of `channel_id`, with
     /// their reactions; returns the ids it deleted. Ids of other channels
     /// (or guilds) are left alone, reactions included.
@@ -1905,6 +2046,7 @@ where
             "DELETE FROM webhooks WHERE guild_id = $1",
             "DELETE FROM member_roles WHERE guild_id = $1",
             "DELETE FROM members WHERE guild_id = $1",
+            "DELETE FROM bans WHERE guild_id = $1",
             "DELETE FROM roles WHERE guild_id = $1",
             "DELETE FROM channels WHERE guild_id = $1",
             "DELETE FROM application_commands WHERE guild_id = $1",
@@ -2827,6 +2969,16 @@ store_api! {
     fn load_guild<'a>(&'a self, guild_id: i64) -> GuildState;
     /// Adds a member; false if already a member.
     fn add_member<'a>(&'a self, member: &'a MemberRow, epoch: i64) -> bool;
+    /// Bans a user (removing the member) in one transaction.
+    fn ban_member<'a>(&'a self, ban: &'a BanRow, epoch: i64) -> BanWrite;
+    /// Lifts a ban; false if there was none.
+    fn unban_member<'a>(&'a self, guild_id: i64, user_id: i64, epoch: i64) -> bool;
+    /// A user's ban in a guild.
+    fn ban<'a>(&'a self, guild_id: i64, user_id: i64) -> Option<BanRow>;
+    /// A page of a guild's bans.
+    fn bans<'a>(&'a self, guild_id: i64, after: i64, before: i64, limit: i64) -> Vec<BanRow>;
+    /// A user's newest messages in a guild since an id.
+    fn messages_by_author_since<'a>(&'a self, guild_id: i64, author_id: i64, since_id: i64, limit: i64) -> Vec<(i64, i64)>;
     /// Creates a channel.
     fn create_channel<'a>(&'a self, channel: &'a ChannelRow, epoch: i64) -> ();
     /// A channel by id.
@@ -3763,6 +3915,69 @@ mod tests {
         );
     }
 
+    /// A ban removes the member and keeps the count; banning again changes
+    /// nothing; bans page in ascending user id from either side; a lifted
+    /// ban is gone; a stale owner's ban is refused.
+    async fn bans_remove_members_page_and_lift(store: Store) {
+        let [(a, a_channel, _, _), _] = two_guilds(&store).await;
+        let count = |store: Store| async move { store.load_guild(a).await.unwrap().members.len() };
+        for id in 2..=5 {
+            store
+                .create_user(&user(id, &format!("u{id}")))
+                .await
+                .unwrap();
+        }
+        let member = MemberRow {
+            guild_id: a,
+            user_id: 2,
+            joined_ms: 2,
+            nick: None,
+        };
+        store.add_member(&member, 0).await.unwrap();
+        let before = count(store.clone()).await;
+        let ban = |user_id| BanRow {
+            guild_id: a,
+            user_id,
+            reason: Some("spam".into()),
+            created_ms: 9,
+        };
+        let write = store.ban_member(&ban(2), 0).await.unwrap();
+        assert_eq!(
+            write,
+            BanWrite {
+                banned: true,
+                was_member: true
+            }
+        );
+        assert_eq!(count(store.clone()).await, before - 1);
+        let again = store.ban_member(&ban(2), 0).await.unwrap();
+        assert_eq!(
+            again,
+            BanWrite {
+                banned: false,
+                was_member: false
+            }
+        );
+        for id in [3, 4, 5] {
+            store.ban_member(&ban(id), 0).await.unwrap();
+        }
+        let ids = |page: Vec<BanRow>| page.iter().map(|b| b.user_id).collect::<Vec<_>>();
+        assert_eq!(ids(store.bans(a, 0, 0, 2).await.unwrap()), [2, 3]);
+        assert_eq!(ids(store.bans(a, 3, 0, 10).await.unwrap()), [4, 5]);
+        assert_eq!(ids(store.bans(a, 0, 5, 2).await.unwrap()), [3, 4]);
+        assert_eq!(store.ban(a, 2).await.unwrap(), Some(ban(2)));
+        assert!(store.unban_member(a, 2, 0).await.unwrap());
+        assert!(!store.unban_member(a, 2, 0).await.unwrap());
+        assert_eq!(store.ban(a, 2).await.unwrap(), None);
+        assert_eq!(store.claim_guild(a).await.unwrap(), Some(1));
+        assert!(matches!(
+            store.ban_member(&ban(2), 0).await,
+            Err(StoreError::StaleEpoch)
+        ));
+        assert_eq!(store.ban(a, 2).await.unwrap(), None, "nothing stored");
+        let _ = a_channel;
+    }
+
     async fn tokens_resolve_and_revoke(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         store.add_token(b"digest", 1, 0).await.unwrap();
@@ -4312,6 +4527,7 @@ mod tests {
         pins_and_reaction_removals_are_capped_ordered_and_scoped(sqlite_file);
         page_reactions_are_counted_capped_and_scoped(sqlite_file);
         member_counts_follow_joins_and_leaves(sqlite_memory);
+        bans_remove_members_page_and_lift(sqlite_memory);
         stale_owner_writes_are_refused(sqlite_memory);
         tokens_resolve_and_revoke(sqlite_memory);
         command_upserts_are_serialised(sqlite_file);
