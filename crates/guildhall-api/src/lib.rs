@@ -3072,6 +3072,8 @@ async fn patch_member(
     if let Some(Some(nick)) = &nick {
         check_chars(&node, "nick", nick, 1, limits.nick_chars_max)?;
     }
+    let timeout = timeout_field(&node, body.get("communication_disabled_until"))?;
+    unsupported_member_fields(&node, &body)?;
     let roles = match patch::<Vec<String>>(body.get("roles"))?.flatten() {
         Some(ids) => Some({
             // A member cannot hold more roles than a guild has.
@@ -3087,12 +3089,83 @@ async fn patch_member(
         guild_id,
         caller.id,
         GuildChange::UpdateMember {
+            communication_disabled_until_ms: timeout,
             member_id,
             nick,
             roles,
         },
     )
     .await
+}
+
+/// How far ahead a timeout may end (Discord's 28 days).
+const MEMBER_TIMEOUT_MS_MAX: u64 = 28 * 86_400 * 1_000;
+
+/// A member body's `communication_disabled_until`: absent (None), null
+/// (lift: Some(None)) or an RFC 3339 time at most 28 days ahead (a past
+/// time is stored and means no timeout).
+fn timeout_field(node: &ApiState, value: Option<&Value>) -> Result<Option<Option<i64>>, ApiError> {
+    let bad = |message: &str| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(
+            "communication_disabled_until",
+            "BASE_TYPE_BAD",
+            message.to_owned(),
+        )
+    };
+    let text = match value {
+        None => return Ok(None),
+        Some(Value::Null) => return Ok(Some(None)),
+        Some(Value::String(text)) => text,
+        Some(_) => return Err(bad("Must be an ISO 8601 timestamp or null.")),
+    };
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| bad("Must be an ISO 8601 timestamp or null."))?;
+    let until_ms = i64::try_from(at.unix_timestamp_nanos() / 1_000_000)
+        .map_err(|_| bad("Must be an ISO 8601 timestamp or null."))?;
+    if until_ms > (now_ms() + MEMBER_TIMEOUT_MS_MAX) as i64 {
+        return Err(bad("Must be at most 28 days in the future."));
+    }
+    Ok(Some(Some(until_ms)))
+}
+
+/// Member fields this server does not act on yet (server mute and
+/// deafen, moving between voice channels, member flags): their defaults
+/// are accepted, any other value is refused with 50035 naming the field,
+/// never answered 200 and dropped.
+fn unsupported_member_fields(node: &ApiState, body: &Value) -> Result<(), ApiError> {
+    for (field, default) in [
+        ("mute", json!(false)),
+        ("deaf", json!(false)),
+        ("flags", json!(0)),
+    ] {
+        if body
+            .get(field)
+            .is_some_and(|v| !v.is_null() && *v != default)
+        {
+            node.counters
+                .bad_requests_total
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::Field(
+                field,
+                "UNSUPPORTED",
+                "This server does not support this field yet.".into(),
+            ));
+        }
+    }
+    if body.get("channel_id").is_some() {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            "channel_id",
+            "UNSUPPORTED",
+            "This server does not move members between voice channels yet.".into(),
+        ));
+    }
+    Ok(())
 }
 
 async fn kick_member(
@@ -3664,6 +3737,19 @@ async fn reaction(
     };
     let (channel_row, audience, row) = message_of(node, &caller, &channel, &message, need).await?;
     let (key, emoji) = emoji_of(&emoji)?;
+    // A timed-out member keeps reading, and reacts with nothing (not even
+    // an emoji someone else already chose).
+    if add
+        && matches!(
+            audience,
+            ChannelAudience::Guild {
+                timed_out: true,
+                ..
+            }
+        )
+    {
+        return Err(ApiError::Code(ErrorCode::MissingPermissions));
+    }
     let changed = if add {
         let emoji_max = node.shared.limits.reactions_per_message_max;
         // A DM's members react freely; in a guild the first to react
@@ -3934,6 +4020,8 @@ enum ChannelAudience {
         guild_id: i64,
         permissions: u64,
         member: Box<guildhall_proto::model::Member>,
+        /// A timeout runs: the caller only reads.
+        timed_out: bool,
     },
     /// The DM's members.
     Dm(Vec<i64>),
@@ -4029,6 +4117,7 @@ async fn channel_audience(
                 guild_id,
                 permissions: grant.permissions,
                 member: Box::new(grant.member),
+                timed_out: grant.timed_out,
             }
         }
         None => {

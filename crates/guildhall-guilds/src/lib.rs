@@ -161,6 +161,20 @@ fn wire_member(entry: &MemberEntry, with_user: bool) -> Member {
         mute: false,
         flags: 0,
         pending: false,
+        communication_disabled_until: entry
+            .timed_out_until(guildhall_common::state::now_ms())
+            .map(format_unix_ms),
+    }
+}
+
+impl MemberEntry {
+    /// When the member's timeout ends (Unix ms), if one runs at `now_ms`:
+    /// a past timeout is none, with no write.
+    fn timed_out_until(&self, now_ms: u64) -> Option<u64> {
+        self.row
+            .communication_disabled_until_ms
+            .and_then(|until| u64::try_from(until).ok())
+            .filter(|until| *until > now_ms)
     }
 }
 
@@ -303,7 +317,9 @@ impl GuildOwner {
             is_owner: self.guild.owner_id == user_id,
             role_bits,
             roles: &entry.roles,
-            timed_out: false,
+            timed_out: entry
+                .timed_out_until(guildhall_common::state::now_ms())
+                .is_some(),
         }
     }
 
@@ -737,6 +753,7 @@ impl GuildOwner {
                 member_id,
                 nick,
                 roles,
+                communication_disabled_until_ms: timeout,
             } => {
                 // A role named twice is assigned once.
                 let roles = roles.map(|mut roles| {
@@ -765,6 +782,19 @@ impl GuildOwner {
                         }
                     }
                 }
+                if let Some(until) = timeout {
+                    // Nobody times out the owner or themselves, and an
+                    // administrator cannot be timed out (Discord's rules).
+                    self.require(actor, perm::MODERATE_MEMBERS)?;
+                    if member_id == self.guild.owner_id || member_id == actor {
+                        return Err(GuildError::MissingPermissions);
+                    }
+                    if until.is_some()
+                        && self.permissions(member_id).unwrap_or(0) & perm::ADMINISTRATOR != 0
+                    {
+                        return Err(GuildError::MissingPermissions);
+                    }
+                }
                 if member_id != actor && target_rank >= self.rank(actor) {
                     return Err(GuildError::MissingPermissions);
                 }
@@ -773,14 +803,23 @@ impl GuildOwner {
                 };
                 let new_nick = nick.unwrap_or_else(|| entry.row.nick.clone());
                 let new_roles = roles.unwrap_or_else(|| entry.roles.clone());
+                let new_timeout = timeout.unwrap_or(entry.row.communication_disabled_until_ms);
                 if let Err(error) = store
-                    .update_member(guild_id, member_id, new_nick.as_deref(), &new_roles, epoch)
+                    .update_member(
+                        guild_id,
+                        member_id,
+                        new_nick.as_deref(),
+                        &new_roles,
+                        new_timeout,
+                        epoch,
+                    )
                     .await
                 {
                     return Err(self.store_failed(Some(&error)));
                 }
                 entry.row.nick = new_nick;
                 entry.roles = new_roles;
+                entry.row.communication_disabled_until_ms = new_timeout;
                 let wire = wire_member(entry, true);
                 if let Some(event) = self.member_event(member_id) {
                     self.publish("GUILD_MEMBER_UPDATE", intents::GUILD_MEMBERS, &event);
@@ -813,6 +852,7 @@ impl GuildOwner {
                         member_id,
                         nick: None,
                         roles: Some(roles),
+                        communication_disabled_until_ms: None,
                     },
                 ))
                 .await
@@ -1706,6 +1746,10 @@ impl GuildOwner {
                     (true, Some(Some(bits))) => Ok(SendGrant {
                         guild_id: self.guild.id,
                         permissions: bits,
+                        timed_out: self.members.get(&user_id).is_some_and(|m| {
+                            m.timed_out_until(guildhall_common::state::now_ms())
+                                .is_some()
+                        }),
                         member: self
                             .members
                             .get(&user_id)
@@ -1714,6 +1758,7 @@ impl GuildOwner {
                                 wire_member(
                                     &MemberEntry {
                                         row: MemberRow {
+                                            communication_disabled_until_ms: None,
                                             guild_id: self.guild.id,
                                             user_id,
                                             joined_ms: 0,
@@ -1799,6 +1844,7 @@ impl GuildOwner {
                     Err(error) => return Some(Err(self.store_failed(Some(&error)))),
                 }
                 let row = MemberRow {
+                    communication_disabled_until_ms: None,
                     guild_id: self.guild.id,
                     user_id: user.id,
                     joined_ms: guildhall_common::state::now_ms() as i64,

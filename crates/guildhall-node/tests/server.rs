@@ -1513,3 +1513,180 @@ async fn bans_remove_keep_out_and_are_lifted() {
         .await;
     assert_eq!(status, 200);
 }
+
+/// Timeouts (issue 25): a moderator times a member out (announced in
+/// GUILD_MEMBER_UPDATE with `communication_disabled_until`); the member
+/// still reads but cannot send or react, even with an emoji already
+/// there; the timeout ends by itself at its time with no write, and a
+/// null lifts it at once. The owner, administrators, oneself, a time past
+/// 28 days and fields the server does not act on are refused.
+#[tokio::test]
+async fn a_timeout_silences_until_it_ends_by_itself() {
+    let node = TestNode::start().await;
+    let (owner, owner_id) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (carol, carol_id) = node.register("carol").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Quiet").await;
+    let code = node.invite(&owner, &channel_id).await;
+    for token in [&bob, &carol] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let (_, admins) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "admins", "permissions": "8"})),
+        )
+        .await;
+    let admins = admins["id"].as_str().unwrap().to_owned();
+    node.call(
+        "PUT",
+        &format!("/guilds/{guild_id}/members/{carol_id}/roles/{admins}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher
+        .identify(&owner, intents::GUILDS | intents::GUILD_MEMBERS)
+        .await;
+    watcher.dispatch("GUILD_CREATE").await;
+    let (_, message) = node
+        .post_message(&owner, &channel_id, json!({"content": "react to me"}))
+        .await;
+    let message_id = message["id"].as_str().unwrap().to_owned();
+    let react = |token: String| {
+        let node = &node;
+        let path =
+            format!("/channels/{channel_id}/messages/{message_id}/reactions/%F0%9F%91%8D/@me");
+        async move { node.call("PUT", &path, Some(&token), None).await }
+    };
+    assert_eq!(react(owner.clone()).await.0, 204);
+
+    let timeout = |target: String, until: serde_json::Value, token: String| {
+        let node = &node;
+        let guild_id = guild_id.clone();
+        async move {
+            node.call(
+                "PATCH",
+                &format!("/guilds/{guild_id}/members/{target}"),
+                Some(&token),
+                Some(json!({"communication_disabled_until": until})),
+            )
+            .await
+        }
+    };
+    let iso = |unix_ms: u64| guildhall_proto::timestamp::format_unix_ms(unix_ms);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    // Refused: past 28 days, the owner, an administrator, oneself, a
+    // moderator without MODERATE_MEMBERS, fields not acted on.
+    let day = 86_400_000;
+    let (status, body) = timeout(bob_id.clone(), json!(iso(now() + 29 * day)), owner.clone()).await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+    assert!(
+        body["errors"]["communication_disabled_until"].is_object(),
+        "{body}"
+    );
+    let (status, body) = timeout(owner_id.clone(), json!(iso(now() + day)), carol.clone()).await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50013)));
+    let (status, body) = timeout(carol_id.clone(), json!(iso(now() + day)), owner.clone()).await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (403, Some(50013)),
+        "administrators are exempt"
+    );
+    let (status, body) = timeout(carol_id.clone(), json!(iso(now() + day)), bob.clone()).await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50013)));
+    let (status, body) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}/members/{bob_id}"),
+            Some(&owner),
+            Some(json!({"mute": true})),
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+    assert!(body["errors"]["mute"].is_object(), "{body}");
+
+    // A day's timeout: announced; reading only.
+    let (status, member) = timeout(bob_id.clone(), json!(iso(now() + day)), carol.clone()).await;
+    assert_eq!(status, 200, "{member}");
+    assert!(
+        member["communication_disabled_until"].is_string(),
+        "{member}"
+    );
+    let update = watcher.dispatch("GUILD_MEMBER_UPDATE").await;
+    assert_eq!(
+        update["d"]["communication_disabled_until"],
+        member["communication_disabled_until"]
+    );
+    let (status, body) = node
+        .post_message(&bob, &channel_id, json!({"content": "let me talk"}))
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50013)));
+    let (status, body) = react(bob.clone()).await;
+    assert_eq!(
+        (status, body["code"].as_u64()),
+        (403, Some(50013)),
+        "not even an existing emoji"
+    );
+    assert_eq!(
+        node.history(&bob, &channel_id).await.len(),
+        1,
+        "reading stays"
+    );
+    // Lifted with null: talking again at once.
+    let (status, member) = timeout(bob_id.clone(), json!(null), carol.clone()).await;
+    assert_eq!(
+        (status, member["communication_disabled_until"].clone()),
+        (200, json!(null))
+    );
+    let (status, _) = node
+        .post_message(&bob, &channel_id, json!({"content": "thanks"}))
+        .await;
+    assert_eq!(status, 200);
+
+    // A short timeout ends by itself: no write, and Bob talks again.
+    let until = now() + 1_500;
+    let (status, _) = timeout(bob_id.clone(), json!(iso(until)), owner.clone()).await;
+    assert_eq!(status, 200);
+    let (status, _) = node
+        .post_message(&bob, &channel_id, json!({"content": "too early"}))
+        .await;
+    if now() < until {
+        assert_eq!(status, 403, "refused while it runs");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, _) = node
+            .post_message(&bob, &channel_id, json!({"content": "back"}))
+            .await;
+        if status == 200 {
+            assert!(now() >= until, "allowed before the timeout ended");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timeout never ended"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (_, member) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/members/{bob_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(member["communication_disabled_until"], json!(null));
+}

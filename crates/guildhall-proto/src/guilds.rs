@@ -146,6 +146,10 @@ pub struct SendGrant {
     /// `member.permissions` and `app_permissions`).
     #[serde(default)]
     pub permissions: u64,
+    /// A timeout runs: the user may read and nothing else, not even
+    /// join an existing reaction (which needs no permission of its own).
+    #[serde(default)]
+    pub timed_out: bool,
 }
 
 /// An event for a guild's subscribers, its data encoded once.
@@ -369,7 +373,13 @@ pub enum GuildChange {
         channel_id: i64,
         /// New name.
         name: Option<String>,
-        /// New topic (Some(None) clears it).
+        /// New topic (Some(None) clears it: absent and null differ on the
+        /// bus too).
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::model::present"
+        )]
         topic: Option<Option<String>>,
         /// New position.
         position: Option<i64>,
@@ -427,10 +437,24 @@ pub enum GuildChange {
     UpdateMember {
         /// Whom.
         member_id: i64,
-        /// New nickname (Some(None) clears it).
+        /// New nickname (Some(None) clears it: absent and null differ on
+        /// the bus too).
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::model::present"
+        )]
         nick: Option<Option<String>>,
         /// New role set.
         roles: Option<Vec<i64>>,
+        /// A timeout until (Unix ms), Some(None) lifting it (needs
+        /// MODERATE_MEMBERS).
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::model::present"
+        )]
+        communication_disabled_until_ms: Option<Option<i64>>,
     },
     /// Give or take one role.
     MemberRole {
@@ -557,6 +581,31 @@ impl GuildError {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
+
+    /// A member change that clears a nickname or lifts a timeout (null)
+    /// reaches the owner as a clear, not as "unchanged": serde's plain
+    /// `Option<Option<_>>` reads null as absent.
+    #[test]
+    fn a_cleared_field_survives_the_bus() {
+        let change = GuildChange::UpdateMember {
+            member_id: 1,
+            nick: Some(None),
+            roles: None,
+            communication_disabled_until_ms: None,
+        };
+        let back: GuildChange =
+            serde_json::from_slice(&serde_json::to_vec(&change).unwrap()).unwrap();
+        let GuildChange::UpdateMember {
+            nick,
+            communication_disabled_until_ms,
+            ..
+        } = back
+        else {
+            panic!("not a member update");
+        };
+        assert_eq!(nick, Some(None));
+        assert_eq!(communication_disabled_until_ms, None);
+    }
 
     /// A gateway node that predates `large_threshold` sends none on a
     /// subscription, a move or a follower list: the owner reads Discord's

@@ -160,6 +160,9 @@ pub struct Member {
     pub flags: u64,
     /// Membership screening pending.
     pub pending: bool,
+    /// Timed out until (ISO 8601); null when not timed out.
+    #[serde(default)]
+    pub communication_disabled_until: Option<String>,
 }
 
 impl User {
@@ -491,8 +494,9 @@ pub struct PartialEmoji {
 }
 
 /// A field that may be absent (outer `None`) or `null` (inner `None`):
-/// serde's plain `Option` cannot tell the two apart.
-fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+/// serde's plain `Option` cannot tell the two apart. Use with
+/// `#[serde(default, skip_serializing_if = "Option::is_none")]`.
+pub(crate) fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,

@@ -34,6 +34,7 @@ fn user(n: u64, name: &str, bot: bool) -> User {
 
 fn member(u: Option<User>) -> Member {
     Member {
+        communication_disabled_until: None,
         user: u,
         nick: None,
         avatar: None,

@@ -283,6 +283,8 @@ pub struct MemberRow {
     pub joined_ms: i64,
     /// Nickname.
     pub nick: Option<String>,
+    /// Timed out until (Unix ms); a past value is no timeout.
+    pub communication_disabled_until_ms: Option<i64>,
 }
 
 /// A guild's ban of a user.
@@ -1773,14 +1775,16 @@ where
         user_id: i64,
         nick: Option<&str>,
         roles: &[i64],
+        timeout_until_ms: Option<i64>,
         epoch: i64,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         Self::fence(&mut tx, guild_id, epoch).await?;
-        sqlx::query("UPDATE members SET nick = $3 WHERE guild_id = $1 AND user_id = $2")
+        sqlx::query("UPDATE members SET nick = $3, communication_disabled_until_ms = $4 WHERE guild_id = $1 AND user_id = $2")
             .bind(guild_id)
             .bind(user_id)
             .bind(nick)
+            .bind(timeout_until_ms)
             .execute(&mut *tx)
             .await?;
         sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND user_id = $2")
@@ -3007,9 +3011,9 @@ store_api! {
     fn upsert_role<'a>(&'a self, role: &'a RoleRow, epoch: i64) -> bool;
     /// Deletes a role and its assignments.
     fn delete_role<'a>(&'a self, guild_id: i64, role_id: i64, epoch: i64) -> ();
-    /// Replaces a member's nickname and roles; role ids that are not the
+    /// Replaces a member's nickname, roles and timeout; role ids that are not the
     /// guild's, and repeats, are not assigned.
-    fn update_member<'a>(&'a self, guild_id: i64, user_id: i64, nick: Option<&'a str>, roles: &'a [i64], epoch: i64) -> ();
+    fn update_member<'a>(&'a self, guild_id: i64, user_id: i64, nick: Option<&'a str>, roles: &'a [i64], timeout_until_ms: Option<i64>, epoch: i64) -> ();
     /// Removes a member and their roles.
     fn remove_member<'a>(&'a self, guild_id: i64, user_id: i64, epoch: i64) -> ();
     /// Deletes those of `ids` that are messages of `channel_id`, with
@@ -3202,6 +3206,7 @@ mod tests {
         assert_eq!(store.guild_ids_of(1, 100).await.unwrap(), [10]);
         store.create_user(&user(3, "bob")).await.unwrap();
         let bob = MemberRow {
+            communication_disabled_until_ms: None,
             guild_id: 10,
             user_id: 3,
             joined_ms: 6,
@@ -3802,7 +3807,7 @@ mod tests {
         assert!(!store.update_channel(&moved, 0).await.unwrap());
         assert!(!store.delete_channel(a, b_channel, 0).await.unwrap());
         store
-            .update_member(a, 1, None, &[b_role, b_role], 0)
+            .update_member(a, 1, None, &[b_role, b_role], None, 0)
             .await
             .unwrap();
         store.delete_role(a, b_role, 0).await.unwrap();
@@ -3851,6 +3856,7 @@ mod tests {
         ));
         store.create_user(&user(3, "carol")).await.unwrap();
         let carol = MemberRow {
+            communication_disabled_until_ms: None,
             guild_id: a,
             user_id: 3,
             joined_ms: 3,
@@ -3896,6 +3902,7 @@ mod tests {
         assert_eq!(count(store.clone()).await, 1);
         store.create_user(&user(2, "bob")).await.unwrap();
         let bob = MemberRow {
+            communication_disabled_until_ms: None,
             guild_id: a,
             user_id: 2,
             joined_ms: 2,
@@ -3928,6 +3935,7 @@ mod tests {
                 .unwrap();
         }
         let member = MemberRow {
+            communication_disabled_until_ms: None,
             guild_id: a,
             user_id: 2,
             joined_ms: 2,
