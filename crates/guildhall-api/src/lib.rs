@@ -2033,6 +2033,7 @@ pub(crate) async fn publish_message(
             data,
             blanked: Some(blanked),
             content_exempt,
+            channel_id: 0,
         },
     )
     .await;
@@ -2044,7 +2045,21 @@ pub(crate) async fn publish_message(
 /// guild's next owner (`GuildDirectory::publish`). What it reports is
 /// durable already, so a refused hand-off (unknown guild, outbox full)
 /// loses no data, only the live dispatch; it is counted.
-async fn publish(node: &ApiState, guild_id: i64, event: Outgoing) {
+async fn publish(node: &ApiState, guild_id: i64, mut event: Outgoing) {
+    // Every event published here belongs to a channel (messages,
+    // reactions, typing, pins, webhooks): the owner hides it from members
+    // who may not view that channel.
+    #[derive(Deserialize)]
+    struct ChannelOf {
+        channel_id: Option<String>,
+    }
+    if event.channel_id == 0 {
+        event.channel_id = serde_json::from_str::<ChannelOf>(event.data.get())
+            .ok()
+            .and_then(|c| c.channel_id)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+    }
     if node.guilds.publish(guild_id, event).await.is_err() {
         node.counters
             .fanout_failed_total
@@ -2071,6 +2086,7 @@ pub(crate) async fn publish_plain(
                 data,
                 blanked: None,
                 content_exempt: vec![],
+                channel_id: 0,
             },
         )
         .await;

@@ -384,12 +384,14 @@ impl Partition {
                 data,
                 blanked,
                 content_exempt,
+                hidden_from,
             } => self.hub.dispatch_guild_event(&GuildEvent {
                 guild_id,
                 required_intent,
                 full: EncodedDispatch::from_json(&name, data.get()),
                 blanked: blanked.map(|b| EncodedDispatch::from_json(&name, b.get())),
                 content_exempt,
+                hidden_from,
             }),
             StreamBody::Subscribe {
                 session_id,

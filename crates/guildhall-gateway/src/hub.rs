@@ -63,6 +63,9 @@ pub struct GuildEvent {
     pub blanked: Option<EncodedDispatch>,
     /// Users who receive `full` regardless (author, mentioned users).
     pub content_exempt: Vec<i64>,
+    /// Users who may not view the event's channel, ascending: their
+    /// sessions skip it.
+    pub hidden_from: Vec<i64>,
 }
 
 /// The bytes half of a socket queue's bound, shared by its two ends.
@@ -267,6 +270,9 @@ pub struct HubCounters {
     pub slow_consumer_closes_total: AtomicU64,
     /// Dispatches recorded for detached sessions.
     pub recorded_detached_total: AtomicU64,
+    /// Guild dispatches a session skipped because its user may not view
+    /// the event's channel.
+    pub hidden_skipped_total: AtomicU64,
 }
 
 impl Slot {
@@ -969,6 +975,14 @@ impl Hub {
             if slot.intents & event.required_intent == 0 {
                 continue;
             }
+            if !event.hidden_from.is_empty()
+                && event.hidden_from.binary_search(&slot.user_id).is_ok()
+            {
+                self.counters
+                    .hidden_skipped_total
+                    .fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let frame = match &event.blanked {
                 Some(blanked)
                     if slot.intents & intents::MESSAGE_CONTENT == 0
@@ -1194,6 +1208,7 @@ mod tests {
             full: event(4),
             blanked: None,
             content_exempt: vec![],
+            hidden_from: vec![],
         });
         // After the switch: held by the taker.
         assert!(taker.adopt_guild(10, "s"));

@@ -299,6 +299,12 @@ pub struct GuildOwner {
     unconfirmed: HashMap<u64, usize>,
     /// The cluster's gateway generation this owner last pruned against.
     gateways_seen: u64,
+    /// Bumped by every change that can change who views a channel (any
+    /// guild change, a join): cached audiences of an older one are stale.
+    view_generation: u64,
+    /// Per channel, the members who may not view it (ascending), as of
+    /// `view_generation`; at most `guild_view_cache_channels_max`.
+    hidden: HashMap<i64, (u64, std::sync::Arc<Vec<i64>>)>,
 }
 
 impl GuildOwner {
@@ -518,6 +524,8 @@ impl GuildOwner {
     }
 
     async fn change(&mut self, actor: i64, change: GuildChange) -> Result<Changed, GuildError> {
+        // Roles, overwrites, members and channels decide who views what.
+        self.view_generation += 1;
         let store = self.shared.store.clone();
         let guild_id = self.guild.id;
         let epoch = self.epoch as i64;
@@ -1055,7 +1063,8 @@ impl GuildOwner {
                 continue;
             }
             let ids: Vec<String> = deleted.iter().map(|id| id.to_string()).collect();
-            self.publish(
+            self.publish_in(
+                channel_id,
                 "MESSAGE_DELETE_BULK",
                 intents::GUILD_MESSAGES,
                 &serde_json::json!({
@@ -1453,21 +1462,87 @@ impl GuildOwner {
 
     /// Sends `body` to every node with subscribed sessions.
     fn fanout(&mut self, body: &StreamBody) {
-        self.fanout_for(body, 0);
+        self.fanout_for(body, 0, 0);
+    }
+
+    /// The members who may not view `channel_id` (ascending; empty for a
+    /// channel every member views, or one this guild does not have),
+    /// computed once per `view_generation` with the permission function.
+    fn hidden_from(&mut self, channel_id: i64) -> std::sync::Arc<Vec<i64>> {
+        if let Some((generation, hidden)) = self.hidden.get(&channel_id)
+            && *generation == self.view_generation
+        {
+            return hidden.clone();
+        }
+        let hidden: Vec<i64> = match self.channels.iter().find(|c| c.id == channel_id) {
+            None => vec![],
+            Some(channel) => {
+                let overwrites = perm::Overwrite::parse_stored(&channel.permission_overwrites);
+                // BTreeMap order: ascending ids.
+                self.members
+                    .iter()
+                    .filter(|(user_id, entry)| {
+                        perm::in_channel(&self.subject(**user_id, entry), channel.kind, &overwrites)
+                            & perm::VIEW_CHANNEL
+                            == 0
+                    })
+                    .map(|(user_id, _)| *user_id)
+                    .collect()
+            }
+        };
+        if self.hidden.len() >= self.shared.limits.guild_view_cache_channels_max {
+            // Recomputed on demand: dropping all is as correct as any
+            // eviction order, and a guild with that many private
+            // channels in active use pays one pass per channel.
+            self.hidden.clear();
+        }
+        let hidden = std::sync::Arc::new(hidden);
+        self.hidden
+            .insert(channel_id, (self.view_generation, hidden.clone()));
+        hidden
     }
 
     /// Sends `body` for the publish `publish_id` to every node with
     /// subscribed sessions; returns how many of those messages wait unsent.
-    fn fanout_for(&mut self, body: &StreamBody, publish_id: u64) -> usize {
-        let nodes: Vec<String> = self
+    /// An event of channel `channel_id` (0: the guild's) carries, per node,
+    /// the users there who may not view it; a node whose sessions all may
+    /// not is sent nothing.
+    fn fanout_for(&mut self, body: &StreamBody, publish_id: u64, channel_id: i64) -> usize {
+        let hidden = if channel_id == 0 {
+            None
+        } else {
+            Some(self.hidden_from(channel_id)).filter(|h| !h.is_empty())
+        };
+        let nodes: Vec<(String, Vec<i64>)> = self
             .streams
             .iter()
             .filter(|(_, s)| !s.sessions.is_empty())
-            .map(|(node, _)| node.clone())
+            .filter_map(|(node, stream)| {
+                let Some(hidden) = &hidden else {
+                    return Some((node.clone(), vec![]));
+                };
+                let mut here: Vec<i64> = stream
+                    .sessions
+                    .values()
+                    .copied()
+                    .filter(|user| hidden.binary_search(user).is_ok())
+                    .collect();
+                here.sort_unstable();
+                here.dedup();
+                let everyone_hidden = stream
+                    .sessions
+                    .values()
+                    .all(|user| here.binary_search(user).is_ok());
+                (!everyone_hidden).then(|| (node.clone(), here))
+            })
             .collect();
         let mut waiting = 0;
-        for node in nodes {
-            if !self.send_for(&node, body.clone(), publish_id) {
+        for (node, here) in nodes {
+            let mut body = body.clone();
+            if let StreamBody::Dispatch { hidden_from, .. } = &mut body {
+                *hidden_from = here;
+            }
+            if !self.send_for(&node, body, publish_id) {
                 waiting += 1;
             }
         }
@@ -1662,14 +1737,31 @@ impl GuildOwner {
     }
 
     fn publish(&mut self, name: &str, required_intent: u64, data: &impl serde::Serialize) {
+        self.publish_in(0, name, required_intent, data);
+    }
+
+    /// Publishes an event of channel `channel_id` (0: the guild's) to the
+    /// sessions whose user may view it.
+    fn publish_in(
+        &mut self,
+        channel_id: i64,
+        name: &str,
+        required_intent: u64,
+        data: &impl serde::Serialize,
+    ) {
         if let Some(data) = Self::encode(name, data) {
-            self.fanout(&StreamBody::Dispatch {
-                name: name.to_owned(),
-                required_intent,
-                data,
-                blanked: None,
-                content_exempt: vec![],
-            });
+            self.fanout_for(
+                &StreamBody::Dispatch {
+                    name: name.to_owned(),
+                    required_intent,
+                    data,
+                    blanked: None,
+                    content_exempt: vec![],
+                    hidden_from: vec![],
+                },
+                0,
+                channel_id,
+            );
         }
     }
 
@@ -1807,8 +1899,10 @@ impl GuildOwner {
                         data: event.data,
                         blanked: event.blanked,
                         content_exempt: event.content_exempt,
+                        hidden_from: vec![],
                     },
                     id,
+                    event.channel_id,
                 );
                 if waiting > 0 {
                     // Not confirmed: the caller holds the event and asks
@@ -1862,6 +1956,7 @@ impl GuildOwner {
                 added["guild_id"] = serde_json::Value::String(self.guild.id.to_string());
                 let user_id = entry.user.id;
                 self.members.insert(user_id, entry);
+                self.view_generation += 1;
                 self.publish("GUILD_MEMBER_ADD", intents::GUILD_MEMBERS, &added);
                 // The newcomer's open sessions learn about the guild.
                 self.announce_join(user_id);
@@ -2404,6 +2499,8 @@ impl GuildDirectory {
             published: VecDeque::new(),
             unconfirmed: HashMap::new(),
             gateways_seen: self.cluster.gateways_generation.load(Ordering::Relaxed),
+            view_generation: 0,
+            hidden: HashMap::new(),
         };
         let unanswered = self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);

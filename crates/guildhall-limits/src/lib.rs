@@ -1007,6 +1007,13 @@ pub const BULK_BAN_USERS_MAX: usize = 200;
 /// cut to this many.
 pub const AUDIT_REASON_CHARS_MAX: usize = 512;
 
+/// Channels whose audience (the members who may not view them) one guild
+/// owner keeps computed. When hit: all are dropped and recomputed on
+/// demand (one pass over the members per channel); a change to roles,
+/// overwrites or members drops them too. Bounds the owner's memory at this
+/// many member lists per guild.
+pub const GUILD_VIEW_CACHE_CHANNELS_MAX: usize = 64;
+
 /// Members a GUILD_CREATE carries at most (Discord's largest
 /// `large_threshold`): a guild with more is `large`, and clients ask for
 /// the rest with op 8. The session's own member always comes first; fewer
@@ -1563,6 +1570,8 @@ pub struct Limits {
     pub guild_channels_max: usize,
     /// See [`CHANNEL_OVERWRITES_MAX`].
     pub channel_overwrites_max: usize,
+    /// See [`GUILD_VIEW_CACHE_CHANNELS_MAX`].
+    pub guild_view_cache_channels_max: usize,
     /// See [`BAN_DELETE_MESSAGES_MAX`].
     pub ban_delete_messages_max: usize,
     /// See [`BANS_PAGE_MAX`].
@@ -1863,6 +1872,7 @@ impl Default for Limits {
             guild_channels_max: GUILD_CHANNELS_MAX,
             channel_overwrites_max: CHANNEL_OVERWRITES_MAX,
             ban_delete_messages_max: BAN_DELETE_MESSAGES_MAX,
+            guild_view_cache_channels_max: GUILD_VIEW_CACHE_CHANNELS_MAX,
             bans_page_max: BANS_PAGE_MAX,
             bulk_ban_users_max: BULK_BAN_USERS_MAX,
             audit_reason_chars_max: AUDIT_REASON_CHARS_MAX,
@@ -2595,6 +2605,10 @@ impl Limits {
         for (value, field) in [
             (self.channel_overwrites_max, "channel_overwrites_max"),
             (self.ban_delete_messages_max, "ban_delete_messages_max"),
+            (
+                self.guild_view_cache_channels_max,
+                "guild_view_cache_channels_max",
+            ),
             (self.bans_page_max, "bans_page_max"),
             (self.bulk_ban_users_max, "bulk_ban_users_max"),
             (self.audit_reason_chars_max, "audit_reason_chars_max"),
@@ -3243,6 +3257,7 @@ mod tests {
             "guild_channels_max",
             "channel_overwrites_max",
             "ban_delete_messages_max",
+            "guild_view_cache_channels_max",
             "bans_page_max",
             "bulk_ban_users_max",
             "audit_reason_chars_max",
@@ -3459,6 +3474,7 @@ mod tests {
             "guild_channels_max" => l.guild_channels_max = 0,
             "channel_overwrites_max" => l.channel_overwrites_max = 0,
             "ban_delete_messages_max" => l.ban_delete_messages_max = 0,
+            "guild_view_cache_channels_max" => l.guild_view_cache_channels_max = 0,
             "bans_page_max" => l.bans_page_max = 0,
             "bulk_ban_users_max" => l.bulk_ban_users_max = 0,
             "audit_reason_chars_max" => l.audit_reason_chars_max = 0,

@@ -479,6 +479,12 @@ async fn metrics(
         hub.recorded_detached_total.load(Ordering::Relaxed),
     );
     line(
+        "guildhall_dispatches_hidden_total",
+        "counter",
+        "Guild dispatches a session skipped: its user may not view the event's channel.",
+        hub.hidden_skipped_total.load(Ordering::Relaxed),
+    );
+    line(
         "guildhall_slow_consumer_closes_total",
         "counter",
         "Sessions closed because their queue was full.",

@@ -224,6 +224,15 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("DELETE", "/guilds/{id}/members/{user}/roles/{role}", vec![ag, me, br], None, 404, 10011),
         ("PATCH", "/guilds/{id}/roles/{role}", vec![ag, br], Some(json!({"name": "x"})), 404, 10011),
         ("DELETE", "/guilds/{id}/roles/{role}", vec![ag, br], None, 404, 10011),
+        // An overwrite in A's channel for B's role or member names nobody of A.
+        ("PUT", "/channels/{id}/permissions/{overwrite}", vec![ac, br], Some(json!({"type": 0, "deny": "1024"})), 404, 10011),
+        ("PUT", "/channels/{id}/permissions/{overwrite}", vec![ac, bu], Some(json!({"type": 1, "deny": "1024"})), 404, 10007),
+        // Nothing to remove: 204, and nothing of B changes.
+        ("DELETE", "/channels/{id}/permissions/{overwrite}", vec![ac, br], None, 204, 0),
+        // A ban in A's guild names any user; B's guild is untouched.
+        ("GET", "/guilds/{id}/bans/{user}", vec![ag, bu], None, 404, 10026),
+        ("DELETE", "/guilds/{id}/bans/{user}", vec![ag, bu], None, 404, 10026),
+        ("PUT", "/guilds/{id}/bans/{user}", vec![ag, bu], Some(json!({})), 204, 0),
         // B's container itself: A's owner is not a member of B.
         ("GET", "/guilds/{id}", vec![bg], None, 403, 50001),
         ("PATCH", "/guilds/{id}", vec![bg], Some(json!({"name": "pwned"})), 403, 50001),
@@ -240,6 +249,13 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("POST", "/guilds/{id}/roles", vec![bg], Some(json!({"name": "x"})), 403, 50001),
         ("PATCH", "/guilds/{id}/roles/{role}", vec![bg, br], Some(json!({"name": "x"})), 403, 50001),
         ("DELETE", "/guilds/{id}/roles/{role}", vec![bg, br], None, 403, 50001),
+        ("GET", "/guilds/{id}/bans", vec![bg], None, 403, 50001),
+        ("GET", "/guilds/{id}/bans/{user}", vec![bg, bu], None, 403, 50001),
+        ("PUT", "/guilds/{id}/bans/{user}", vec![bg, bu], Some(json!({})), 403, 50001),
+        ("DELETE", "/guilds/{id}/bans/{user}", vec![bg, bu], None, 403, 50001),
+        ("POST", "/guilds/{id}/bulk-ban", vec![bg], Some(json!({"user_ids": [bu]})), 403, 50001),
+        ("PUT", "/channels/{id}/permissions/{overwrite}", vec![bc, br], Some(json!({"type": 0, "deny": "1024"})), 403, 50001),
+        ("DELETE", "/channels/{id}/permissions/{overwrite}", vec![bc, br], None, 403, 50001),
         ("DELETE", "/users/@me/guilds/{id}", vec![bg], None, 404, 10007),
         ("GET", "/users/@me/guilds/{id}/member", vec![bg], None, 404, 10004),
         ("GET", "/channels/{id}", vec![bc], None, 403, 50001),

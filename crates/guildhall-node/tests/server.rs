@@ -1690,3 +1690,132 @@ async fn a_timeout_silences_until_it_ends_by_itself() {
         .await;
     assert_eq!(member["communication_disabled_until"], json!(null));
 }
+
+/// Delivery follows permissions (issue 25): a private channel's messages,
+/// reactions and typing reach the sessions of members who may view it and
+/// no one else's, decided by the guild's owner per event; a member given
+/// the role hears the channel from the next event on.
+#[tokio::test]
+async fn a_private_channels_events_reach_only_who_may_view_it() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (carol, carol_id) = node.register("carol").await;
+    let (guild_id, public) = node.guild(&owner, "Hidden").await;
+    let code = node.invite(&owner, &public).await;
+    for token in [&bob, &carol] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let (_, staff) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "staff"})),
+        )
+        .await;
+    let staff = staff["id"].as_str().unwrap().to_owned();
+    node.call(
+        "PUT",
+        &format!("/guilds/{guild_id}/members/{carol_id}/roles/{staff}"),
+        Some(&owner),
+        None,
+    )
+    .await;
+    let view = guildhall_proto::permissions::VIEW_CHANNEL.to_string();
+    let (_, private) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({"name": "staff-only", "permission_overwrites": [
+                {"id": guild_id, "type": 0, "deny": view},
+                {"id": staff, "type": 0, "allow": view},
+            ]})),
+        )
+        .await;
+    let private = private["id"].as_str().unwrap().to_owned();
+    let all = intents::GUILDS
+        | intents::GUILD_MESSAGES
+        | intents::MESSAGE_CONTENT
+        | intents::GUILD_MESSAGE_REACTIONS
+        | intents::GUILD_MESSAGE_TYPING;
+    let mut bob_client = Client::connect(&node.ws).await;
+    bob_client.identify(&bob, all).await;
+    bob_client.dispatch("GUILD_CREATE").await;
+    let mut carol_client = Client::connect(&node.ws).await;
+    carol_client.identify(&carol, all).await;
+    carol_client.dispatch("GUILD_CREATE").await;
+
+    // Traffic in the private channel, then one public message.
+    let (status, secret) = node
+        .post_message(&owner, &private, json!({"content": "secret"}))
+        .await;
+    assert_eq!(status, 200);
+    let secret_id = secret["id"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/channels/{private}/messages/{secret_id}/reactions/%F0%9F%91%8D/@me"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = node
+        .call(
+            "POST",
+            &format!("/channels/{private}/typing"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = node
+        .post_message(&owner, &public, json!({"content": "hello all"}))
+        .await;
+    assert_eq!(status, 200);
+
+    // Carol hears all of it; Bob only the public message.
+    let seen = carol_client.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(seen["d"]["content"], "secret");
+    carol_client.dispatch("MESSAGE_REACTION_ADD").await;
+    carol_client.dispatch("TYPING_START").await;
+    loop {
+        let frame = bob_client.next().await.unwrap();
+        assert_ne!(
+            frame["d"]["channel_id"],
+            private.as_str(),
+            "a private channel's event reached a member without access: {frame}"
+        );
+        if frame["t"] == "MESSAGE_CREATE" {
+            assert_eq!(frame["d"]["content"], "hello all");
+            break;
+        }
+    }
+
+    // Given the role, Bob hears the channel from the next event on.
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{bob_id}/roles/{staff}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = node
+        .post_message(&owner, &private, json!({"content": "welcome"}))
+        .await;
+    assert_eq!(status, 200);
+    let welcome = bob_client.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(welcome["d"]["content"], "welcome");
+    let metrics = node.metrics_text().await;
+    assert!(
+        metrics.contains("# TYPE guildhall_dispatches_hidden_total counter"),
+        "{metrics}"
+    );
+}

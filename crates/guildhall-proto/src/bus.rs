@@ -130,6 +130,12 @@ pub enum StreamBody {
         blanked: Option<Box<RawValue>>,
         /// Users who get `data` regardless (author, mentioned users).
         content_exempt: Vec<i64>,
+        /// Users with sessions on this node who may not view the event's
+        /// channel, ascending: their sessions do not receive it (the owner
+        /// decides who sees a channel; the gateway holds no guild state).
+        /// Absent from an older owner: nobody is hidden.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        hidden_from: Vec<i64>,
     },
     /// Subscribe a session: its GUILD_CREATE first (when it holds GUILDS).
     Subscribe {
@@ -564,6 +570,7 @@ mod tests {
             epoch: 3,
             seq: 1,
             body: StreamBody::Dispatch {
+                hidden_from: vec![],
                 name: "MESSAGE_CREATE".into(),
                 required_intent: 1 << 9,
                 data,

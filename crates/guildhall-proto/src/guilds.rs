@@ -169,6 +169,10 @@ pub struct Outgoing {
     pub blanked: Option<Box<RawValue>>,
     /// Users who receive `data` regardless (author, mentioned users).
     pub content_exempt: Vec<i64>,
+    /// The channel the event belongs to (0: the guild as a whole): only
+    /// sessions whose user may view it receive it.
+    #[serde(default)]
+    pub channel_id: i64,
 }
 
 /// A new owner's question to a gateway node: which of your sessions follow

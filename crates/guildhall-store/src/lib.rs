@@ -2457,7 +2457,7 @@ where
             return Ok(channel);
         }
         let channel = ChannelRow {
-            permission_overwrites: String::new(),
+            permission_overwrites: "[]".into(),
             id: new_id,
             guild_id: None,
             kind: 1,
@@ -3186,7 +3186,7 @@ mod tests {
             mentionable: false,
         };
         let general = ChannelRow {
-            permission_overwrites: String::new(),
+            permission_overwrites: "[]".into(),
             id: 11,
             guild_id: Some(10),
             kind: 0,
@@ -3222,7 +3222,7 @@ mod tests {
     async fn messages_page_newest_first(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
-            permission_overwrites: String::new(),
+            permission_overwrites: "[]".into(),
             id: 5,
             guild_id: None,
             kind: 1,
@@ -3298,7 +3298,7 @@ mod tests {
     async fn concurrent_inserts_are_all_durable_and_answered(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
-            permission_overwrites: String::new(),
+            permission_overwrites: "[]".into(),
             id: 5,
             guild_id: None,
             kind: 1,
@@ -3401,7 +3401,7 @@ mod tests {
                 mentionable: false,
             };
             let channel = ChannelRow {
-                permission_overwrites: String::new(),
+                permission_overwrites: "[]".into(),
                 id: base + 1,
                 guild_id: Some(base),
                 kind: 0,
@@ -3796,7 +3796,7 @@ mod tests {
         };
         assert!(!store.upsert_role(&hijack, 0).await.unwrap());
         let moved = ChannelRow {
-            permission_overwrites: String::new(),
+            permission_overwrites: "[]".into(),
             id: b_channel,
             guild_id: Some(a),
             kind: 0,
@@ -3834,7 +3834,7 @@ mod tests {
             Err(StoreError::StaleEpoch)
         ));
         let channel = ChannelRow {
-            permission_overwrites: String::new(),
+            permission_overwrites: "[]".into(),
             id: a_channel,
             guild_id: Some(a),
             kind: 0,
@@ -4239,7 +4239,7 @@ mod tests {
             mentionable: false,
         };
         let channel = |id| ChannelRow {
-            permission_overwrites: String::new(),
+            permission_overwrites: "[]".into(),
             id,
             guild_id: Some(10),
             kind: 0,
@@ -4389,7 +4389,7 @@ mod tests {
                 mentionable: false,
             };
             let channel = ChannelRow {
-                permission_overwrites: String::new(),
+                permission_overwrites: "[]".into(),
                 id: id + 1,
                 guild_id: Some(id),
                 kind: 0,
