@@ -2621,7 +2621,10 @@ fn changed(result: Changed) -> ApiResult {
 }
 
 async fn change(node: &ApiState, guild_id: i64, actor: i64, change: GuildChange) -> ApiResult {
-    let result = node.guilds.change(guild_id, actor, change).await;
+    let result = node
+        .guilds
+        .change(guild_id, actor, change, request_reason(node))
+        .await;
     if let Err(
         GuildError::MaxRoles
         | GuildError::MaxChannels
@@ -3201,20 +3204,151 @@ async fn kick_member(
     .await
 }
 
-// ----- bans -------------------------------------------------------------------
+// ----- audit log ---------------------------------------------------------------
 
-/// The moderator's reason from `X-Audit-Log-Reason`, percent-decoded (as
-/// libraries encode it) and cut to `audit_reason_chars_max` characters
-/// (Discord's 512); None when absent or blank.
-pub(crate) fn audit_reason(node: &ApiState, headers: &HeaderMap) -> Option<String> {
-    let raw = headers.get("x-audit-log-reason")?;
-    let decoded = percent_encoding::percent_decode(raw.as_bytes()).decode_utf8_lossy();
-    let reason: String = decoded
+tokio::task_local! {
+    /// The request's `X-Audit-Log-Reason`, percent-decoded (as libraries
+    /// encode it): set for the whole handler by [`audit_reason_scope`], so
+    /// every guild change a route makes carries it without each handler
+    /// reading the header.
+    static AUDIT_REASON: Option<String>;
+}
+
+/// Middleware: runs the request with its audit log reason in scope.
+async fn audit_reason_scope(request: Request, next: axum::middleware::Next) -> Response {
+    let reason = request.headers().get("x-audit-log-reason").map(|raw| {
+        percent_encoding::percent_decode(raw.as_bytes())
+            .decode_utf8_lossy()
+            .into_owned()
+    });
+    AUDIT_REASON.scope(reason, next.run(request)).await
+}
+
+/// The moderator's reason for this request, cut to
+/// `audit_reason_chars_max` characters (Discord's 512); None when absent
+/// or blank.
+pub(crate) fn request_reason(node: &ApiState) -> Option<String> {
+    let raw = AUDIT_REASON.try_with(Clone::clone).ok().flatten()?;
+    let reason: String = raw
         .chars()
         .take(node.shared.limits.audit_reason_chars_max)
         .collect();
     (!reason.trim().is_empty()).then_some(reason)
 }
+
+#[derive(Deserialize)]
+struct AuditQuery {
+    user_id: Option<String>,
+    action_type: Option<String>,
+    before: Option<String>,
+    after: Option<String>,
+    limit: Option<String>,
+}
+
+/// `GET /guilds/{id}/audit-logs`: VIEW_AUDIT_LOG; newest first below
+/// `before`, oldest first above `after`, filtered by `user_id` and
+/// `action_type`, `limit` 1 to `audit_log_page_max` (default 50), with
+/// the users the page names.
+async fn audit_logs(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<AuditQuery>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let bad = |field: &'static str, message: String| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(field, "NUMBER_TYPE_COERCE", message)
+    };
+    let max = node.shared.limits.audit_log_page_max;
+    let limit = match query.limit.as_deref() {
+        None => 50.min(max),
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=max).contains(l))
+            .ok_or_else(|| bad("limit", format!("Must be between 1 and {max}.")))?,
+    };
+    let snowflake = |raw: Option<&str>, field: &'static str| -> Result<i64, ApiError> {
+        raw.map_or(Ok(0), |raw| {
+            parse_id(raw).map_err(|_| bad(field, "Value is not snowflake.".into()))
+        })
+    };
+    let user_id = snowflake(query.user_id.as_deref(), "user_id")?;
+    let before = snowflake(query.before.as_deref(), "before")?;
+    let after = snowflake(query.after.as_deref(), "after")?;
+    let action_type = match query.action_type.as_deref() {
+        None => 0,
+        Some(raw) => raw
+            .parse::<u8>()
+            .ok()
+            .filter(|a| *a > 0)
+            .ok_or_else(|| bad("action_type", "Value is not a valid action type.".into()))?,
+    };
+    node.guilds
+        .authorize(guild_id, caller.id, GUILD_WIDE, perm::VIEW_AUDIT_LOG)
+        .await?;
+    let rows = node
+        .shared
+        .store
+        .audit_entries(
+            guild_id,
+            user_id,
+            i64::from(action_type),
+            before,
+            after,
+            limit as i64,
+        )
+        .await?;
+    let mut named: Vec<i64> = vec![];
+    let entries: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            named.push(row.user_id);
+            let entry = guildhall_proto::audit::AuditEntry {
+                id: row.id,
+                guild_id: row.guild_id,
+                user_id: row.user_id,
+                target_id: row.target_id,
+                action_type: u8::try_from(row.action_type).unwrap_or(0),
+                changes: serde_json::from_str(&row.changes).unwrap_or_default(),
+                options: row
+                    .options
+                    .as_deref()
+                    .and_then(|o| serde_json::from_str(o).ok()),
+                reason: row.reason.clone(),
+            };
+            if matches!(entry.action_type, 20..=28) {
+                named.extend(entry.target_id);
+            }
+            entry.to_wire()
+        })
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    let users: Vec<_> = node
+        .shared
+        .store
+        .users_by_ids(&named)
+        .await?
+        .iter()
+        .map(wire_user)
+        .collect();
+    ok(&json!({
+        "audit_log_entries": entries,
+        "users": users,
+        "integrations": [],
+        "webhooks": [],
+        "guild_scheduled_events": [],
+        "threads": [],
+        "application_commands": [],
+        "auto_moderation_rules": [],
+    }))
+}
+
+// ----- bans -------------------------------------------------------------------
 
 /// The oldest message id a ban deletes from (0: none), from
 /// `delete_message_seconds` (0 to 604,800) or the deprecated
@@ -3264,7 +3398,6 @@ async fn put_ban(
     State(node): State<AppState>,
     Caller(caller): Caller,
     Path((id, user)): Path<(String, String)>,
-    headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
@@ -3282,7 +3415,7 @@ async fn put_ban(
         GuildChange::Ban {
             user: (&user).into(),
             delete_since_id,
-            reason: audit_reason(&node, &headers),
+            reason: request_reason(&node),
         },
     )
     .await?;
@@ -3419,7 +3552,6 @@ async fn bulk_ban(
     State(node): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
-    headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let guild_id = parse_id(&id)?;
@@ -3466,8 +3598,9 @@ async fn bulk_ban(
             GuildChange::BulkBan {
                 users,
                 delete_since_id,
-                reason: audit_reason(&node, &headers),
+                reason: request_reason(&node),
             },
+            request_reason(&node),
         )
         .await?;
     match result {
@@ -4884,6 +5017,7 @@ pub fn routes() -> Router<AppState> {
             "/guilds/{id}/members/{user}/roles/{role}",
             axum::routing::put(add_member_role).delete(remove_member_role),
         )
+        .route("/guilds/{id}/audit-logs", get(audit_logs))
         .route("/guilds/{id}/bans", get(list_bans))
         .route(
             "/guilds/{id}/bans/{user}",
@@ -4946,4 +5080,5 @@ pub fn routes() -> Router<AppState> {
         .merge(crate::interactions::routes())
         .merge(crate::webhooks::routes())
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(audit_reason_scope))
 }

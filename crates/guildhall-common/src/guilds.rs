@@ -492,9 +492,17 @@ impl GuildsClient {
         guild_id: i64,
         actor: i64,
         change: GuildChange,
+        reason: Option<String>,
     ) -> Result<Changed, GuildError> {
         match self
-            .call(guild_id, GuildCall::Change { actor, change })
+            .call(
+                guild_id,
+                GuildCall::Change {
+                    actor,
+                    change,
+                    reason,
+                },
+            )
             .await?
         {
             GuildAnswer::Changed(changed) => Ok(changed),

@@ -50,6 +50,36 @@ struct MemberEntry {
     roles: Vec<i64>,
 }
 
+/// Who an event is for, beyond the guild's subscribed sessions and
+/// their intents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Audience {
+    /// Members who may view this channel.
+    Channel(i64),
+    /// Members holding these guild permissions (the audit log's
+    /// VIEW_AUDIT_LOG).
+    Holding(u64),
+}
+
+/// What an audited change looked like before: the wire object it
+/// changes (Null when it is new or has none).
+#[derive(Debug)]
+struct AuditBefore(serde_json::Value);
+
+/// An audit entry a change makes, before it has an id: (action type,
+/// target, changes, options).
+type PlannedEntry = (
+    u8,
+    Option<i64>,
+    Vec<serde_json::Value>,
+    Option<serde_json::Value>,
+);
+
+/// The keys an audit entry lists for each object.
+const CHANNEL_AUDIT_KEYS: &[&str] = &["name", "type", "topic", "position"];
+const ROLE_AUDIT_KEYS: &[&str] = &["name", "permissions", "color", "hoist", "mentionable"];
+const MEMBER_AUDIT_KEYS: &[&str] = &["nick", "communication_disabled_until"];
+
 /// The numeric form of overwrites a caller sent, refused whole if one is
 /// malformed.
 fn parse_overwrites(
@@ -302,9 +332,9 @@ pub struct GuildOwner {
     /// Bumped by every change that can change who views a channel (any
     /// guild change, a join): cached audiences of an older one are stale.
     view_generation: u64,
-    /// Per channel, the members who may not view it (ascending), as of
+    /// Per audience, the members outside it (ascending), as of
     /// `view_generation`; at most `guild_view_cache_channels_max`.
-    hidden: HashMap<i64, (u64, std::sync::Arc<Vec<i64>>)>,
+    hidden: HashMap<Audience, (u64, std::sync::Arc<Vec<i64>>)>,
 }
 
 impl GuildOwner {
@@ -1031,6 +1061,301 @@ impl GuildOwner {
         Ok(write.banned)
     }
 
+    /// The object `change` will alter, as it is now.
+    fn audit_before(&self, change: &GuildChange) -> AuditBefore {
+        let channel = |id: i64| {
+            self.channels
+                .iter()
+                .find(|c| c.id == id)
+                .and_then(|c| serde_json::to_value(wire_channel(c, true)).ok())
+        };
+        let value = match change {
+            GuildChange::UpdateChannel { channel_id, .. }
+            | GuildChange::DeleteChannel { channel_id }
+            | GuildChange::SetOverwrite { channel_id, .. }
+            | GuildChange::DeleteOverwrite { channel_id, .. } => channel(*channel_id),
+            GuildChange::UpdateRole { role_id, .. } | GuildChange::DeleteRole { role_id } => self
+                .roles
+                .iter()
+                .find(|r| r.id == *role_id)
+                .and_then(|r| serde_json::to_value(wire_role(r)).ok()),
+            GuildChange::UpdateMember { member_id, .. }
+            | GuildChange::MemberRole { member_id, .. } => self
+                .members
+                .get(member_id)
+                .and_then(|m| serde_json::to_value(wire_member(m, false)).ok()),
+            GuildChange::UpdateGuild { .. } => Some(serde_json::json!({"name": self.guild.name})),
+            _ => None,
+        };
+        AuditBefore(value.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// The audit log entries a successful change makes (action, target,
+    /// changes, options), as Discord records them.
+    fn audit_entries(
+        &self,
+        actor: i64,
+        change: &GuildChange,
+        before: &AuditBefore,
+        changed: &Changed,
+    ) -> Vec<PlannedEntry> {
+        use guildhall_proto::audit::{self, changes};
+        let old = &before.0;
+        let after = match changed {
+            Changed::Channel(c) => serde_json::to_value(c).unwrap_or_default(),
+            Changed::Role(r) => serde_json::to_value(r).unwrap_or_default(),
+            Changed::Member(m) => serde_json::to_value(m).unwrap_or_default(),
+            Changed::Guild(g) => g.clone(),
+            _ => serde_json::Value::Null,
+        };
+        let id_of = |v: &serde_json::Value| v["id"].as_str().and_then(|s| s.parse::<i64>().ok());
+        let mut entries = vec![];
+        match change {
+            GuildChange::CreateChannel { .. } => {
+                let mut keys = CHANNEL_AUDIT_KEYS.to_vec();
+                keys.push("permission_overwrites");
+                entries.push((
+                    audit::CHANNEL_CREATE,
+                    id_of(&after),
+                    changes(old, &after, &keys),
+                    None,
+                ));
+            }
+            GuildChange::UpdateChannel { channel_id, .. }
+            | GuildChange::SetOverwrite { channel_id, .. }
+            | GuildChange::DeleteOverwrite { channel_id, .. } => {
+                if after.is_null() {
+                    return entries;
+                }
+                let listed = changes(old, &after, CHANNEL_AUDIT_KEYS);
+                if !listed.is_empty() {
+                    entries.push((audit::CHANNEL_UPDATE, Some(*channel_id), listed, None));
+                }
+                entries.extend(self.overwrite_entries(*channel_id, old, &after));
+            }
+            GuildChange::DeleteChannel { channel_id } => entries.push((
+                audit::CHANNEL_DELETE,
+                Some(*channel_id),
+                changes(old, &serde_json::Value::Null, CHANNEL_AUDIT_KEYS),
+                None,
+            )),
+            GuildChange::CreateRole { .. } => entries.push((
+                audit::ROLE_CREATE,
+                id_of(&after),
+                changes(old, &after, ROLE_AUDIT_KEYS),
+                None,
+            )),
+            GuildChange::UpdateRole { role_id, .. } => entries.push((
+                audit::ROLE_UPDATE,
+                Some(*role_id),
+                changes(old, &after, ROLE_AUDIT_KEYS),
+                None,
+            )),
+            GuildChange::DeleteRole { role_id } => entries.push((
+                audit::ROLE_DELETE,
+                Some(*role_id),
+                changes(old, &serde_json::Value::Null, ROLE_AUDIT_KEYS),
+                None,
+            )),
+            GuildChange::UpdateMember { member_id, .. }
+            | GuildChange::MemberRole { member_id, .. } => {
+                let listed = changes(old, &after, MEMBER_AUDIT_KEYS);
+                if !listed.is_empty() {
+                    entries.push((audit::MEMBER_UPDATE, Some(*member_id), listed, None));
+                }
+                let roles = |v: &serde_json::Value| -> Vec<i64> {
+                    v["roles"]
+                        .as_array()
+                        .map(|r| {
+                            r.iter()
+                                .filter_map(|id| id.as_str()?.parse().ok())
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let (was, now) = (roles(old), roles(&after));
+                let named = |ids: Vec<i64>| -> serde_json::Value {
+                    ids.iter()
+                        .map(|id| {
+                            let name = self
+                                .roles
+                                .iter()
+                                .find(|r| r.id == *id)
+                                .map(|r| r.name.clone())
+                                .unwrap_or_default();
+                            serde_json::json!({"id": id.to_string(), "name": name})
+                        })
+                        .collect()
+                };
+                let added: Vec<i64> = now.iter().copied().filter(|r| !was.contains(r)).collect();
+                let removed: Vec<i64> = was.iter().copied().filter(|r| !now.contains(r)).collect();
+                let mut listed = vec![];
+                if !added.is_empty() {
+                    listed.push(serde_json::json!({"key": "$add", "new_value": named(added)}));
+                }
+                if !removed.is_empty() {
+                    listed.push(serde_json::json!({"key": "$remove", "new_value": named(removed)}));
+                }
+                if !listed.is_empty() {
+                    entries.push((audit::MEMBER_ROLE_UPDATE, Some(*member_id), listed, None));
+                }
+            }
+            GuildChange::RemoveMember { member_id } if *member_id != actor => {
+                entries.push((audit::MEMBER_KICK, Some(*member_id), vec![], None));
+            }
+            GuildChange::Ban { user, .. } => {
+                entries.push((audit::MEMBER_BAN_ADD, Some(user.id), vec![], None));
+            }
+            GuildChange::BulkBan { .. } => {
+                if let Changed::Banned { banned, .. } = changed {
+                    for user_id in banned {
+                        entries.push((audit::MEMBER_BAN_ADD, Some(*user_id), vec![], None));
+                    }
+                }
+            }
+            GuildChange::Unban { user } => {
+                entries.push((audit::MEMBER_BAN_REMOVE, Some(user.id), vec![], None));
+            }
+            GuildChange::UpdateGuild { .. } => entries.push((
+                audit::GUILD_UPDATE,
+                Some(self.guild.id),
+                changes(
+                    old,
+                    &serde_json::json!({"name": self.guild.name}),
+                    &["name"],
+                ),
+                None,
+            )),
+            _ => {}
+        }
+        entries
+    }
+
+    /// One entry per overwrite a channel change created, changed or
+    /// removed (13, 14, 15), with Discord's options (`id`, `type` as a
+    /// string, `role_name` for a role's).
+    fn overwrite_entries(
+        &self,
+        channel_id: i64,
+        old: &serde_json::Value,
+        new: &serde_json::Value,
+    ) -> Vec<PlannedEntry> {
+        use guildhall_proto::audit::{self, changes};
+        let list = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+            v["permission_overwrites"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (old, new) = (list(old), list(new));
+        let find = |list: &[serde_json::Value], id: &serde_json::Value| {
+            list.iter().find(|o| o["id"] == *id).cloned()
+        };
+        let options = |o: &serde_json::Value| {
+            let mut options = serde_json::json!({"id": o["id"], "type": o["type"].to_string()});
+            if o["type"] == 0 {
+                let name = self
+                    .roles
+                    .iter()
+                    .find(|r| Some(r.id.to_string().as_str()) == o["id"].as_str())
+                    .map(|r| r.name.clone())
+                    .unwrap_or_default();
+                options["role_name"] = serde_json::Value::String(name);
+            }
+            options
+        };
+        let keys = ["id", "type", "allow", "deny"];
+        let mut entries = vec![];
+        for o in &new {
+            match find(&old, &o["id"]) {
+                None => entries.push((
+                    audit::CHANNEL_OVERWRITE_CREATE,
+                    Some(channel_id),
+                    changes(&serde_json::Value::Null, o, &keys),
+                    Some(options(o)),
+                )),
+                Some(was) if was != *o => entries.push((
+                    audit::CHANNEL_OVERWRITE_UPDATE,
+                    Some(channel_id),
+                    changes(&was, o, &["allow", "deny"]),
+                    Some(options(o)),
+                )),
+                Some(_) => {}
+            }
+        }
+        for o in &old {
+            if find(&new, &o["id"]).is_none() {
+                entries.push((
+                    audit::CHANNEL_OVERWRITE_DELETE,
+                    Some(channel_id),
+                    changes(o, &serde_json::Value::Null, &keys),
+                    Some(options(o)),
+                ));
+            }
+        }
+        entries
+    }
+
+    /// Stores the audit log entries of a successful change and announces
+    /// each (GUILD_AUDIT_LOG_ENTRY_CREATE, GUILD_MODERATION) to members
+    /// holding VIEW_AUDIT_LOG. A failed write is logged: the change
+    /// itself stands.
+    async fn record_audit(
+        &mut self,
+        actor: i64,
+        change: &GuildChange,
+        before: &AuditBefore,
+        changed: &Changed,
+        reason: Option<String>,
+    ) {
+        let entries = self.audit_entries(actor, change, before, changed);
+        if entries.is_empty() || matches!(change, GuildChange::DeleteGuild) {
+            return;
+        }
+        let store = self.shared.store.clone();
+        let limits = &self.shared.limits;
+        let retention_ms = limits.audit_log_retention_ms;
+        let keep_max = limits.audit_log_entries_max as i64;
+        let oldest_ms = guildhall_common::state::now_ms()
+            .saturating_sub(retention_ms)
+            .saturating_sub(guildhall_proto::snowflake::DISCORD_EPOCH_MS);
+        let oldest_id = (oldest_ms << 22) as i64;
+        for (action_type, target_id, changes, options) in entries {
+            let entry = guildhall_proto::audit::AuditEntry {
+                id: self.shared.next_id().get() as i64,
+                guild_id: self.guild.id,
+                user_id: actor,
+                target_id,
+                action_type,
+                changes,
+                options,
+                reason: reason.clone(),
+            };
+            let row = guildhall_store::AuditRow {
+                id: entry.id,
+                guild_id: entry.guild_id,
+                user_id: entry.user_id,
+                target_id: entry.target_id,
+                action_type: i64::from(entry.action_type),
+                changes: serde_json::to_string(&entry.changes).unwrap_or_else(|_| "[]".into()),
+                options: entry.options.as_ref().map(|o| o.to_string()),
+                reason: entry.reason.clone(),
+            };
+            if let Err(error) = store.add_audit_entry(&row, oldest_id, keep_max).await {
+                guildhall_common::throttled!(warn, "guilds.audit_write", error = %error, "an audit log entry was not stored");
+                continue;
+            }
+            let mut wire = entry.to_wire();
+            wire["guild_id"] = serde_json::Value::String(self.guild.id.to_string());
+            self.publish_to(
+                Some(Audience::Holding(perm::VIEW_AUDIT_LOG)),
+                "GUILD_AUDIT_LOG_ENTRY_CREATE",
+                intents::GUILD_MODERATION,
+                &wire,
+            );
+        }
+    }
+
     /// Deletes a banned user's messages from `since_id` on, announcing
     /// each channel's as MESSAGE_DELETE_BULK. A store failure leaves the
     /// rest in place (the ban stands; a moderator can bulk-delete them).
@@ -1462,21 +1787,33 @@ impl GuildOwner {
 
     /// Sends `body` to every node with subscribed sessions.
     fn fanout(&mut self, body: &StreamBody) {
-        self.fanout_for(body, 0, 0);
+        self.fanout_for(body, 0, None);
     }
 
-    /// The members who may not view `channel_id` (ascending; empty for a
-    /// channel every member views, or one this guild does not have),
-    /// computed once per `view_generation` with the permission function.
-    fn hidden_from(&mut self, channel_id: i64) -> std::sync::Arc<Vec<i64>> {
-        if let Some((generation, hidden)) = self.hidden.get(&channel_id)
+    /// The members outside `audience` (ascending; empty when every member
+    /// is in it, or for a channel this guild does not have), computed once
+    /// per `view_generation` with the permission function.
+    fn hidden_from(&mut self, audience: Audience) -> std::sync::Arc<Vec<i64>> {
+        if let Some((generation, hidden)) = self.hidden.get(&audience)
             && *generation == self.view_generation
         {
             return hidden.clone();
         }
-        let hidden: Vec<i64> = match self.channels.iter().find(|c| c.id == channel_id) {
-            None => vec![],
-            Some(channel) => {
+        let channel_id = match audience {
+            Audience::Channel(channel_id) => channel_id,
+            Audience::Holding(_) => 0,
+        };
+        let hidden: Vec<i64> = match (audience, self.channels.iter().find(|c| c.id == channel_id)) {
+            (Audience::Holding(bits), _) => self
+                .members
+                .iter()
+                .filter(|(user_id, entry)| {
+                    perm::in_guild(&self.subject(**user_id, entry)) & bits != bits
+                })
+                .map(|(user_id, _)| *user_id)
+                .collect(),
+            (Audience::Channel(_), None) => vec![],
+            (Audience::Channel(_), Some(channel)) => {
                 let overwrites = perm::Overwrite::parse_stored(&channel.permission_overwrites);
                 // BTreeMap order: ascending ids.
                 self.members
@@ -1498,7 +1835,7 @@ impl GuildOwner {
         }
         let hidden = std::sync::Arc::new(hidden);
         self.hidden
-            .insert(channel_id, (self.view_generation, hidden.clone()));
+            .insert(audience, (self.view_generation, hidden.clone()));
         hidden
     }
 
@@ -1507,12 +1844,15 @@ impl GuildOwner {
     /// An event of channel `channel_id` (0: the guild's) carries, per node,
     /// the users there who may not view it; a node whose sessions all may
     /// not is sent nothing.
-    fn fanout_for(&mut self, body: &StreamBody, publish_id: u64, channel_id: i64) -> usize {
-        let hidden = if channel_id == 0 {
-            None
-        } else {
-            Some(self.hidden_from(channel_id)).filter(|h| !h.is_empty())
-        };
+    fn fanout_for(
+        &mut self,
+        body: &StreamBody,
+        publish_id: u64,
+        audience: Option<Audience>,
+    ) -> usize {
+        let hidden = audience
+            .map(|audience| self.hidden_from(audience))
+            .filter(|h| !h.is_empty());
         let nodes: Vec<(String, Vec<i64>)> = self
             .streams
             .iter()
@@ -1749,6 +2089,19 @@ impl GuildOwner {
         required_intent: u64,
         data: &impl serde::Serialize,
     ) {
+        let audience = (channel_id != 0).then_some(Audience::Channel(channel_id));
+        self.publish_to(audience, name, required_intent, data);
+    }
+
+    /// Publishes an event to the sessions of the members in `audience`
+    /// (None: every member).
+    fn publish_to(
+        &mut self,
+        audience: Option<Audience>,
+        name: &str,
+        required_intent: u64,
+        data: &impl serde::Serialize,
+    ) {
         if let Some(data) = Self::encode(name, data) {
             self.fanout_for(
                 &StreamBody::Dispatch {
@@ -1760,7 +2113,7 @@ impl GuildOwner {
                     hidden_from: vec![],
                 },
                 0,
-                channel_id,
+                audience,
             );
         }
     }
@@ -1902,7 +2255,7 @@ impl GuildOwner {
                         hidden_from: vec![],
                     },
                     id,
-                    event.channel_id,
+                    (event.channel_id != 0).then_some(Audience::Channel(event.channel_id)),
                 );
                 if waiting > 0 {
                     // Not confirmed: the caller holds the event and asks
@@ -2032,8 +2385,18 @@ impl GuildOwner {
                 };
                 Some(result)
             }
-            GuildCall::Change { actor, change } => {
-                Some(self.change(actor, change).await.map(GuildAnswer::Changed))
+            GuildCall::Change {
+                actor,
+                change,
+                reason,
+            } => {
+                let before = self.audit_before(&change);
+                let result = self.change(actor, change.clone()).await;
+                if let Ok(changed) = &result {
+                    self.record_audit(actor, &change, &before, changed, reason)
+                        .await;
+                }
+                Some(result.map(GuildAnswer::Changed))
             }
             GuildCall::Presence { user_id, status } => {
                 if self.members.contains_key(&user_id) {

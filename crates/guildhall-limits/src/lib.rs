@@ -1014,6 +1014,18 @@ pub const AUDIT_REASON_CHARS_MAX: usize = 512;
 /// many member lists per guild.
 pub const GUILD_VIEW_CACHE_CHANNELS_MAX: usize = 64;
 
+/// Audit log entries one guild keeps. When hit: the oldest are forgotten
+/// as new ones are written (one delete in the same transaction).
+pub const AUDIT_LOG_ENTRIES_MAX: usize = 10_000;
+
+/// How long an audit log entry is kept (Discord's 45 days), in ms. Older
+/// entries are forgotten as new ones are written.
+pub const AUDIT_LOG_RETENTION_MS: u64 = 45 * 86_400 * 1_000;
+
+/// Entries one `GET /guilds/{id}/audit-logs` page holds at most
+/// (Discord's 100; the default `limit` is 50). More: 400 with 50035.
+pub const AUDIT_LOG_PAGE_MAX: usize = 100;
+
 /// Members a GUILD_CREATE carries at most (Discord's largest
 /// `large_threshold`): a guild with more is `large`, and clients ask for
 /// the rest with op 8. The session's own member always comes first; fewer
@@ -1572,6 +1584,12 @@ pub struct Limits {
     pub channel_overwrites_max: usize,
     /// See [`GUILD_VIEW_CACHE_CHANNELS_MAX`].
     pub guild_view_cache_channels_max: usize,
+    /// See [`AUDIT_LOG_ENTRIES_MAX`].
+    pub audit_log_entries_max: usize,
+    /// See [`AUDIT_LOG_RETENTION_MS`].
+    pub audit_log_retention_ms: u64,
+    /// See [`AUDIT_LOG_PAGE_MAX`].
+    pub audit_log_page_max: usize,
     /// See [`BAN_DELETE_MESSAGES_MAX`].
     pub ban_delete_messages_max: usize,
     /// See [`BANS_PAGE_MAX`].
@@ -1872,6 +1890,9 @@ impl Default for Limits {
             guild_channels_max: GUILD_CHANNELS_MAX,
             channel_overwrites_max: CHANNEL_OVERWRITES_MAX,
             ban_delete_messages_max: BAN_DELETE_MESSAGES_MAX,
+            audit_log_entries_max: AUDIT_LOG_ENTRIES_MAX,
+            audit_log_retention_ms: AUDIT_LOG_RETENTION_MS,
+            audit_log_page_max: AUDIT_LOG_PAGE_MAX,
             guild_view_cache_channels_max: GUILD_VIEW_CACHE_CHANNELS_MAX,
             bans_page_max: BANS_PAGE_MAX,
             bulk_ban_users_max: BULK_BAN_USERS_MAX,
@@ -2605,6 +2626,12 @@ impl Limits {
         for (value, field) in [
             (self.channel_overwrites_max, "channel_overwrites_max"),
             (self.ban_delete_messages_max, "ban_delete_messages_max"),
+            (self.audit_log_entries_max, "audit_log_entries_max"),
+            (
+                self.audit_log_retention_ms as usize,
+                "audit_log_retention_ms",
+            ),
+            (self.audit_log_page_max, "audit_log_page_max"),
             (
                 self.guild_view_cache_channels_max,
                 "guild_view_cache_channels_max",
@@ -3257,6 +3284,9 @@ mod tests {
             "guild_channels_max",
             "channel_overwrites_max",
             "ban_delete_messages_max",
+            "audit_log_entries_max",
+            "audit_log_retention_ms",
+            "audit_log_page_max",
             "guild_view_cache_channels_max",
             "bans_page_max",
             "bulk_ban_users_max",
@@ -3474,6 +3504,9 @@ mod tests {
             "guild_channels_max" => l.guild_channels_max = 0,
             "channel_overwrites_max" => l.channel_overwrites_max = 0,
             "ban_delete_messages_max" => l.ban_delete_messages_max = 0,
+            "audit_log_entries_max" => l.audit_log_entries_max = 0,
+            "audit_log_retention_ms" => l.audit_log_retention_ms = 0,
+            "audit_log_page_max" => l.audit_log_page_max = 0,
             "guild_view_cache_channels_max" => l.guild_view_cache_channels_max = 0,
             "bans_page_max" => l.bans_page_max = 0,
             "bulk_ban_users_max" => l.bulk_ban_users_max = 0,

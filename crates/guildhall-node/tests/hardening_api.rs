@@ -250,6 +250,7 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("PATCH", "/guilds/{id}/roles/{role}", vec![bg, br], Some(json!({"name": "x"})), 403, 50001),
         ("DELETE", "/guilds/{id}/roles/{role}", vec![bg, br], None, 403, 50001),
         ("GET", "/guilds/{id}/bans", vec![bg], None, 403, 50001),
+        ("GET", "/guilds/{id}/audit-logs", vec![bg], None, 403, 50001),
         ("GET", "/guilds/{id}/bans/{user}", vec![bg, bu], None, 403, 50001),
         ("PUT", "/guilds/{id}/bans/{user}", vec![bg, bu], Some(json!({})), 403, 50001),
         ("DELETE", "/guilds/{id}/bans/{user}", vec![bg, bu], None, 403, 50001),

@@ -1819,3 +1819,224 @@ async fn a_private_channels_events_reach_only_who_may_view_it() {
         "{metrics}"
     );
 }
+
+/// The audit log (issue 25): moderation through the API is recorded with
+/// the moderator, the target, the changes and the `X-Audit-Log-Reason`;
+/// `GET /guilds/{id}/audit-logs` pages and filters it for VIEW_AUDIT_LOG
+/// holders; GUILD_AUDIT_LOG_ENTRY_CREATE reaches their sessions and no
+/// one else's.
+#[tokio::test]
+async fn the_audit_log_records_moderation_with_reasons() {
+    let node = TestNode::start().await;
+    let (owner, owner_id) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (carol, carol_id) = node.register("carol").await;
+    let (dave, _) = node.register("dave").await;
+    let (_, eve_id) = node.register("eve").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Logged").await;
+    let code = node.invite(&owner, &channel_id).await;
+    for token in [&bob, &carol, &dave] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let (_, auditors) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "auditors", "permissions": guildhall_proto::permissions::VIEW_AUDIT_LOG.to_string()})),
+        )
+        .await;
+    let auditors = auditors["id"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{carol_id}/roles/{auditors}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let moderation = intents::GUILDS | intents::GUILD_MODERATION;
+    let mut carol_client = Client::connect(&node.ws).await;
+    carol_client.identify(&carol, moderation).await;
+    carol_client.dispatch("GUILD_CREATE").await;
+    let mut dave_client = Client::connect(&node.ws).await;
+    dave_client.identify(&dave, moderation).await;
+    dave_client.dispatch("GUILD_CREATE").await;
+
+    let with_reason = |method: &'static str,
+                       path: String,
+                       body: Option<serde_json::Value>,
+                       reason: &'static str| {
+        let node = &node;
+        let owner = owner.clone();
+        async move {
+            node.call_with(
+                method,
+                &path,
+                Some(&owner),
+                body,
+                &[("X-Audit-Log-Reason", reason)],
+            )
+            .await
+        }
+    };
+    let (status, channel) = with_reason(
+        "POST",
+        format!("/guilds/{guild_id}/channels"),
+        Some(json!({"name": "mod-log"})),
+        "set%20up",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let log_channel = channel["id"].as_str().unwrap().to_owned();
+    let (status, _) = with_reason(
+        "PUT",
+        format!("/channels/{log_channel}/permissions/{guild_id}"),
+        Some(json!({"type": 0, "deny": "1024"})),
+        "private",
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, _) = with_reason(
+        "PATCH",
+        format!("/guilds/{guild_id}/members/{bob_id}"),
+        Some(json!({"nick": "Robert"})),
+        "a nicer name",
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = with_reason(
+        "DELETE",
+        format!("/guilds/{guild_id}/members/{bob_id}"),
+        None,
+        "bye%20bob",
+    )
+    .await;
+    assert_eq!(status, 204);
+
+    // Carol's session hears the entries as they are made.
+    let created = carol_client.dispatch("GUILD_AUDIT_LOG_ENTRY_CREATE").await;
+    assert_eq!(created["d"]["guild_id"], guild_id.as_str());
+    let kicked = loop {
+        let entry = carol_client.dispatch("GUILD_AUDIT_LOG_ENTRY_CREATE").await;
+        if entry["d"]["action_type"] == 20 {
+            break entry;
+        }
+    };
+    assert_eq!(kicked["d"]["reason"], "bye bob");
+    assert_eq!(kicked["d"]["target_id"], bob_id.as_str());
+
+    // The log, newest first, with who and why.
+    let (status, log) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{log}");
+    let entries = log["audit_log_entries"].as_array().unwrap();
+    let actions: Vec<u64> = entries
+        .iter()
+        .map(|e| e["action_type"].as_u64().unwrap())
+        .collect();
+    assert_eq!(&actions[..4], &[20, 24, 13, 10], "{log}");
+    assert_eq!(entries[0]["user_id"], owner_id.as_str());
+    assert_eq!(
+        entries[1]["changes"],
+        json!([{"key": "nick", "new_value": "Robert"}])
+    );
+    assert_eq!(entries[1]["reason"], "a nicer name");
+    assert_eq!(entries[2]["options"]["type"], "0");
+    assert_eq!(entries[2]["options"]["role_name"], "@everyone");
+    assert_eq!(entries[2]["target_id"], log_channel.as_str());
+    assert_eq!(entries[3]["reason"], "set up");
+    assert!(
+        actions.contains(&25) && actions.contains(&30),
+        "role create and grant: {actions:?}"
+    );
+    let users: Vec<&str> = log["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["id"].as_str().unwrap())
+        .collect();
+    assert!(users.contains(&bob_id.as_str()) && users.contains(&owner_id.as_str()));
+
+    // Filters and paging.
+    let (_, only) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs?action_type=13"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(only["audit_log_entries"].as_array().unwrap().len(), 1);
+    let newest = entries[0]["id"].as_str().unwrap();
+    let (_, older) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs?before={newest}&limit=1"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(older["audit_log_entries"][0]["action_type"], 24);
+    let oldest = entries.last().unwrap()["id"].as_str().unwrap();
+    let (_, newer) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs?after={oldest}&limit=2"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(
+        newer["audit_log_entries"][0]["id"],
+        entries[entries.len() - 2]["id"],
+        "after: oldest first"
+    );
+    let (status, body) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs?limit=101"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+    let (status, body) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs"),
+            Some(&dave),
+            None,
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (403, Some(50013)));
+
+    // Dave (no VIEW_AUDIT_LOG) heard none of the entries: the first
+    // moderation event he gets is the ban itself.
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/bans/{eve_id}"),
+            Some(&owner),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 204);
+    loop {
+        let frame = dave_client.next().await.unwrap();
+        assert_ne!(frame["t"], "GUILD_AUDIT_LOG_ENTRY_CREATE", "{frame}");
+        if frame["t"] == "GUILD_BAN_ADD" {
+            break;
+        }
+    }
+}

@@ -304,6 +304,10 @@ pub enum GuildCall {
         actor: i64,
         /// What.
         change: GuildChange,
+        /// The moderator's `X-Audit-Log-Reason`, kept in the audit log
+        /// entry the change makes.
+        #[serde(default)]
+        reason: Option<String>,
     },
     /// A member's presence changed (best effort: dropped when busy).
     Presence {

@@ -34,6 +34,7 @@
 //! this is the only crate that derives serde for the wire: a field renamed
 //! anywhere else cannot break a client library.
 
+pub mod audit;
 pub mod bus;
 pub mod cluster;
 pub mod commands;

@@ -300,6 +300,27 @@ pub struct BanRow {
     pub created_ms: i64,
 }
 
+/// One audit log entry as stored (`changes` and `options` as JSON).
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct AuditRow {
+    /// The entry's id (a snowflake: its time is in it).
+    pub id: i64,
+    /// Guild.
+    pub guild_id: i64,
+    /// Who acted.
+    pub user_id: i64,
+    /// What was acted on, if anything.
+    pub target_id: Option<i64>,
+    /// The documented action type.
+    pub action_type: i64,
+    /// The changes, a JSON array ('[]' for none).
+    pub changes: String,
+    /// The optional info, JSON, if any.
+    pub options: Option<String>,
+    /// The moderator's reason.
+    pub reason: Option<String>,
+}
+
 /// What a ban changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BanWrite {
@@ -880,6 +901,7 @@ where
     for<'r> RoleRow: FromRow<'r, DB::Row>,
     for<'r> MemberRow: FromRow<'r, DB::Row>,
     for<'r> BanRow: FromRow<'r, DB::Row>,
+    for<'r> AuditRow: FromRow<'r, DB::Row>,
     for<'r> MessageRow: FromRow<'r, DB::Row>,
     for<'r> PinRow: FromRow<'r, DB::Row>,
     for<'r> InviteRow: FromRow<'r, DB::Row>,
@@ -1873,6 +1895,79 @@ where
         })
     }
 
+    /// Appends an audit log entry, then forgets the guild's entries older
+    /// than `oldest_id` (the retention) and those past the newest
+    /// `keep_max`.
+    pub async fn add_audit_entry(
+        &self,
+        entry: &AuditRow,
+        oldest_id: i64,
+        keep_max: i64,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO audit_log (id, guild_id, user_id, target_id, action_type, changes, options, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(entry.id)
+        .bind(entry.guild_id)
+        .bind(entry.user_id)
+        .bind(entry.target_id)
+        .bind(entry.action_type)
+        .bind(&entry.changes)
+        .bind(&entry.options)
+        .bind(&entry.reason)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM audit_log WHERE guild_id = $1 AND id < $2")
+            .bind(entry.guild_id)
+            .bind(oldest_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "DELETE FROM audit_log WHERE guild_id = $1 AND id <= \
+             (SELECT id FROM audit_log WHERE guild_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)",
+        )
+        .bind(entry.guild_id)
+        .bind(keep_max)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A page of a guild's audit log: newest first below `before` (> 0),
+    /// or, with `after` (> 0) and no `before`, oldest first above it; only
+    /// `user_id`'s (> 0) and `action_type`'s (> 0) when given.
+    pub async fn audit_entries(
+        &self,
+        guild_id: i64,
+        user_id: i64,
+        action_type: i64,
+        before: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<AuditRow>> {
+        let ascending = before == 0 && after > 0;
+        let sql = format!(
+            "SELECT * FROM audit_log WHERE guild_id = $1 AND ($2 = 0 OR user_id = $2) \
+             AND ($3 = 0 OR action_type = $3) AND ($4 = 0 OR id < $4) AND id > $5 \
+             ORDER BY id {} LIMIT $6",
+            if ascending { "ASC" } else { "DESC" }
+        );
+        // Safe: the statement's only formatted part is one of two fixed
+        // words; every value is bound.
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(guild_id)
+            .bind(user_id)
+            .bind(action_type)
+            .bind(before)
+            .bind(if before == 0 { after } else { 0 })
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
     /// Lifts a ban; false if there was none.
     pub async fn unban_member(&self, guild_id: i64, user_id: i64, epoch: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
@@ -2051,6 +2146,7 @@ where
             "DELETE FROM member_roles WHERE guild_id = $1",
             "DELETE FROM members WHERE guild_id = $1",
             "DELETE FROM bans WHERE guild_id = $1",
+            "DELETE FROM audit_log WHERE guild_id = $1",
             "DELETE FROM roles WHERE guild_id = $1",
             "DELETE FROM channels WHERE guild_id = $1",
             "DELETE FROM application_commands WHERE guild_id = $1",
@@ -2975,6 +3071,10 @@ store_api! {
     fn add_member<'a>(&'a self, member: &'a MemberRow, epoch: i64) -> bool;
     /// Bans a user (removing the member) in one transaction.
     fn ban_member<'a>(&'a self, ban: &'a BanRow, epoch: i64) -> BanWrite;
+    /// Appends an audit log entry and applies the retention.
+    fn add_audit_entry<'a>(&'a self, entry: &'a AuditRow, oldest_id: i64, keep_max: i64) -> ();
+    /// A page of a guild's audit log.
+    fn audit_entries<'a>(&'a self, guild_id: i64, user_id: i64, action_type: i64, before: i64, after: i64, limit: i64) -> Vec<AuditRow>;
     /// Lifts a ban; false if there was none.
     fn unban_member<'a>(&'a self, guild_id: i64, user_id: i64, epoch: i64) -> bool;
     /// A user's ban in a guild.
@@ -3986,6 +4086,81 @@ mod tests {
         let _ = a_channel;
     }
 
+    /// Audit entries page newest first (or oldest first after an id),
+    /// filter by user and action, and are forgotten past the retention and
+    /// past the per-guild bound.
+    async fn audit_entries_page_filter_and_expire(store: Store) {
+        let [(a, _, _, _), (b, _, _, _)] = two_guilds(&store).await;
+        let entry = |id: i64, guild_id: i64, user_id: i64, action_type: i64| AuditRow {
+            id,
+            guild_id,
+            user_id,
+            target_id: Some(7),
+            action_type,
+            changes: "[]".into(),
+            options: None,
+            reason: Some("why".into()),
+        };
+        for id in 1..=5 {
+            let user = if id % 2 == 0 { 20 } else { 21 };
+            store
+                .add_audit_entry(&entry(id, a, user, 10 + id % 2), 0, 100)
+                .await
+                .unwrap();
+        }
+        store
+            .add_audit_entry(&entry(6, b, 20, 10), 0, 100)
+            .await
+            .unwrap();
+        let ids = |rows: Vec<AuditRow>| rows.iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(store.audit_entries(a, 0, 0, 0, 0, 10).await.unwrap()),
+            [5, 4, 3, 2, 1]
+        );
+        assert_eq!(
+            ids(store.audit_entries(a, 0, 0, 4, 0, 2).await.unwrap()),
+            [3, 2]
+        );
+        assert_eq!(
+            ids(store.audit_entries(a, 0, 0, 0, 2, 2).await.unwrap()),
+            [3, 4]
+        );
+        assert_eq!(
+            ids(store.audit_entries(a, 20, 0, 0, 0, 10).await.unwrap()),
+            [4, 2]
+        );
+        assert_eq!(
+            ids(store.audit_entries(a, 0, 11, 0, 0, 10).await.unwrap()),
+            [5, 3, 1]
+        );
+        assert_eq!(
+            store.audit_entries(a, 0, 0, 0, 0, 1).await.unwrap()[0],
+            entry(5, a, 21, 11)
+        );
+        // Retention (ids below 3 forgotten) and the bound (newest 2 kept).
+        store
+            .add_audit_entry(&entry(7, a, 20, 10), 3, 100)
+            .await
+            .unwrap();
+        assert_eq!(
+            ids(store.audit_entries(a, 0, 0, 0, 0, 10).await.unwrap()),
+            [7, 5, 4, 3]
+        );
+        store
+            .add_audit_entry(&entry(8, a, 20, 10), 0, 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            ids(store.audit_entries(a, 0, 0, 0, 0, 10).await.unwrap()),
+            [8, 7]
+        );
+        assert_eq!(
+            ids(store.audit_entries(b, 0, 0, 0, 0, 10).await.unwrap()),
+            [6],
+            "per guild"
+        );
+    }
+
     async fn tokens_resolve_and_revoke(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         store.add_token(b"digest", 1, 0).await.unwrap();
@@ -4536,6 +4711,7 @@ mod tests {
         page_reactions_are_counted_capped_and_scoped(sqlite_file);
         member_counts_follow_joins_and_leaves(sqlite_memory);
         bans_remove_members_page_and_lift(sqlite_memory);
+        audit_entries_page_filter_and_expire(sqlite_memory);
         stale_owner_writes_are_refused(sqlite_memory);
         tokens_resolve_and_revoke(sqlite_memory);
         command_upserts_are_serialised(sqlite_file);
