@@ -1155,6 +1155,9 @@ struct NewChannel {
     topic: Option<String>,
     /// Raw, so each malformed entry gets its own 50035 at its path.
     permission_overwrites: Option<Value>,
+    /// Every other field, checked by `unsupported_channel_fields`.
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
 async fn create_channel(
@@ -1179,6 +1182,7 @@ async fn create_channel(
             "Value must be one of {0, 2, 4}.".into(),
         ));
     }
+    unsupported_channel_fields(&node, &body.rest)?;
     let permission_overwrites =
         overwrites_field(&node, body.permission_overwrites.as_ref())?.unwrap_or_default();
     // The owner checks MANAGE_CHANNELS (and MANAGE_ROLES for overwrites)
@@ -2686,6 +2690,9 @@ async fn patch_channel(
         check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
     }
     let position = patch::<i64>(body.get("position"))?.flatten();
+    if let Some(fields) = body.as_object() {
+        unsupported_channel_fields(&node, fields)?;
+    }
     // Null clears them, as an empty list does.
     let permission_overwrites = match body.get("permission_overwrites") {
         Some(Value::Null) => Some(vec![]),
@@ -2704,6 +2711,56 @@ async fn patch_channel(
         },
     )
     .await
+}
+
+/// Channel fields this server does not act on yet, with the value that
+/// means "not used" (what libraries send when the caller set nothing):
+/// that value is accepted, any other is refused with 50035 naming the
+/// field, never answered 200 and dropped.
+const UNSUPPORTED_CHANNEL_FIELDS: &[(&str, &str)] = &[
+    ("nsfw", "false"),
+    ("parent_id", "null"),
+    ("rate_limit_per_user", "0"),
+    ("bitrate", "null"),
+    ("user_limit", "0"),
+    ("rtc_region", "null"),
+    ("video_quality_mode", "null"),
+    ("default_auto_archive_duration", "null"),
+    ("default_thread_rate_limit_per_user", "null"),
+    ("available_tags", "null"),
+    ("default_reaction_emoji", "null"),
+    ("default_sort_order", "null"),
+    ("default_forum_layout", "null"),
+    ("flags", "0"),
+    ("archived", "null"),
+    ("locked", "null"),
+    ("invitable", "null"),
+    ("auto_archive_duration", "null"),
+    ("applied_tags", "null"),
+];
+
+fn unsupported_channel_fields(
+    node: &ApiState,
+    body: &serde_json::Map<String, Value>,
+) -> Result<(), ApiError> {
+    for (field, unused) in UNSUPPORTED_CHANNEL_FIELDS {
+        let Some(value) = body.get(*field) else {
+            continue;
+        };
+        let unused: Value = serde_json::from_str(unused).unwrap_or(Value::Null);
+        if value.is_null() || *value == unused {
+            continue;
+        }
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            field,
+            "UNSUPPORTED",
+            "This server does not support this field yet.".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A 50035 at a nested path (`permission_overwrites.0.allow`), counted.

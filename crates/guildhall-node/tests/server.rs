@@ -1256,6 +1256,46 @@ async fn permission_overwrites_make_a_channel_private() {
     );
     let (status, _) = post(bob.clone()).await;
     assert_eq!(status, 200);
+    // Fields the server does not act on yet are refused, not dropped; the
+    // values libraries send when nothing was set pass.
+    for (field, value) in [
+        ("nsfw", json!(true)),
+        ("rate_limit_per_user", json!(10)),
+        ("parent_id", json!(channel_id)),
+    ] {
+        let (status, body) = node
+            .call(
+                "PATCH",
+                &format!("/channels/{private_id}"),
+                Some(&owner),
+                Some(json!({ field: value })),
+            )
+            .await;
+        assert_eq!(
+            (status, body["code"].as_u64()),
+            (400, Some(50035)),
+            "{field}"
+        );
+        assert!(body["errors"][field].is_object(), "{body}");
+        let (status, _) = node
+            .call(
+                "POST",
+                &format!("/guilds/{guild_id}/channels"),
+                Some(&owner),
+                Some(json!({"name": "x", field: value})),
+            )
+            .await;
+        assert_eq!(status, 400, "{field} at creation");
+    }
+    let (status, _) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({"name": "defaults", "nsfw": false, "rate_limit_per_user": 0, "parent_id": null})),
+        )
+        .await;
+    assert_eq!(status, 200);
     // PATCH with null clears the overwrites: the channel is public again.
     let (status, cleared) = node
         .call(
