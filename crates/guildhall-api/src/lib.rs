@@ -987,6 +987,8 @@ struct AuthorizeBody {
     guild_id: Value,
     #[serde(default)]
     authorize: bool,
+    /// The bot's permissions (its managed role's); absent or "0": none.
+    permissions: Option<Value>,
 }
 
 fn id_from_value(value: &Value) -> Result<i64, ApiError> {
@@ -1047,7 +1049,29 @@ async fn oauth2_authorize(
         .user(app.bot_user_id)
         .await?
         .ok_or(ApiError::Internal)?;
+    let permissions = bits(body.permissions.as_ref())?.unwrap_or(0);
+    if permissions as u64 & !perm::ALL != 0 {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            "permissions",
+            "BASE_TYPE_BAD",
+            "Names permissions that do not exist.".into(),
+        ));
+    }
     node.guilds.add_member(guild_id, (&bot).into()).await?;
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::AuthorizeBot {
+            bot: (&bot).into(),
+            role_id: node.shared.next_id().get() as i64,
+            permissions,
+        },
+    )
+    .await?;
     ok(&json!({"location": format!("https://discord.com/oauth2/authorized?guild_id={guild_id}")}))
 }
 
@@ -1083,6 +1107,7 @@ pub async fn create_guild_for(
         created_ms: now_ms() as i64,
     };
     let everyone = RoleRow {
+        bot_id: None,
         id,
         guild_id: id,
         name: "@everyone".into(),

@@ -173,9 +173,12 @@ fn wire_role(row: &RoleRow) -> Role {
         unicode_emoji: None,
         position: i32::try_from(row.position).unwrap_or(0),
         permissions: (row.permissions as u64).to_string(),
-        managed: false,
+        managed: row.bot_id.is_some(),
         mentionable: row.mentionable,
         flags: 0,
+        tags: row.bot_id.map(|bot| model::RoleTags {
+            bot_id: Some(sf(bot)),
+        }),
     }
 }
 
@@ -770,7 +773,11 @@ impl GuildOwner {
                     .iter()
                     .position(|r| r.id == role_id)
                     .ok_or(GuildError::UnknownRole)?;
-                if role_id == guild_id || self.roles[index].position >= self.rank(actor) {
+                // A bot's managed role goes with the bot, not by hand.
+                if role_id == guild_id
+                    || self.roles[index].position >= self.rank(actor)
+                    || self.roles[index].bot_id.is_some()
+                {
                     return Err(GuildError::MissingPermissions);
                 }
                 if let Err(error) = store.delete_role(guild_id, role_id, epoch).await {
@@ -808,6 +815,20 @@ impl GuildOwner {
                 }
                 if let Some(roles) = &roles {
                     self.require(actor, perm::MANAGE_ROLES)?;
+                    // A managed role is its bot's alone: neither given nor
+                    // taken by hand.
+                    let held = self
+                        .members
+                        .get(&member_id)
+                        .map(|m| m.roles.clone())
+                        .unwrap_or_default();
+                    let managed =
+                        |id: &i64| self.roles.iter().any(|r| r.id == *id && r.bot_id.is_some());
+                    if roles.iter().filter(|r| !held.contains(r)).any(managed)
+                        || held.iter().filter(|r| !roles.contains(r)).any(managed)
+                    {
+                        return Err(GuildError::MissingPermissions);
+                    }
                     let actor_rank = self.rank(actor);
                     for role_id in roles {
                         let role = self
@@ -926,6 +947,110 @@ impl GuildOwner {
                 self.deleted = true;
                 Ok(Changed::Nothing)
             }
+            GuildChange::AuthorizeBot {
+                bot,
+                role_id,
+                permissions,
+            } => {
+                let held = self.require(actor, perm::MANAGE_GUILD)?;
+                if permissions as u64 & !held != 0 {
+                    return Err(GuildError::MissingPermissions);
+                }
+                if !self.members.contains_key(&bot.id) {
+                    return Err(GuildError::UnknownMember);
+                }
+                let existing = self.roles.iter().position(|r| r.bot_id == Some(bot.id));
+                if permissions == 0 && existing.is_none() {
+                    return Ok(Changed::Nothing);
+                }
+                let (role, created) = match existing {
+                    Some(index) => {
+                        let mut role = self.roles[index].clone();
+                        role.permissions = permissions;
+                        (role, false)
+                    }
+                    None => {
+                        if self.roles.len() >= self.shared.limits.guild_roles_max {
+                            return Err(GuildError::MaxRoles);
+                        }
+                        // Just below the authorizer's highest role (the
+                        // top for the owner), as Discord places it.
+                        let top = self.roles.iter().map(|r| r.position).max().unwrap_or(0) + 1;
+                        let position = top.min(self.rank(actor).saturating_sub(1)).max(1);
+                        let name: String = bot
+                            .username
+                            .chars()
+                            .take(self.shared.limits.role_name_chars_max)
+                            .collect();
+                        let role = RoleRow {
+                            id: role_id,
+                            guild_id,
+                            name,
+                            permissions,
+                            position,
+                            color: 0,
+                            hoist: false,
+                            mentionable: false,
+                            bot_id: Some(bot.id),
+                        };
+                        (role, true)
+                    }
+                };
+                let old = existing.map(|i| self.roles[i].clone());
+                match existing {
+                    Some(index) => self.roles[index] = role.clone(),
+                    None => self.roles.push(role.clone()),
+                }
+                let undo = |owner: &mut Self| match (existing, &old) {
+                    (Some(index), Some(old)) => owner.roles[index] = old.clone(),
+                    _ => {
+                        owner.roles.pop();
+                    }
+                };
+                if !self.fits() {
+                    undo(self);
+                    return Err(GuildError::MaxRoles);
+                }
+                let upserted = store.upsert_role(&role, epoch).await;
+                if !matches!(upserted, Ok(true)) {
+                    undo(self);
+                    return Err(self.store_failed(upserted.as_ref().err()));
+                }
+                let wire = wire_role(&role);
+                self.publish(
+                    if created {
+                        "GUILD_ROLE_CREATE"
+                    } else {
+                        "GUILD_ROLE_UPDATE"
+                    },
+                    intents::GUILDS,
+                    &serde_json::json!({"guild_id": guild_id.to_string(), "role": wire}),
+                );
+                if created {
+                    let Some(entry) = self.members.get(&bot.id) else {
+                        return Err(GuildError::UnknownMember);
+                    };
+                    let mut roles = entry.roles.clone();
+                    roles.push(role.id);
+                    let (nick, timeout) = (
+                        entry.row.nick.clone(),
+                        entry.row.communication_disabled_until_ms,
+                    );
+                    if let Err(error) = store
+                        .update_member(guild_id, bot.id, nick.as_deref(), &roles, timeout, epoch)
+                        .await
+                    {
+                        return Err(self.store_failed(Some(&error)));
+                    }
+                    if let Some(entry) = self.members.get_mut(&bot.id) {
+                        entry.roles = roles;
+                    }
+                    if let Some(event) = self.member_event(bot.id) {
+                        self.publish("GUILD_MEMBER_UPDATE", intents::GUILD_MEMBERS, &event);
+                    }
+                }
+                Ok(Changed::Role(wire))
+            }
             GuildChange::Ban {
                 user,
                 delete_since_id,
@@ -1000,6 +1125,7 @@ impl GuildOwner {
                 self.statuses.remove(&member_id);
                 // The removed user's sessions lose the guild.
                 self.remove_users(vec![member_id]);
+                self.drop_managed_role(member_id).await;
                 Ok(Changed::Nothing)
             }
         }
@@ -1047,6 +1173,7 @@ impl GuildOwner {
             self.members.remove(&user.id);
             self.statuses.remove(&user.id);
             self.remove_users(vec![user.id]);
+            self.drop_managed_role(user.id).await;
         }
         if write.banned {
             self.publish(
@@ -1216,6 +1343,9 @@ impl GuildOwner {
             GuildChange::Unban { user } => {
                 entries.push((audit::MEMBER_BAN_REMOVE, Some(user.id), vec![], None));
             }
+            GuildChange::AuthorizeBot { bot, .. } => {
+                entries.push((audit::BOT_ADD, Some(bot.id), vec![], None));
+            }
             GuildChange::UpdateGuild { .. } => entries.push((
                 audit::GUILD_UPDATE,
                 Some(self.guild.id),
@@ -1354,6 +1484,31 @@ impl GuildOwner {
                 &wire,
             );
         }
+    }
+
+    /// A bot that left (kicked, banned, gone) takes its managed role with
+    /// it (GUILD_ROLE_DELETE); a failed delete leaves the role, which
+    /// nobody holds, for an administrator to remove.
+    async fn drop_managed_role(&mut self, user_id: i64) {
+        let Some(index) = self.roles.iter().position(|r| r.bot_id == Some(user_id)) else {
+            return;
+        };
+        let role_id = self.roles[index].id;
+        let store = self.shared.store.clone();
+        if let Err(error) = store
+            .delete_role(self.guild.id, role_id, self.epoch as i64)
+            .await
+        {
+            self.store_failed(Some(&error));
+            return;
+        }
+        self.roles.remove(index);
+        self.view_generation += 1;
+        self.publish(
+            "GUILD_ROLE_DELETE",
+            intents::GUILDS,
+            &serde_json::json!({"guild_id": self.guild.id.to_string(), "role_id": role_id.to_string()}),
+        );
     }
 
     /// Deletes a banned user's messages from `since_id` on, announcing

@@ -2080,3 +2080,146 @@ async fn the_audit_log_records_moderation_with_reasons() {
         }
     }
 }
+
+/// A bot authorized with permissions (issue 25) gets its managed role
+/// with exactly those bits (`managed`, `tags.bot_id`), so an
+/// administrator bot can moderate; nobody gives, takes or deletes that
+/// role by hand, and it leaves with the bot. Authorized with none, the bot
+/// holds only `@everyone`, as before.
+#[tokio::test]
+async fn an_authorized_bot_holds_its_managed_role() {
+    let node = TestNode::start().await;
+    let (owner, owner_id) = node.register("alice").await;
+    let (carol, carol_id) = node.register("carol").await;
+    let (guild_id, channel_id) = node.guild(&owner, "Bots").await;
+    let code = node.invite(&owner, &channel_id).await;
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&carol), None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, app) = node
+        .call(
+            "POST",
+            "/applications",
+            Some(&owner),
+            Some(json!({"name": "modbot"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{app}");
+    let app_id = app["id"].as_str().unwrap().to_owned();
+    // The bot user has its application's id.
+    let bot_id = app_id.clone();
+    let admin = guildhall_proto::permissions::ADMINISTRATOR.to_string();
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/oauth2/authorize?client_id={app_id}&scope=bot"),
+            Some(&owner),
+            Some(json!({"guild_id": guild_id, "permissions": admin, "authorize": true})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, roles) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    let managed: Vec<_> = roles
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["managed"] == true)
+        .cloned()
+        .collect();
+    assert_eq!(managed.len(), 1, "{roles}");
+    assert_eq!(managed[0]["tags"]["bot_id"], bot_id.as_str());
+    assert_eq!(managed[0]["permissions"], admin);
+    assert!(
+        managed[0]["name"].as_str().unwrap().starts_with("modbot"),
+        "{roles}"
+    );
+    let role_id = managed[0]["id"].as_str().unwrap().to_owned();
+    let (_, member) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/members/{bot_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(member["roles"], json!([role_id]));
+
+    // The role is the bot's alone.
+    for (method, path) in [
+        (
+            "PUT",
+            format!("/guilds/{guild_id}/members/{carol_id}/roles/{role_id}"),
+        ),
+        (
+            "DELETE",
+            format!("/guilds/{guild_id}/members/{bot_id}/roles/{role_id}"),
+        ),
+        ("DELETE", format!("/guilds/{guild_id}/roles/{role_id}")),
+    ] {
+        let (status, body) = node.call(method, &path, Some(&owner), None).await;
+        assert_eq!(
+            (status, body["code"].as_u64()),
+            (403, Some(50013)),
+            "{method} {path}"
+        );
+    }
+    let (_, log) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs?action_type=28"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(
+        log["audit_log_entries"][0]["target_id"],
+        bot_id.as_str(),
+        "{log}"
+    );
+    assert_eq!(log["audit_log_entries"][0]["user_id"], owner_id.as_str());
+
+    // The role leaves with the bot.
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("/guilds/{guild_id}/members/{bot_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (_, roles) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert!(
+        roles
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["id"] != role_id.as_str()),
+        "{roles}"
+    );
+    // Unknown bits are refused.
+    let (status, body) = node
+        .call(
+            "POST",
+            &format!("/oauth2/authorize?client_id={app_id}&scope=bot"),
+            Some(&owner),
+            Some(json!({"guild_id": guild_id, "permissions": (1u64 << 47).to_string(), "authorize": true})),
+        )
+        .await;
+    assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
+}

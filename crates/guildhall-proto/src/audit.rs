@@ -30,6 +30,8 @@ pub const MEMBER_BAN_REMOVE: u8 = 23;
 pub const MEMBER_UPDATE: u8 = 24;
 /// Member was added or removed from a role.
 pub const MEMBER_ROLE_UPDATE: u8 = 25;
+/// Bot user was added to server.
+pub const BOT_ADD: u8 = 28;
 /// Role was created.
 pub const ROLE_CREATE: u8 = 30;
 /// Role was edited.

@@ -503,6 +503,18 @@ pub enum GuildChange {
         /// Whom.
         user: UserRecord,
     },
+    /// A bot authorized into the guild (`POST /oauth2/authorize`) with
+    /// `permissions`: its managed role (id chosen by the caller, named after
+    /// it, held by it alone) is created, or its permissions replaced; none
+    /// for 0, as Discord does. The bot is a member already.
+    AuthorizeBot {
+        /// The bot user.
+        bot: UserRecord,
+        /// The managed role's id, if one is created.
+        role_id: i64,
+        /// The permissions asked for.
+        permissions: i64,
+    },
     /// Rename the guild.
     UpdateGuild {
         /// New name.

@@ -72,6 +72,17 @@ pub struct Role {
     pub mentionable: bool,
     /// Role flags.
     pub flags: u64,
+    /// Whose role it is (a bot's managed role); absent for others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<RoleTags>,
+}
+
+/// A role's tags.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RoleTags {
+    /// The bot this managed role belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bot_id: Option<Snowflake>,
 }
 
 /// A permission overwrite on a channel.

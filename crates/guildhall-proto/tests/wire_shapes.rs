@@ -104,6 +104,7 @@ fn sample_guild() -> Guild {
         default_message_notifications: 0,
         explicit_content_filter: 0,
         roles: vec![Role {
+            tags: None,
             id: gid,
             name: "@everyone".into(),
             color: 0,

@@ -160,6 +160,7 @@ impl From<guildhall_proto::guilds::RoleRecord> for RoleRow {
             mentionable,
         } = record;
         Self {
+            bot_id: None,
             id,
             guild_id,
             name,
@@ -270,6 +271,9 @@ pub struct RoleRow {
     pub hoist: bool,
     /// Mentionable.
     pub mentionable: bool,
+    /// The bot whose managed role this is (created when the bot was
+    /// authorized with permissions); none for other roles.
+    pub bot_id: Option<i64>,
 }
 
 /// A member row.
@@ -1752,9 +1756,9 @@ where
         let mut tx = self.pool.begin().await?;
         Self::fence(&mut tx, role.guild_id, epoch).await?;
         let done = sqlx::query(
-            "INSERT INTO roles (id, guild_id, name, permissions, position, color, hoist, mentionable) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE SET name = $3, \
-             permissions = $4, position = $5, color = $6, hoist = $7, mentionable = $8 \
+            "INSERT INTO roles (id, guild_id, name, permissions, position, color, hoist, mentionable, bot_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO UPDATE SET name = $3, \
+             permissions = $4, position = $5, color = $6, hoist = $7, mentionable = $8, bot_id = $9 \
              WHERE roles.guild_id = $2",
         )
         .bind(role.id)
@@ -1765,6 +1769,7 @@ where
         .bind(role.color)
         .bind(role.hoist)
         .bind(role.mentionable)
+        .bind(role.bot_id)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -3276,6 +3281,7 @@ mod tests {
             created_ms: 5,
         };
         let everyone = RoleRow {
+            bot_id: None,
             id: 10,
             guild_id: 10,
             name: "@everyone".into(),
@@ -3491,6 +3497,7 @@ mod tests {
                 created_ms: 1,
             };
             let everyone = RoleRow {
+                bot_id: None,
                 id: base,
                 guild_id: base,
                 name: "@everyone".into(),
@@ -3885,6 +3892,7 @@ mod tests {
                 .is_empty()
         );
         let hijack = RoleRow {
+            bot_id: None,
             id: b_role,
             guild_id: a,
             name: "hijacked".into(),
@@ -4404,6 +4412,7 @@ mod tests {
             created_ms: 5,
         };
         let everyone = RoleRow {
+            bot_id: None,
             id: 10,
             guild_id: 10,
             name: "@everyone".into(),
@@ -4554,6 +4563,7 @@ mod tests {
                 created_ms: 5,
             };
             let everyone = RoleRow {
+                bot_id: None,
                 id,
                 guild_id: id,
                 name: "@everyone".into(),
