@@ -1358,3 +1358,112 @@ async fn a_gateway_that_regains_its_lease_resubscribes_its_sessions() {
     let _ = &mut run.first;
     run.stop().await;
 }
+
+/// Delivery follows permissions across gateway nodes (issue 25): the
+/// owner sends each node only the users of its own sessions to skip, and
+/// nothing at all to a node whose sessions may none of them view the
+/// channel. Bob (no access) has a session on each gateway, Carol (staff)
+/// one on gw2: a private message reaches Carol alone, and the public
+/// message after it reaches all three in order, with no gap in either
+/// node's stream (no resync).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_channels_events_skip_members_on_every_gateway() {
+    let cluster = Cluster::start(&["g1"]).await;
+    let front = &cluster.front;
+    let (owner, _) = front.register("alice").await;
+    let (bob, _) = front.register("bob").await;
+    let (carol, carol_id) = front.register("carol").await;
+    let (guild_id, public) = front.guild(&owner, "split").await;
+    touch_all(front, &owner, &[(guild_id.clone(), public.clone())]).await;
+    let code = front.invite(&owner, &public).await;
+    for token in [&bob, &carol] {
+        let (status, _) = front
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let (_, staff) = front
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "staff"})),
+        )
+        .await;
+    let staff = staff["id"].as_str().unwrap().to_owned();
+    let (status, _) = front
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{carol_id}/roles/{staff}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let view = guildhall_proto::permissions::VIEW_CHANNEL.to_string();
+    let (status, private) = front
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({"name": "staff-only", "permission_overwrites": [
+                {"id": guild_id, "type": 0, "deny": view},
+                {"id": staff, "type": 0, "allow": view},
+            ]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{private}");
+    let private = private["id"].as_str().unwrap().to_owned();
+    let gw2 = TestNode::member_roles_with(
+        "gw2",
+        41,
+        cluster.dir.path(),
+        cluster.registry.clone(),
+        cluster.bus.clone(),
+        &[Role::Gateway, Role::Api],
+        limits(),
+        None,
+    )
+    .await;
+    gw2.metric("guildhall_ring_members").await;
+    let mut bob_front = Client::connect(&front.ws).await;
+    bob_front.identify(&bob, WANTED).await;
+    bob_front.dispatch("GUILD_CREATE").await;
+    let mut bob_gw2 = Client::connect(&gw2.ws).await;
+    bob_gw2.identify(&bob, WANTED).await;
+    bob_gw2.dispatch("GUILD_CREATE").await;
+    let mut carol_gw2 = Client::connect(&gw2.ws).await;
+    carol_gw2.identify(&carol, WANTED).await;
+    carol_gw2.dispatch("GUILD_CREATE").await;
+
+    for (channel, content) in [(&private, "secret"), (&public, "hello all")] {
+        let (status, _) = front
+            .call(
+                "POST",
+                &format!("/channels/{channel}/messages"),
+                Some(&owner),
+                Some(json!({"content": content})),
+            )
+            .await;
+        assert_eq!(status, 200);
+    }
+    let first = carol_gw2.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(first["d"]["content"], "secret");
+    let second = carol_gw2.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(second["d"]["content"], "hello all");
+    for client in [&mut bob_front, &mut bob_gw2] {
+        let seen = client.dispatch("MESSAGE_CREATE").await;
+        assert_eq!(seen["d"]["content"], "hello all", "a hidden event leaked");
+    }
+    assert_eq!(gw2.metric("guildhall_dispatches_hidden_total").await, 1);
+    assert_eq!(
+        front.metric("guildhall_dispatches_hidden_total").await,
+        0,
+        "front was sent nothing"
+    );
+    for node in [front, &gw2] {
+        assert_eq!(node.metric("guildhall_stream_resyncs_total").await, 0);
+    }
+    gw2.stop().await;
+    cluster.stop().await;
+}
