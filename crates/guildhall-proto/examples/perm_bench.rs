@@ -25,6 +25,7 @@ use guildhall_proto::permissions::{self as perm, Overwrite, OverwriteKind, Subje
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
 use std::hint::black_box;
+use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -190,7 +191,10 @@ fn main() {
     }
     black_box(&queues);
     let (baseline, filtered) = (median(baseline_ns), median(filtered_ns));
-    println!(
+    // One JSON object on stdout, for scripts to read.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
         "{}",
         serde_json::json!({
             "members": members_n,
