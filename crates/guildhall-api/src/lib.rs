@@ -1207,7 +1207,7 @@ async fn create_channel(
             "Value must be one of {0, 2, 4}.".into(),
         ));
     }
-    unsupported_channel_fields(&node, &body.rest)?;
+    unsupported_fields(&node, &body.rest, UNSUPPORTED_CHANNEL_FIELDS)?;
     let permission_overwrites =
         overwrites_field(&node, body.permission_overwrites.as_ref())?.unwrap_or_default();
     // The owner checks MANAGE_CHANNELS (and MANAGE_ROLES for overwrites)
@@ -2062,7 +2062,8 @@ pub(crate) async fn publish_message(
             data,
             blanked: Some(blanked),
             content_exempt,
-            channel_id: 0,
+            // The owner shows it only to members who may view the channel.
+            channel_id: message.channel_id.get() as i64,
         },
     )
     .await;
@@ -2074,21 +2075,7 @@ pub(crate) async fn publish_message(
 /// guild's next owner (`GuildDirectory::publish`). What it reports is
 /// durable already, so a refused hand-off (unknown guild, outbox full)
 /// loses no data, only the live dispatch; it is counted.
-async fn publish(node: &ApiState, guild_id: i64, mut event: Outgoing) {
-    // Every event published here belongs to a channel (messages,
-    // reactions, typing, pins, webhooks): the owner hides it from members
-    // who may not view that channel.
-    #[derive(Deserialize)]
-    struct ChannelOf {
-        channel_id: Option<String>,
-    }
-    if event.channel_id == 0 {
-        event.channel_id = serde_json::from_str::<ChannelOf>(event.data.get())
-            .ok()
-            .and_then(|c| c.channel_id)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-    }
+async fn publish(node: &ApiState, guild_id: i64, event: Outgoing) {
     if node.guilds.publish(guild_id, event).await.is_err() {
         node.counters
             .fanout_failed_total
@@ -2096,10 +2083,13 @@ async fn publish(node: &ApiState, guild_id: i64, mut event: Outgoing) {
     }
 }
 
-/// Encodes `data` once as dispatch `name` and publishes it to the guild.
+/// Encodes `data` once as dispatch `name` and publishes it to the guild's
+/// members who may view `channel_id` (every event published here belongs
+/// to a channel: reactions, typing, pins, deletes, webhooks).
 pub(crate) async fn publish_plain(
     node: &ApiState,
     guild_id: i64,
+    channel_id: i64,
     name: &str,
     required_intent: u64,
     data: &impl serde::Serialize,
@@ -2115,7 +2105,7 @@ pub(crate) async fn publish_plain(
                 data,
                 blanked: None,
                 content_exempt: vec![],
-                channel_id: 0,
+                channel_id,
             },
         )
         .await;
@@ -2599,6 +2589,7 @@ pub(crate) async fn publish_message_delete(
     publish_plain(
         node,
         guild_id,
+        channel_id,
         "MESSAGE_DELETE",
         intents::GUILD_MESSAGES,
         &data,
@@ -2622,6 +2613,7 @@ async fn typing(
     publish_plain(
         &node,
         guild_id,
+        channel.id,
         "TYPING_START",
         intents::GUILD_MESSAGE_TYPING,
         &data,
@@ -2716,7 +2708,7 @@ async fn patch_channel(
     }
     let position = patch::<i64>(body.get("position"))?.flatten();
     if let Some(fields) = body.as_object() {
-        unsupported_channel_fields(&node, fields)?;
+        unsupported_fields(&node, fields, UNSUPPORTED_CHANNEL_FIELDS)?;
     }
     // Null clears them, as an empty list does.
     let permission_overwrites = match body.get("permission_overwrites") {
@@ -2739,9 +2731,7 @@ async fn patch_channel(
 }
 
 /// Channel fields this server does not act on yet, with the value that
-/// means "not used" (what libraries send when the caller set nothing):
-/// that value is accepted, any other is refused with 50035 naming the
-/// field, never answered 200 and dropped.
+/// means "not used" (what libraries send when the caller set nothing).
 const UNSUPPORTED_CHANNEL_FIELDS: &[(&str, &str)] = &[
     ("nsfw", "false"),
     ("parent_id", "null"),
@@ -2764,11 +2754,16 @@ const UNSUPPORTED_CHANNEL_FIELDS: &[(&str, &str)] = &[
     ("applied_tags", "null"),
 ];
 
-fn unsupported_channel_fields(
+/// Refuses, with 50035 naming the field, any of `table`'s fields that
+/// holds a value other than null or its "not used" value (the JSON beside
+/// it): the server does not act on them yet, and a 200 that dropped them
+/// would lie.
+fn unsupported_fields(
     node: &ApiState,
     body: &serde_json::Map<String, Value>,
+    table: &[(&'static str, &str)],
 ) -> Result<(), ApiError> {
-    for (field, unused) in UNSUPPORTED_CHANNEL_FIELDS {
+    for (field, unused) in table {
         let Some(value) = body.get(*field) else {
             continue;
         };
@@ -3233,30 +3228,18 @@ fn timeout_field(node: &ApiState, value: Option<&Value>) -> Result<Option<Option
 }
 
 /// Member fields this server does not act on yet (server mute and
-/// deafen, moving between voice channels, member flags): their defaults
-/// are accepted, any other value is refused with 50035 naming the field,
-/// never answered 200 and dropped.
+/// deafen, moving between voice channels, member flags), with the value
+/// that means "not used" (see `unsupported_fields`).
+const UNSUPPORTED_MEMBER_FIELDS: &[(&str, &str)] =
+    &[("mute", "false"), ("deaf", "false"), ("flags", "0")];
+
 fn unsupported_member_fields(node: &ApiState, body: &Value) -> Result<(), ApiError> {
-    for (field, default) in [
-        ("mute", json!(false)),
-        ("deaf", json!(false)),
-        ("flags", json!(0)),
-    ] {
-        if body
-            .get(field)
-            .is_some_and(|v| !v.is_null() && *v != default)
-        {
-            node.counters
-                .bad_requests_total
-                .fetch_add(1, Ordering::Relaxed);
-            return Err(ApiError::Field(
-                field,
-                "UNSUPPORTED",
-                "This server does not support this field yet.".into(),
-            ));
-        }
-    }
-    if body.get("channel_id").is_some() {
+    let Some(fields) = body.as_object() else {
+        return Ok(());
+    };
+    // Any `channel_id`, null included (null disconnects from voice), is
+    // an action this server does not take yet.
+    if fields.contains_key("channel_id") {
         node.counters
             .bad_requests_total
             .fetch_add(1, Ordering::Relaxed);
@@ -3266,7 +3249,7 @@ fn unsupported_member_fields(node: &ApiState, body: &Value) -> Result<(), ApiErr
             "This server does not move members between voice channels yet.".into(),
         ));
     }
-    Ok(())
+    unsupported_fields(node, fields, UNSUPPORTED_MEMBER_FIELDS)
 }
 
 async fn kick_member(
@@ -4045,7 +4028,9 @@ async fn reaction(
                 data["member"] = member;
             }
         }
-        audience.announce_reaction(node, name, data).await;
+        audience
+            .announce_reaction(node, row.channel_id, name, data)
+            .await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -4079,7 +4064,7 @@ async fn publish_reaction_removed(
         "message_id": row.id.to_string(), "emoji": emoji, "burst": false, "type": 0,
     });
     audience
-        .announce_reaction(node, "MESSAGE_REACTION_REMOVE", data)
+        .announce_reaction(node, row.channel_id, "MESSAGE_REACTION_REMOVE", data)
         .await;
 }
 
@@ -4200,7 +4185,7 @@ async fn remove_emoji_reactions(
             "emoji": emoji,
         });
         audience
-            .announce_reaction(&node, "MESSAGE_REACTION_REMOVE_EMOJI", data)
+            .announce_reaction(&node, row.channel_id, "MESSAGE_REACTION_REMOVE_EMOJI", data)
             .await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -4230,7 +4215,7 @@ async fn remove_all_reactions(
             "channel_id": row.channel_id.to_string(), "message_id": row.id.to_string(),
         });
         audience
-            .announce_reaction(&node, "MESSAGE_REACTION_REMOVE_ALL", data)
+            .announce_reaction(&node, row.channel_id, "MESSAGE_REACTION_REMOVE_ALL", data)
             .await;
     }
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -4276,13 +4261,20 @@ impl ChannelAudience {
     /// A reaction event (`data` without `guild_id`): to the guild's
     /// sessions with GUILD_MESSAGE_REACTIONS and the guild's id added, or
     /// to the DM's members with DIRECT_MESSAGE_REACTIONS.
-    async fn announce_reaction(&self, node: &ApiState, name: &str, mut data: Value) {
+    async fn announce_reaction(
+        &self,
+        node: &ApiState,
+        channel_id: i64,
+        name: &str,
+        mut data: Value,
+    ) {
         match self {
             ChannelAudience::Guild { guild_id, .. } => {
                 data["guild_id"] = json!(guild_id.to_string());
                 publish_plain(
                     node,
                     *guild_id,
+                    channel_id,
                     name,
                     intents::GUILD_MESSAGE_REACTIONS,
                     &data,
@@ -4402,6 +4394,7 @@ async fn publish_pins_update(
             publish_plain(
                 node,
                 *guild_id,
+                channel.id,
                 "CHANNEL_PINS_UPDATE",
                 intents::GUILDS,
                 &data,
@@ -4808,6 +4801,7 @@ async fn bulk_delete(
     publish_plain(
         &node,
         guild_id,
+        channel.id,
         "MESSAGE_DELETE_BULK",
         intents::GUILD_MESSAGES,
         &data,

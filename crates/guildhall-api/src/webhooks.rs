@@ -327,6 +327,7 @@ async fn announce(node: &crate::ApiState, guild_id: i64, channel_id: i64) {
     publish_plain(
         node,
         guild_id,
+        channel_id,
         "WEBHOOKS_UPDATE",
         intents::GUILD_WEBHOOKS,
         &data,

@@ -1116,16 +1116,7 @@ impl GuildOwner {
                 if let Err(error) = store.remove_member(guild_id, member_id, epoch).await {
                     return Err(self.store_failed(Some(&error)));
                 }
-                self.publish(
-                    "GUILD_MEMBER_REMOVE",
-                    intents::GUILD_MEMBERS,
-                    &serde_json::json!({"guild_id": guild_id.to_string(), "user": wire_user(&entry.user)}),
-                );
-                self.members.remove(&member_id);
-                self.statuses.remove(&member_id);
-                // The removed user's sessions lose the guild.
-                self.remove_users(vec![member_id]);
-                self.drop_managed_role(member_id).await;
+                self.forget_member(&entry.user).await;
                 Ok(Changed::Nothing)
             }
         }
@@ -1165,15 +1156,7 @@ impl GuildOwner {
         };
         let user = UserRow::from(user);
         if write.was_member {
-            self.publish(
-                "GUILD_MEMBER_REMOVE",
-                intents::GUILD_MEMBERS,
-                &serde_json::json!({"guild_id": guild_id.to_string(), "user": wire_user(&user)}),
-            );
-            self.members.remove(&user.id);
-            self.statuses.remove(&user.id);
-            self.remove_users(vec![user.id]);
-            self.drop_managed_role(user.id).await;
+            self.forget_member(&user).await;
         }
         if write.banned {
             self.publish(
@@ -1484,6 +1467,21 @@ impl GuildOwner {
                 &wire,
             );
         }
+    }
+
+    /// After the store removed `user` (kick, leave, ban): announces
+    /// GUILD_MEMBER_REMOVE, forgets the member, takes the guild from their
+    /// sessions and a bot's managed role with it.
+    async fn forget_member(&mut self, user: &UserRow) {
+        self.publish(
+            "GUILD_MEMBER_REMOVE",
+            intents::GUILD_MEMBERS,
+            &serde_json::json!({"guild_id": self.guild.id.to_string(), "user": wire_user(user)}),
+        );
+        self.members.remove(&user.id);
+        self.statuses.remove(&user.id);
+        self.remove_users(vec![user.id]);
+        self.drop_managed_role(user.id).await;
     }
 
     /// A bot that left (kicked, banned, gone) takes its managed role with
