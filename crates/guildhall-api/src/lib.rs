@@ -2064,6 +2064,7 @@ pub(crate) async fn publish_message(
             content_exempt,
             // The owner shows it only to members who may view the channel.
             channel_id: message.channel_id.get() as i64,
+            channel_permissions: 0,
         },
     )
     .await;
@@ -2094,6 +2095,20 @@ pub(crate) async fn publish_plain(
     required_intent: u64,
     data: &impl serde::Serialize,
 ) {
+    publish_holding(node, guild_id, channel_id, 0, name, required_intent, data).await;
+}
+
+/// [`publish_plain`] to the members who also hold `channel_permissions`
+/// in the channel (the invite events go to MANAGE_CHANNELS only).
+async fn publish_holding(
+    node: &ApiState,
+    guild_id: i64,
+    channel_id: i64,
+    channel_permissions: u64,
+    name: &str,
+    required_intent: u64,
+    data: &impl serde::Serialize,
+) {
     if let Ok(data) = to_raw_value(data) {
         publish(
             node,
@@ -2106,6 +2121,7 @@ pub(crate) async fn publish_plain(
                 blanked: None,
                 content_exempt: vec![],
                 channel_id,
+                channel_permissions,
             },
         )
         .await;
@@ -4866,35 +4882,94 @@ async fn dm_of(
 
 // ----- invites --------------------------------------------------------------
 
+/// Discord's bounds on an invite's settings (part of the documented
+/// contract, not tunables): at most 7 days of age, at most 100 uses.
+const INVITE_MAX_AGE_S_MAX: i64 = 604_800;
+/// See [`INVITE_MAX_AGE_S_MAX`].
+const INVITE_MAX_USES_MAX: i64 = 100;
+/// An invite's age when the request does not say (24 hours).
+const INVITE_MAX_AGE_S_DEFAULT: i64 = 86_400;
+
+/// `POST /channels/{id}/invites`'s body. `temporary: true` and the voice
+/// channel targets are refused (50035), not dropped: membership is not
+/// yet temporary, and nobody can stream or run an embedded application
+/// here, which the targets require.
 #[derive(Deserialize)]
 struct NewInvite {
+    max_age: Option<i64>,
+    max_uses: Option<i64>,
     #[serde(default)]
-    max_uses: i64,
+    unique: bool,
+    /// Every other field, checked by `UNSUPPORTED_INVITE_FIELDS`.
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
-/// The invite object of `code`. Two indexed reads whatever the guild's
-/// size: the member count is the one the store keeps with every join and
-/// leave, rather than the guild owner's (asking the owner would load the
-/// whole guild, members and all, for an unauthenticated request) or a
-/// count over the members (which grows with them).
-async fn invite_json(node: &ApiState, code: &str, with_counts: bool) -> Result<Value, ApiError> {
+const UNSUPPORTED_INVITE_FIELDS: &[(&str, &str)] = &[
+    ("temporary", "false"),
+    ("target_type", "null"),
+    ("target_user_id", "null"),
+    ("target_application_id", "null"),
+    ("target_users_file", "null"),
+    ("role_ids", "[]"),
+];
+
+/// An invite's wire object from what the caller has read: its guild's
+/// name and its channel's (type, name). `metadata` adds the
+/// invite metadata object's fields (uses, max_uses, max_age, temporary,
+/// created_at), which the guild's managers see.
+fn wire_invite(
+    invite: &InviteRow,
+    guild_name: &str,
+    channel: (i64, &str),
+    inviter: Option<&UserRow>,
+    metadata: bool,
+) -> Value {
+    let mut value = json!({
+        "type": 0, "code": invite.code,
+        "guild": {"id": invite.guild_id.to_string(), "name": guild_name, "icon": null, "splash": null, "banner": null,
+                  "description": null, "features": [], "verification_level": 0, "vanity_url_code": null, "nsfw_level": 0},
+        "channel": {"id": invite.channel_id.to_string(), "type": channel.0, "name": channel.1},
+        "inviter": inviter.map(wire_user),
+        "expires_at": invite.expires_ms.map(|ms| format_unix_ms(ms.max(0) as u64)),
+    });
+    if metadata {
+        value["uses"] = json!(invite.uses);
+        value["max_uses"] = json!(invite.max_uses);
+        value["max_age"] = json!(invite.max_age_s);
+        value["temporary"] = json!(invite.temporary);
+        value["created_at"] = json!(format_unix_ms(invite.created_ms.max(0) as u64));
+    }
+    value
+}
+
+/// The invite object of `code`, unexpired. Two indexed reads whatever the
+/// guild's size: the member count is the one the store keeps with every
+/// join and leave, rather than the guild owner's (asking the owner would
+/// load the whole guild, members and all, for an unauthenticated request)
+/// or a count over the members (which grows with them).
+async fn invite_json(
+    node: &ApiState,
+    code: &str,
+    with_counts: bool,
+    metadata: bool,
+) -> Result<Value, ApiError> {
     let preview = node
         .shared
         .store
         .invite_preview(code)
         .await?
+        .filter(|p| !p.invite.expired(now_ms() as i64))
         .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
     let invite = &preview.invite;
     let inviter = node.shared.store.user(invite.inviter_id).await?;
-    let mut value = json!({
-        "type": 0, "code": invite.code,
-        "guild": {"id": invite.guild_id.to_string(), "name": preview.guild_name, "icon": null, "splash": null, "banner": null,
-                  "description": null, "features": [], "verification_level": 0, "vanity_url_code": null, "nsfw_level": 0},
-        "channel": {"id": invite.channel_id.to_string(), "type": preview.channel_kind, "name": preview.channel_name},
-        "inviter": inviter.as_ref().map(wire_user),
-        "uses": invite.uses, "max_uses": invite.max_uses, "max_age": 0, "temporary": false,
-        "created_at": format_unix_ms(invite.created_ms as u64), "expires_at": null,
-    });
+    let mut value = wire_invite(
+        invite,
+        &preview.guild_name,
+        (preview.channel_kind, &preview.channel_name),
+        inviter.as_ref(),
+        metadata,
+    );
     if with_counts {
         value["approximate_member_count"] = json!(preview.member_count);
         value["approximate_presence_count"] = json!(0);
@@ -4902,18 +4977,98 @@ async fn invite_json(node: &ApiState, code: &str, with_counts: bool) -> Result<V
     Ok(value)
 }
 
+/// `with_counts` and `with_expiration` (the latter always honoured:
+/// `expires_at` is in every invite, as Discord now documents).
 #[derive(Deserialize)]
 struct InviteQuery {
     #[serde(default)]
     with_counts: bool,
+    #[serde(default)]
+    #[allow(dead_code)]
+    with_expiration: bool,
 }
 
+/// What INVITE_CREATE carries.
+fn invite_create_event(invite: &InviteRow, inviter: &UserRow) -> Value {
+    json!({
+        "channel_id": invite.channel_id.to_string(), "code": invite.code,
+        "created_at": format_unix_ms(invite.created_ms.max(0) as u64),
+        "guild_id": invite.guild_id.to_string(), "inviter": wire_user(inviter),
+        "max_age": invite.max_age_s, "max_uses": invite.max_uses,
+        "temporary": invite.temporary, "uses": invite.uses,
+        "expires_at": invite.expires_ms.map(|ms| format_unix_ms(ms.max(0) as u64)),
+    })
+}
+
+/// Announces a deleted (or used-up) invite to the channel's managers.
+async fn announce_invite_delete(node: &ApiState, invite: &InviteRow) {
+    let data = json!({
+        "channel_id": invite.channel_id.to_string(),
+        "guild_id": invite.guild_id.to_string(),
+        "code": invite.code,
+    });
+    publish_holding(
+        node,
+        invite.guild_id,
+        invite.channel_id,
+        perm::MANAGE_CHANNELS,
+        "INVITE_DELETE",
+        intents::GUILD_INVITES,
+        &data,
+    )
+    .await;
+}
+
+/// `max_age` or `max_uses` within 0..=`max`.
+fn invite_bound(
+    node: &ApiState,
+    field: &'static str,
+    value: Option<i64>,
+    default: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
+    let value = value.unwrap_or(default);
+    if (0..=max).contains(&value) {
+        return Ok(value);
+    }
+    node.counters
+        .bad_requests_total
+        .fetch_add(1, Ordering::Relaxed);
+    Err(if value < 0 {
+        ApiError::Field(
+            field,
+            "NUMBER_TYPE_MIN",
+            "int value should be greater than or equal to 0.".into(),
+        )
+    } else {
+        ApiError::Field(
+            field,
+            "NUMBER_TYPE_MAX",
+            format!("int value should be less than or equal to {max}."),
+        )
+    })
+}
+
+/// `POST /channels/{id}/invites`: CREATE_INSTANT_INVITE. Without
+/// `unique`, an unexpired invite of the caller's to the channel with the
+/// same settings is answered instead of a new one (as Discord does). A
+/// guild holds at most `guild_invites_max` invites (expired ones are
+/// pruned first; 30016 when still full).
 async fn create_invite(
     State(node): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<NewInvite>,
 ) -> ApiResult {
+    unsupported_fields(&node, &body.rest, UNSUPPORTED_INVITE_FIELDS)?;
+    let max_age_s = invite_bound(
+        &node,
+        "max_age",
+        body.max_age,
+        INVITE_MAX_AGE_S_DEFAULT,
+        INVITE_MAX_AGE_S_MAX,
+    )?;
+    let max_uses = invite_bound(&node, "max_uses", body.max_uses, 0, INVITE_MAX_USES_MAX)?;
     let (channel, guild_id) = guild_channel(&node, &id).await?;
     authorize(
         &node,
@@ -4923,44 +5078,202 @@ async fn create_invite(
         perm::CREATE_INSTANT_INVITE,
     )
     .await?;
-    let invite = InviteRow {
-        code: auth::new_code().map_err(|_| ApiError::Internal)?,
+    let now = now_ms() as i64;
+    let mut invite = InviteRow {
+        code: String::new(),
         guild_id,
         channel_id: channel.id,
         inviter_id: caller.id,
         uses: 0,
-        max_uses: body.max_uses.clamp(0, 100),
-        created_ms: now_ms() as i64,
+        max_uses,
+        created_ms: now,
+        max_age_s,
+        expires_ms: (max_age_s > 0).then(|| now.saturating_add(max_age_s * 1_000)),
+        ..InviteRow::default()
     };
-    node.shared.store.create_invite(&invite).await?;
-    ok(&invite_json(&node, &invite.code, false).await?)
+    let store = &node.shared.store;
+    if !body.unique
+        && let Some(existing) = store.similar_invite(&invite, now).await?
+    {
+        return ok(&invite_json(&node, &existing.code, false, true).await?);
+    }
+    let max = node.shared.limits.guild_invites_max as i64;
+    if store.prune_invites(guild_id, now).await? >= max {
+        return Err(ApiError::Code(ErrorCode::MaxInvites));
+    }
+    invite.code = auth::new_code().map_err(|_| ApiError::Internal)?;
+    store.create_invite(&invite).await?;
+    let value = invite_json(&node, &invite.code, false, true).await?;
+    if let Some(inviter) = store.user(caller.id).await? {
+        publish_holding(
+            &node,
+            guild_id,
+            channel.id,
+            perm::MANAGE_CHANNELS,
+            "INVITE_CREATE",
+            intents::GUILD_INVITES,
+            &invite_create_event(&invite, &inviter),
+        )
+        .await;
+    }
+    ok(&value)
 }
 
+/// Invite objects with metadata for `rows`: one read for the guild, one
+/// per distinct channel (at most the guild's channels) and one for the
+/// inviters, whatever the number of invites.
+async fn wire_invites(
+    node: &ApiState,
+    guild_id: i64,
+    rows: &[InviteRow],
+) -> Result<Value, ApiError> {
+    let store = &node.shared.store;
+    let guild = store.guild(guild_id).await?;
+    let mut channels: HashMap<i64, ChannelRow> = HashMap::new();
+    for row in rows {
+        if !channels.contains_key(&row.channel_id)
+            && let Some(channel) = store.channel(row.channel_id).await?
+        {
+            channels.insert(channel.id, channel);
+        }
+    }
+    let mut inviter_ids: Vec<i64> = rows.iter().map(|r| r.inviter_id).collect();
+    inviter_ids.sort_unstable();
+    inviter_ids.dedup();
+    let inviters: HashMap<i64, UserRow> = store
+        .users_by_ids(&inviter_ids)
+        .await?
+        .into_iter()
+        .map(|u| (u.id, u))
+        .collect();
+    let listed: Vec<Value> = rows
+        .iter()
+        .filter_map(|row| {
+            let channel = channels.get(&row.channel_id)?;
+            Some(wire_invite(
+                row,
+                guild.as_ref().map_or("", |g| g.name.as_str()),
+                (channel.kind, &channel.name),
+                inviters.get(&row.inviter_id),
+                true,
+            ))
+        })
+        .collect();
+    Ok(Value::Array(listed))
+}
+
+/// `GET /channels/{id}/invites`: MANAGE_CHANNELS; the channel's
+/// unexpired invites with metadata.
+async fn channel_invites(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let (channel, guild_id) = guild_channel(&node, &id).await?;
+    authorize(&node, caller.id, &channel, guild_id, perm::MANAGE_CHANNELS).await?;
+    let max = node.shared.limits.guild_invites_max as i64;
+    let rows = node
+        .shared
+        .store
+        .invites(guild_id, channel.id, now_ms() as i64, max)
+        .await?;
+    ok(&wire_invites(&node, guild_id, &rows).await?)
+}
+
+/// `GET /guilds/{id}/invites`: MANAGE_GUILD; the guild's unexpired
+/// invites with metadata (at most `guild_invites_max`, the cap on them).
+async fn guild_invites(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    node.guilds
+        .authorize(guild_id, caller.id, GUILD_WIDE, perm::MANAGE_GUILD)
+        .await?;
+    let max = node.shared.limits.guild_invites_max as i64;
+    let rows = node
+        .shared
+        .store
+        .invites(guild_id, 0, now_ms() as i64, max)
+        .await?;
+    ok(&wire_invites(&node, guild_id, &rows).await?)
+}
+
+/// `GET /invites/{code}`: anyone, unauthenticated callers included (one
+/// or two indexed reads).
 async fn get_invite(
     State(node): State<AppState>,
     Path(code): Path<String>,
     Query(query): Query<InviteQuery>,
 ) -> ApiResult {
-    ok(&invite_json(&node, &code, query.with_counts).await?)
+    ok(&invite_json(&node, &code, query.with_counts, false).await?)
 }
 
+/// `DELETE /invites/{code}`: MANAGE_CHANNELS on its channel or
+/// MANAGE_GUILD; answers the invite; INVITE_DELETE.
+async fn delete_invite(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(code): Path<String>,
+) -> ApiResult {
+    let store = &node.shared.store;
+    let invite = store
+        .invite(&code)
+        .await?
+        .filter(|i| !i.expired(now_ms() as i64))
+        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    let guilds = &node.guilds;
+    let in_channel = guilds
+        .authorize(
+            invite.guild_id,
+            caller.id,
+            invite.channel_id,
+            perm::MANAGE_CHANNELS,
+        )
+        .await;
+    if in_channel.is_err() {
+        guilds
+            .authorize(invite.guild_id, caller.id, GUILD_WIDE, perm::MANAGE_GUILD)
+            .await?;
+    }
+    let value = invite_json(&node, &code, false, true).await?;
+    if store.delete_invite(&code).await? {
+        announce_invite_delete(&node, &invite).await;
+    }
+    ok(&value)
+}
+
+/// `POST /invites/{code}`: joins the guild. A banned user is refused
+/// (40007) before a use is counted; an invite is gone once expired or
+/// used up (the last use deletes it, INVITE_DELETE).
 async fn accept_invite(
     State(node): State<AppState>,
     Caller(caller): Caller,
     Path(code): Path<String>,
 ) -> ApiResult {
-    let invite = node
-        .shared
-        .store
+    let store = &node.shared.store;
+    let now = now_ms() as i64;
+    let invite = store
         .invite(&code)
         .await?
+        .filter(|i| !i.expired(now))
         .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
-    if !node.shared.store.use_invite(&code).await? {
-        return Err(ApiError::Code(ErrorCode::UnknownInvite));
+    if store.ban(invite.guild_id, caller.id).await?.is_some() {
+        return Err(GuildError::Banned.into());
     }
-    let guild_id = invite.guild_id;
-    node.guilds.add_member(guild_id, (&caller).into()).await?;
-    ok(&invite_json(&node, &invite.code, false).await?)
+    let value = invite_json(&node, &invite.code, false, false).await?;
+    let uses = store
+        .use_invite(&code, now)
+        .await?
+        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    if invite.max_uses > 0 && uses >= invite.max_uses && store.delete_invite(&code).await? {
+        announce_invite_delete(&node, &invite).await;
+    }
+    node.guilds
+        .add_member(invite.guild_id, (&caller).into())
+        .await?;
+    ok(&value)
 }
 
 // ----- operator endpoints -------------------------------------------------------
@@ -5149,8 +5462,15 @@ pub fn routes() -> Router<AppState> {
             get(get_message).patch(edit_message).delete(delete_message),
         )
         .route("/channels/{id}/typing", post(typing))
-        .route("/channels/{id}/invites", post(create_invite))
-        .route("/invites/{code}", get(get_invite).post(accept_invite))
+        .route(
+            "/channels/{id}/invites",
+            get(channel_invites).post(create_invite),
+        )
+        .route("/guilds/{id}/invites", get(guild_invites))
+        .route(
+            "/invites/{code}",
+            get(get_invite).post(accept_invite).delete(delete_invite),
+        )
         .route("/admin/bots", post(admin_create_bot))
         .merge(crate::commands::routes())
         .merge(crate::interactions::routes())

@@ -54,8 +54,9 @@ struct MemberEntry {
 /// their intents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Audience {
-    /// Members who may view this channel.
-    Channel(i64),
+    /// Members holding these permissions in this channel (VIEW_CHANNEL
+    /// among them).
+    Channel(i64, u64),
     /// Members holding these guild permissions (the audit log's
     /// VIEW_AUDIT_LOG).
     Holding(u64),
@@ -1953,7 +1954,7 @@ impl GuildOwner {
             return hidden.clone();
         }
         let channel_id = match audience {
-            Audience::Channel(channel_id) => channel_id,
+            Audience::Channel(channel_id, _) => channel_id,
             Audience::Holding(_) => 0,
         };
         let hidden: Vec<i64> = match (audience, self.channels.iter().find(|c| c.id == channel_id)) {
@@ -1965,16 +1966,16 @@ impl GuildOwner {
                 })
                 .map(|(user_id, _)| *user_id)
                 .collect(),
-            (Audience::Channel(_), None) => vec![],
-            (Audience::Channel(_), Some(channel)) => {
+            (Audience::Channel(..), None) => vec![],
+            (Audience::Channel(_, bits), Some(channel)) => {
                 let overwrites = perm::Overwrite::parse_stored(&channel.permission_overwrites);
                 // BTreeMap order: ascending ids.
                 self.members
                     .iter()
                     .filter(|(user_id, entry)| {
                         perm::in_channel(&self.subject(**user_id, entry), channel.kind, &overwrites)
-                            & perm::VIEW_CHANNEL
-                            == 0
+                            & bits
+                            != bits
                     })
                     .map(|(user_id, _)| *user_id)
                     .collect()
@@ -2242,7 +2243,8 @@ impl GuildOwner {
         required_intent: u64,
         data: &impl serde::Serialize,
     ) {
-        let audience = (channel_id != 0).then_some(Audience::Channel(channel_id));
+        let audience =
+            (channel_id != 0).then_some(Audience::Channel(channel_id, perm::VIEW_CHANNEL));
         self.publish_to(audience, name, required_intent, data);
     }
 
@@ -2408,7 +2410,10 @@ impl GuildOwner {
                         hidden_from: vec![],
                     },
                     id,
-                    (event.channel_id != 0).then_some(Audience::Channel(event.channel_id)),
+                    (event.channel_id != 0).then_some(Audience::Channel(
+                        event.channel_id,
+                        perm::VIEW_CHANNEL | event.channel_permissions,
+                    )),
                 );
                 if waiting > 0 {
                     // Not confirmed: the caller holds the event and asks

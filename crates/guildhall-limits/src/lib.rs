@@ -1003,6 +1003,11 @@ pub const BANS_PAGE_MAX: usize = 1_000;
 /// 50035 on `user_ids`, nobody banned.
 pub const BULK_BAN_USERS_MAX: usize = 200;
 
+/// Invites one guild holds at most (Discord's 1,000). Creating one more:
+/// expired invites are pruned, and if the guild is still full, 400 with
+/// 30016 and nothing created. Also the most one invite list answers.
+pub const GUILD_INVITES_MAX: usize = 1_000;
+
 /// Characters of an `X-Audit-Log-Reason` kept (Discord's 512). Longer:
 /// cut to this many.
 pub const AUDIT_REASON_CHARS_MAX: usize = 512;
@@ -1596,6 +1601,8 @@ pub struct Limits {
     pub bans_page_max: usize,
     /// See [`BULK_BAN_USERS_MAX`].
     pub bulk_ban_users_max: usize,
+    /// See [`GUILD_INVITES_MAX`].
+    pub guild_invites_max: usize,
     /// See [`AUDIT_REASON_CHARS_MAX`].
     pub audit_reason_chars_max: usize,
     /// See [`GUILD_CREATE_MEMBERS_MAX`].
@@ -1896,6 +1903,7 @@ impl Default for Limits {
             guild_view_cache_channels_max: GUILD_VIEW_CACHE_CHANNELS_MAX,
             bans_page_max: BANS_PAGE_MAX,
             bulk_ban_users_max: BULK_BAN_USERS_MAX,
+            guild_invites_max: GUILD_INVITES_MAX,
             audit_reason_chars_max: AUDIT_REASON_CHARS_MAX,
             guild_create_members_max: GUILD_CREATE_MEMBERS_MAX,
             guild_envelope_reserve_bytes: GUILD_ENVELOPE_RESERVE_BYTES,
@@ -2638,6 +2646,7 @@ impl Limits {
             ),
             (self.bans_page_max, "bans_page_max"),
             (self.bulk_ban_users_max, "bulk_ban_users_max"),
+            (self.guild_invites_max, "guild_invites_max"),
             (self.audit_reason_chars_max, "audit_reason_chars_max"),
         ] {
             check(value >= 1, field, "must be at least 1");
@@ -3290,6 +3299,7 @@ mod tests {
             "guild_view_cache_channels_max",
             "bans_page_max",
             "bulk_ban_users_max",
+            "guild_invites_max",
             "audit_reason_chars_max",
             "guild_create_members_max",
             "guild_envelope_reserve_bytes",
@@ -3510,6 +3520,7 @@ mod tests {
             "guild_view_cache_channels_max" => l.guild_view_cache_channels_max = 0,
             "bans_page_max" => l.bans_page_max = 0,
             "bulk_ban_users_max" => l.bulk_ban_users_max = 0,
+            "guild_invites_max" => l.guild_invites_max = 0,
             "audit_reason_chars_max" => l.audit_reason_chars_max = 0,
             "guild_create_members_max" => l.guild_create_members_max = 0,
             "guild_envelope_reserve_bytes" => l.guild_envelope_reserve_bytes = 0,

@@ -2223,3 +2223,224 @@ async fn an_authorized_bot_holds_its_managed_role() {
         .await;
     assert_eq!((status, body["code"].as_u64()), (400, Some(50035)));
 }
+
+/// Invites as Discord documents them: a day's age unless told (0 never
+/// expires), reused unless `unique`, gone when expired or used up, listed
+/// by channel and guild for their managers, deleted by them; INVITE_CREATE
+/// and INVITE_DELETE reach only members who manage the channel; bounds
+/// and unsupported settings refused with nothing created; a banned user
+/// uses none of an invite.
+#[tokio::test]
+async fn invites_expire_run_out_are_listed_and_deleted() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (mallory, mallory_id) = node.register("mallory").await;
+    let (guild_id, channel) = node.guild(&owner, "Invites").await;
+    let invites = format!("/channels/{channel}/invites");
+    let create = |body: serde_json::Value| node.call("POST", &invites, Some(&owner), Some(body));
+
+    // Bob joins through a one-use invite, which goes with that use.
+    let (status, once) = create(json!({"max_uses": 1})).await;
+    assert_eq!(status, 200, "{once}");
+    let once_code = once["code"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (once["max_uses"].as_i64(), once["max_age"].as_i64()),
+        (Some(1), Some(86_400))
+    );
+    assert_eq!(
+        (once["uses"].as_i64(), once["temporary"].as_bool()),
+        (Some(0), Some(false))
+    );
+    assert!(once["expires_at"].is_string(), "{once}");
+    let (status, _) = node
+        .call("POST", &format!("/invites/{once_code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = node
+        .call("GET", &format!("/invites/{once_code}"), None, None)
+        .await;
+    assert_eq!(
+        (status, body["code"].as_i64()),
+        (404, Some(10006)),
+        "{body}"
+    );
+
+    // The owner manages the channel and hears invite events; Bob does not.
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher
+        .identify(&owner, intents::GUILDS | intents::GUILD_INVITES)
+        .await;
+    watcher.dispatch("GUILD_CREATE").await;
+    let mut bob_client = Client::connect(&node.ws).await;
+    bob_client
+        .identify(&bob, intents::GUILDS | intents::GUILD_INVITES)
+        .await;
+    bob_client.dispatch("GUILD_CREATE").await;
+
+    // Not unique: the same settings answer the same invite.
+    let (status, forever) = create(json!({"max_age": 0})).await;
+    assert_eq!(status, 200, "{forever}");
+    assert_eq!(forever["expires_at"], serde_json::Value::Null);
+    let forever_code = forever["code"].as_str().unwrap().to_owned();
+    let created = watcher.dispatch("INVITE_CREATE").await;
+    assert_eq!(created["d"]["code"], forever_code.as_str());
+    assert_eq!(created["d"]["guild_id"], guild_id.as_str());
+    assert_eq!(created["d"]["max_age"], 0);
+    let (_, again) = create(json!({"max_age": 0})).await;
+    assert_eq!(again["code"], forever_code.as_str());
+    let (_, unique) = create(json!({"max_age": 0, "unique": true})).await;
+    assert_ne!(unique["code"], forever_code.as_str());
+    let unique_code = unique["code"].as_str().unwrap().to_owned();
+    assert_eq!(
+        watcher.dispatch("INVITE_CREATE").await["d"]["code"],
+        unique_code.as_str()
+    );
+
+    // Bad settings: 50035 at the field, nothing created.
+    for (body, field) in [
+        (json!({"max_age": 604_801}), "max_age"),
+        (json!({"max_age": -1}), "max_age"),
+        (json!({"max_uses": 101}), "max_uses"),
+        (json!({"temporary": true}), "temporary"),
+        (
+            json!({"target_type": 1, "target_user_id": bob_id}),
+            "target_type",
+        ),
+    ] {
+        let (status, error) = create(body.clone()).await;
+        assert_eq!(
+            (status, error["code"].as_i64()),
+            (400, Some(50035)),
+            "{body}: {error}"
+        );
+        assert!(error["errors"][field].is_object(), "{body}: {error}");
+    }
+
+    // Listed for managers only; Bob (a member without MANAGE_CHANNELS or
+    // MANAGE_GUILD) may neither list nor delete.
+    let codes = |list: &serde_json::Value| {
+        let mut codes: Vec<String> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["code"].as_str().unwrap().to_owned())
+            .collect();
+        codes.sort();
+        codes
+    };
+    let mut expected = vec![forever_code.clone(), unique_code.clone()];
+    expected.sort();
+    let (status, listed) = node.call("GET", &invites, Some(&owner), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(codes(&listed), expected);
+    assert_eq!(listed[0]["uses"], 0);
+    let guild_invites = format!("/guilds/{guild_id}/invites");
+    let (status, listed) = node.call("GET", &guild_invites, Some(&owner), None).await;
+    assert_eq!((status, codes(&listed)), (200, expected.clone()));
+    for (method, path) in [
+        ("GET", invites.clone()),
+        ("GET", guild_invites.clone()),
+        ("DELETE", format!("/invites/{unique_code}")),
+    ] {
+        let (status, error) = node.call(method, &path, Some(&bob), None).await;
+        assert_eq!(
+            (status, error["code"].as_i64()),
+            (403, Some(50013)),
+            "{method} {path}"
+        );
+    }
+    let (status, deleted) = node
+        .call(
+            "DELETE",
+            &format!("/invites/{unique_code}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, deleted["code"].as_str()),
+        (200, Some(unique_code.as_str()))
+    );
+    let gone = watcher.dispatch("INVITE_DELETE").await;
+    assert_eq!(gone["d"]["code"], unique_code.as_str());
+    assert_eq!(gone["d"]["channel_id"], channel.as_str());
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("/invites/{unique_code}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+
+    // Bob heard none of the invite events: the next thing he hears is
+    // the channel update after them.
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{channel}"),
+            Some(&owner),
+            Some(json!({"topic": "after the invites"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let next = bob_client.next().await.unwrap();
+    assert_eq!(next["t"], "CHANNEL_UPDATE", "{next}");
+
+    // A banned user is refused and uses nothing.
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/bans/{mallory_id}"),
+            Some(&owner),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, error) = node
+        .call(
+            "POST",
+            &format!("/invites/{forever_code}"),
+            Some(&mallory),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, error["code"].as_i64()),
+        (403, Some(40007)),
+        "{error}"
+    );
+    let (_, listed) = node.call("GET", &invites, Some(&owner), None).await;
+    assert_eq!(listed[0]["uses"], 0, "{listed}");
+
+    // A one-second invite expires by itself: unknown, unlisted.
+    let (_, short) = create(json!({"max_age": 1})).await;
+    let short_code = short["code"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (status, _) = node
+            .call("GET", &format!("/invites/{short_code}"), None, None)
+            .await;
+        if status == 404 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the invite never expired"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (_, listed) = node.call("GET", &invites, Some(&owner), None).await;
+    assert_eq!(codes(&listed), vec![forever_code.clone()]);
+    let (status, _) = node
+        .call(
+            "POST",
+            &format!("/invites/{short_code}"),
+            Some(&mallory),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+}

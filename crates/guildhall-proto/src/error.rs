@@ -71,6 +71,8 @@ pub enum ErrorCode {
     MaxWebhooks,
     /// 30058 Maximum number of webhooks per guild reached.
     MaxGuildWebhooks,
+    /// 30016 Maximum number of invites reached (per guild).
+    MaxInvites,
     /// 10062: the interaction is unknown, or its initial response is late.
     UnknownInteraction,
     /// 40060: the interaction already has its initial response.
@@ -118,6 +120,7 @@ impl ErrorCode {
             ErrorCode::InvalidWebhookToken => 50027,
             ErrorCode::MaxWebhooks => 30007,
             ErrorCode::MaxGuildWebhooks => 30058,
+            ErrorCode::MaxInvites => 30016,
             ErrorCode::UnknownInteraction => 10062,
             ErrorCode::InteractionAlreadyAcknowledged => 40060,
             ErrorCode::BotsCannotUse => 20001,
@@ -166,6 +169,7 @@ impl ErrorCode {
             ErrorCode::InvalidWebhookToken => "Invalid Webhook Token",
             ErrorCode::MaxWebhooks => "Maximum number of webhooks reached (15)",
             ErrorCode::MaxGuildWebhooks => "Maximum number of webhooks per guild reached (1000)",
+            ErrorCode::MaxInvites => "Maximum number of invites reached (1000)",
             ErrorCode::UnknownInteraction => "Unknown interaction",
             ErrorCode::InteractionAlreadyAcknowledged => {
                 "Interaction has already been acknowledged."
@@ -212,6 +216,7 @@ impl ErrorCode {
             | ErrorCode::BulkDeleteTooOld
             | ErrorCode::MaxWebhooks
             | ErrorCode::MaxGuildWebhooks
+            | ErrorCode::MaxInvites
             | ErrorCode::InteractionAlreadyAcknowledged => 400,
             ErrorCode::Overloaded => 503,
         }

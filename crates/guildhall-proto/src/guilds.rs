@@ -173,6 +173,11 @@ pub struct Outgoing {
     /// sessions whose user may view it receive it.
     #[serde(default)]
     pub channel_id: i64,
+    /// Permissions a session's user needs in `channel_id` besides
+    /// VIEW_CHANNEL to receive it (the invite events' MANAGE_CHANNELS;
+    /// 0: none).
+    #[serde(default)]
+    pub channel_permissions: u64,
 }
 
 /// A new owner's question to a gateway node: which of your sessions follow

@@ -426,7 +426,7 @@ impl MessageRow {
 }
 
 /// An invite row.
-#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, FromRow, PartialEq, Eq)]
 pub struct InviteRow {
     /// Code.
     pub code: String,
@@ -442,6 +442,27 @@ pub struct InviteRow {
     pub max_uses: i64,
     /// Created at, Unix ms.
     pub created_ms: i64,
+    /// Seconds it lasts from creation (0: never expires).
+    pub max_age_s: i64,
+    /// When it expires, Unix ms (None: never).
+    pub expires_ms: Option<i64>,
+    /// Whether it grants temporary membership (gone on disconnect unless
+    /// given a role).
+    pub temporary: bool,
+    /// A voice channel invite's target type (1: stream, 2: embedded
+    /// application).
+    pub target_type: Option<i64>,
+    /// The user whose stream it shows (target type 1).
+    pub target_user_id: Option<i64>,
+    /// The application it opens (target type 2).
+    pub target_application_id: Option<i64>,
+}
+
+impl InviteRow {
+    /// Whether it has expired at `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        self.expires_ms.is_some_and(|at| at <= now_ms)
+    }
 }
 
 /// What an invite preview shows: the invite, with its guild's name and
@@ -2596,7 +2617,7 @@ where
 
     /// Creates an invite.
     pub async fn create_invite(&self, invite: &InviteRow) -> Result<()> {
-        sqlx::query("INSERT INTO invites (code, guild_id, channel_id, inviter_id, uses, max_uses, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        sqlx::query("INSERT INTO invites (code, guild_id, channel_id, inviter_id, uses, max_uses, created_ms, max_age_s, expires_ms, temporary, target_type, target_user_id, target_application_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)")
             .bind(&invite.code)
             .bind(invite.guild_id)
             .bind(invite.channel_id)
@@ -2604,9 +2625,84 @@ where
             .bind(invite.uses)
             .bind(invite.max_uses)
             .bind(invite.created_ms)
+            .bind(invite.max_age_s)
+            .bind(invite.expires_ms)
+            .bind(invite.temporary)
+            .bind(invite.target_type)
+            .bind(invite.target_user_id)
+            .bind(invite.target_application_id)
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// An unexpired invite of `channel_id` by `inviter_id` with the same
+    /// settings as `like` (what a non-unique create reuses).
+    pub async fn similar_invite(&self, like: &InviteRow, now_ms: i64) -> Result<Option<InviteRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM invites WHERE channel_id = $1 AND inviter_id = $2 AND max_age_s = $3 \
+             AND max_uses = $4 AND temporary = $5 AND target_type IS NOT DISTINCT FROM $6 \
+             AND target_user_id IS NOT DISTINCT FROM $7 \
+             AND target_application_id IS NOT DISTINCT FROM $8 \
+             AND (max_uses = 0 OR uses < max_uses) AND (expires_ms IS NULL OR expires_ms > $9) \
+             ORDER BY created_ms DESC LIMIT 1",
+        )
+        .bind(like.channel_id)
+        .bind(like.inviter_id)
+        .bind(like.max_age_s)
+        .bind(like.max_uses)
+        .bind(like.temporary)
+        .bind(like.target_type)
+        .bind(like.target_user_id)
+        .bind(like.target_application_id)
+        .bind(now_ms)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// The unexpired invites of a guild (`channel_id` 0) or of one of its
+    /// channels, oldest first, at most `limit`.
+    pub async fn invites(
+        &self,
+        guild_id: i64,
+        channel_id: i64,
+        now_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<InviteRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM invites WHERE guild_id = $1 AND ($2 = 0 OR channel_id = $2) \
+             AND (expires_ms IS NULL OR expires_ms > $3) ORDER BY created_ms, code LIMIT $4",
+        )
+        .bind(guild_id)
+        .bind(channel_id)
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Deletes a guild's expired invites; returns how many invites it
+    /// still has.
+    pub async fn prune_invites(&self, guild_id: i64, now_ms: i64) -> Result<i64> {
+        sqlx::query("DELETE FROM invites WHERE guild_id = $1 AND expires_ms <= $2")
+            .bind(guild_id)
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await?;
+        let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM invites WHERE guild_id = $1")
+            .bind(guild_id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(count)
+    }
+
+    /// Deletes an invite; false if it did not exist.
+    pub async fn delete_invite(&self, code: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM invites WHERE code = $1")
+            .bind(code)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// An invite by code.
@@ -2961,13 +3057,15 @@ where
         Ok(done.rows_affected() == 1)
     }
 
-    /// Counts one use, if the invite has uses left; false otherwise.
-    pub async fn use_invite(&self, code: &str) -> Result<bool> {
-        let done = sqlx::query("UPDATE invites SET uses = uses + 1 WHERE code = $1 AND (max_uses = 0 OR uses < max_uses)")
+    /// Counts one use, if the invite has uses left and has not expired at
+    /// `now_ms`; its uses after this one, or None if it could not be used.
+    pub async fn use_invite(&self, code: &str, now_ms: i64) -> Result<Option<i64>> {
+        Ok(sqlx::query_as("UPDATE invites SET uses = uses + 1 WHERE code = $1 AND (max_uses = 0 OR uses < max_uses) AND (expires_ms IS NULL OR expires_ms > $2) RETURNING uses")
             .bind(code)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
+            .bind(now_ms)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|(uses,): (i64,)| uses))
     }
 }
 
@@ -3179,8 +3277,17 @@ store_api! {
     fn invite_preview<'a>(&'a self, code: &'a str) -> Option<InvitePreviewRow>;
     /// A guild's row (not its channels, roles or members).
     fn guild<'a>(&'a self, id: i64) -> Option<GuildRow>;
-    /// Counts one use, if the invite has uses left; false otherwise.
-    fn use_invite<'a>(&'a self, code: &'a str) -> bool;
+    /// Counts one use if the invite has uses left and has not expired;
+    /// its uses after it.
+    fn use_invite<'a>(&'a self, code: &'a str, now_ms: i64) -> Option<i64>;
+    /// An unexpired invite like `like` (same channel, inviter, settings).
+    fn similar_invite<'a>(&'a self, like: &'a InviteRow, now_ms: i64) -> Option<InviteRow>;
+    /// The unexpired invites of a guild or one of its channels.
+    fn invites<'a>(&'a self, guild_id: i64, channel_id: i64, now_ms: i64, limit: i64) -> Vec<InviteRow>;
+    /// Deletes a guild's expired invites; how many it still has.
+    fn prune_invites<'a>(&'a self, guild_id: i64, now_ms: i64) -> i64;
+    /// Deletes an invite; false if it did not exist.
+    fn delete_invite<'a>(&'a self, code: &'a str) -> bool;
     /// The commands of an application in one scope (guild 0: global).
     fn commands<'a>(&'a self, application_id: i64, guild_id: i64) -> Vec<CommandRow>;
     /// One command of an application in one scope.
@@ -3997,6 +4104,7 @@ mod tests {
             uses: 0,
             max_uses: 0,
             created_ms: 1,
+            ..InviteRow::default()
         };
         store.create_invite(&invite).await.unwrap();
         let count = |store: Store| async move {
@@ -4028,6 +4136,86 @@ mod tests {
             (preview.guild_name.as_str(), preview.channel_name.as_str()),
             ("g100", "general")
         );
+    }
+
+    /// Invites expire at their time (unusable, unlisted, pruned), run out
+    /// at their last use, are reused only when alike and unexpired, are
+    /// listed by guild and channel, and are deleted.
+    async fn invites_expire_run_out_and_list(store: Store) {
+        let [(a, a_channel, _, _), (b, _, _, _)] = two_guilds(&store).await;
+        let invite = |code: &str, max_age_s: i64, max_uses: i64| InviteRow {
+            code: code.into(),
+            guild_id: a,
+            channel_id: a_channel,
+            inviter_id: 1,
+            max_uses,
+            created_ms: 1_000,
+            max_age_s,
+            expires_ms: (max_age_s > 0).then_some(1_000 + max_age_s * 1_000),
+            ..InviteRow::default()
+        };
+        let (day, once, never) = (
+            invite("day", 86_400, 0),
+            invite("once", 0, 1),
+            invite("never", 0, 0),
+        );
+        for row in [&day, &once, &never] {
+            store.create_invite(row).await.unwrap();
+        }
+        let day_ends_ms = 1_000 + 86_400_000;
+        let listed = |channel_id, now_ms| {
+            let store = store.clone();
+            async move {
+                let rows = store.invites(a, channel_id, now_ms, 10).await.unwrap();
+                rows.into_iter().map(|r| r.code).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(listed(0, 2_000).await, ["day", "never", "once"]);
+        assert_eq!(listed(a_channel, 2_000).await.len(), 3);
+        assert_eq!(listed(0, day_ends_ms).await, ["never", "once"]);
+        assert!(store.invites(b, 0, 2_000, 10).await.unwrap().is_empty());
+        assert!(day.expired(day_ends_ms) && !day.expired(day_ends_ms - 1));
+        // Usable until it expires, counted each time.
+        assert_eq!(
+            store.use_invite("day", day_ends_ms - 1).await.unwrap(),
+            Some(1)
+        );
+        assert_eq!(store.use_invite("day", day_ends_ms).await.unwrap(), None);
+        // One use only.
+        assert_eq!(store.use_invite("once", 2_000).await.unwrap(), Some(1));
+        assert_eq!(store.use_invite("once", 2_000).await.unwrap(), None);
+        // Reuse: the same settings by the same inviter, still usable.
+        let like = |row: &InviteRow| InviteRow {
+            code: "new".into(),
+            ..row.clone()
+        };
+        let found = store.similar_invite(&like(&never), 2_000).await.unwrap();
+        assert_eq!(found.map(|r| r.code).as_deref(), Some("never"));
+        assert_eq!(
+            store.similar_invite(&like(&once), 2_000).await.unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .similar_invite(&like(&day), day_ends_ms)
+                .await
+                .unwrap(),
+            None
+        );
+        let other_inviter = InviteRow {
+            inviter_id: 2,
+            ..like(&never)
+        };
+        assert_eq!(
+            store.similar_invite(&other_inviter, 2_000).await.unwrap(),
+            None
+        );
+        // Pruning drops the expired one only.
+        assert_eq!(store.prune_invites(a, day_ends_ms).await.unwrap(), 2);
+        assert_eq!(store.invite("day").await.unwrap(), None);
+        assert!(store.delete_invite("never").await.unwrap());
+        assert!(!store.delete_invite("never").await.unwrap());
+        assert_eq!(store.prune_invites(a, day_ends_ms).await.unwrap(), 1);
     }
 
     /// A ban removes the member and keeps the count; banning again changes
@@ -4720,6 +4908,7 @@ mod tests {
         pins_and_reaction_removals_are_capped_ordered_and_scoped(sqlite_file);
         page_reactions_are_counted_capped_and_scoped(sqlite_file);
         member_counts_follow_joins_and_leaves(sqlite_memory);
+        invites_expire_run_out_and_list(sqlite_memory);
         bans_remove_members_page_and_lift(sqlite_memory);
         audit_entries_page_filter_and_expire(sqlite_memory);
         stale_owner_writes_are_refused(sqlite_memory);
