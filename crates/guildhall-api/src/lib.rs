@@ -1060,7 +1060,9 @@ async fn oauth2_authorize(
             "Names permissions that do not exist.".into(),
         ));
     }
-    node.guilds.add_member(guild_id, (&bot).into()).await?;
+    node.guilds
+        .add_member(guild_id, (&bot).into(), false)
+        .await?;
     change(
         &node,
         guild_id,
@@ -4890,14 +4892,15 @@ const INVITE_MAX_USES_MAX: i64 = 100;
 /// An invite's age when the request does not say (24 hours).
 const INVITE_MAX_AGE_S_DEFAULT: i64 = 86_400;
 
-/// `POST /channels/{id}/invites`'s body. `temporary: true` and the voice
-/// channel targets are refused (50035), not dropped: membership is not
-/// yet temporary, and nobody can stream or run an embedded application
-/// here, which the targets require.
+/// `POST /channels/{id}/invites`'s body. The voice channel targets are
+/// refused (50035), not dropped: nobody can stream or run an embedded
+/// application here, which they require.
 #[derive(Deserialize)]
 struct NewInvite {
     max_age: Option<i64>,
     max_uses: Option<i64>,
+    #[serde(default)]
+    temporary: bool,
     #[serde(default)]
     unique: bool,
     /// Every other field, checked by `UNSUPPORTED_INVITE_FIELDS`.
@@ -4906,7 +4909,6 @@ struct NewInvite {
 }
 
 const UNSUPPORTED_INVITE_FIELDS: &[(&str, &str)] = &[
-    ("temporary", "false"),
     ("target_type", "null"),
     ("target_user_id", "null"),
     ("target_application_id", "null"),
@@ -5089,6 +5091,7 @@ async fn create_invite(
         created_ms: now,
         max_age_s,
         expires_ms: (max_age_s > 0).then(|| now.saturating_add(max_age_s * 1_000)),
+        temporary: body.temporary,
         ..InviteRow::default()
     };
     let store = &node.shared.store;
@@ -5271,7 +5274,7 @@ async fn accept_invite(
         announce_invite_delete(&node, &invite).await;
     }
     node.guilds
-        .add_member(invite.guild_id, (&caller).into())
+        .add_member(invite.guild_id, (&caller).into(), invite.temporary)
         .await?;
     ok(&value)
 }

@@ -427,9 +427,14 @@ impl GuildsClient {
     /// A newcomer already online has no status at the owner yet (the
     /// presence role tells owners of changes, and this is none): it is
     /// asked for and cast to the owner, which announces it as any change.
-    pub async fn add_member(&self, guild_id: i64, user: UserRecord) -> Result<bool, GuildError> {
+    pub async fn add_member(
+        &self,
+        guild_id: i64,
+        user: UserRecord,
+        temporary: bool,
+    ) -> Result<bool, GuildError> {
         let user_id = user.id;
-        let call = GuildCall::AddMember { user };
+        let call = GuildCall::AddMember { user, temporary };
         let added = match self.call(guild_id, call).await? {
             GuildAnswer::Added(new) => new,
             other => return unexpected(guild_id, &other),
@@ -437,7 +442,12 @@ impl GuildsClient {
         if added {
             for (user_id, status) in self.ask_presence(guild_id, &[user_id]).await {
                 // Best effort, as every presence cast.
-                let _ = self.cast(guild_id, GuildCall::Presence { user_id, status });
+                let call = GuildCall::Presence {
+                    user_id,
+                    status,
+                    disconnected: false,
+                };
+                let _ = self.cast(guild_id, call);
             }
         }
         Ok(added)

@@ -1470,6 +1470,26 @@ impl GuildOwner {
         }
     }
 
+    /// A temporary member whose last session disconnected without a role:
+    /// removed as a kick removes (GUILD_MEMBER_REMOVE, their sessions lose
+    /// the guild; not audited, as Discord does not). A store failure
+    /// leaves them a member, counted, until their next disconnect.
+    async fn remove_temporary(&mut self, user_id: i64) {
+        let Some(entry) = self.members.get(&user_id).cloned() else {
+            return;
+        };
+        let store = self.shared.store.clone();
+        if let Err(error) = store
+            .remove_member(self.guild.id, user_id, self.epoch as i64)
+            .await
+        {
+            self.store_failed(Some(&error));
+            return;
+        }
+        self.view_generation += 1;
+        self.forget_member(&entry.user).await;
+    }
+
     /// After the store removed `user` (kick, leave, ban): announces
     /// GUILD_MEMBER_REMOVE, forgets the member, takes the guild from their
     /// sessions and a bot's managed role with it.
@@ -2358,6 +2378,7 @@ impl GuildOwner {
                                 wire_member(
                                     &MemberEntry {
                                         row: MemberRow {
+                                            temporary: false,
                                             communication_disabled_until_ms: None,
                                             guild_id: self.guild.id,
                                             user_id,
@@ -2429,7 +2450,7 @@ impl GuildOwner {
                 self.remember_published(id);
                 Some(Ok(GuildAnswer::Published))
             }
-            GuildCall::AddMember { user } => {
+            GuildCall::AddMember { user, temporary } => {
                 if self.members.contains_key(&user.id) {
                     // Present already: a true repeat, or the retry of an
                     // add whose owner died between its commit and its
@@ -2454,6 +2475,7 @@ impl GuildOwner {
                     user_id: user.id,
                     joined_ms: guildhall_common::state::now_ms() as i64,
                     nick: None,
+                    temporary,
                 };
                 if let Err(error) = self.shared.store.add_member(&row, self.epoch as i64).await {
                     return Some(Err(self.store_failed(Some(&error))));
@@ -2556,13 +2578,24 @@ impl GuildOwner {
                 }
                 Some(result.map(GuildAnswer::Changed))
             }
-            GuildCall::Presence { user_id, status } => {
-                if self.members.contains_key(&user_id) {
-                    if status == "offline" {
-                        self.statuses.remove(&user_id);
-                    } else {
-                        self.statuses.insert(user_id, status.clone());
-                    }
+            GuildCall::Presence {
+                user_id,
+                status,
+                disconnected,
+            } => {
+                let Some(entry) = self.members.get(&user_id) else {
+                    return None;
+                };
+                if disconnected && entry.row.temporary && entry.roles.is_empty() {
+                    self.remove_temporary(user_id).await;
+                    return None;
+                }
+                let changed = if status == "offline" {
+                    self.statuses.remove(&user_id).is_some()
+                } else {
+                    self.statuses.insert(user_id, status.clone()).as_ref() != Some(&status)
+                };
+                if changed {
                     let data = model::Presence::of(sf(user_id), Some(sf(self.guild.id)), &status);
                     self.publish("PRESENCE_UPDATE", intents::GUILD_PRESENCES, &data);
                 }

@@ -245,6 +245,13 @@ pub const REPLAY_BUFFER_BYTES_MAX: usize = 2 * 1024 * 1024;
 /// How long a disconnected session stays resumable.
 pub const RESUME_WINDOW_MS: u64 = 180_000;
 
+/// How often a gateway node reaps sessions disconnected for longer than
+/// the resume window (their presence then goes offline, owners forget
+/// them, temporary members leave). A session is thus gone between
+/// `resume_window_ms` and that plus this after its socket closed; a
+/// shorter interval costs one pass over the detached sessions more often.
+pub const SESSION_REAP_INTERVAL_MS: u64 = 10_000;
+
 /// How long a gateway node waits for the node holding a session to answer
 /// each step of a cross-node RESUME (prepare, then commit). When hit: the
 /// holder is taken for dead and the client gets op 9 INVALID_SESSION
@@ -1405,6 +1412,8 @@ pub struct Limits {
     pub replay_buffer_bytes_max: usize,
     /// See [`RESUME_WINDOW_MS`].
     pub resume_window_ms: u64,
+    /// See [`SESSION_REAP_INTERVAL_MS`].
+    pub session_reap_interval_ms: u64,
     /// See [`SESSION_TAKEOVER_TIMEOUT_MS`].
     pub session_takeover_timeout_ms: u64,
     /// See [`SESSION_MOVE_TIMEOUT_MS`].
@@ -1816,6 +1825,7 @@ impl Default for Limits {
             replay_buffer_events_max: REPLAY_BUFFER_EVENTS_MAX,
             replay_buffer_bytes_max: REPLAY_BUFFER_BYTES_MAX,
             resume_window_ms: RESUME_WINDOW_MS,
+            session_reap_interval_ms: SESSION_REAP_INTERVAL_MS,
             session_takeover_timeout_ms: SESSION_TAKEOVER_TIMEOUT_MS,
             session_move_timeout_ms: SESSION_MOVE_TIMEOUT_MS,
             session_takeovers_in_flight_max: SESSION_TAKEOVERS_IN_FLIGHT_MAX,
@@ -2221,6 +2231,11 @@ impl Limits {
         check(
             self.resume_window_ms >= 1,
             "resume_window_ms",
+            "must be at least 1",
+        );
+        check(
+            self.session_reap_interval_ms >= 1,
+            "session_reap_interval_ms",
             "must be at least 1",
         );
         check(
@@ -3166,6 +3181,7 @@ mod tests {
             "replay_buffer_events_max",
             "replay_buffer_bytes_max",
             "resume_window_ms",
+            "session_reap_interval_ms",
             "session_takeover_timeout_ms",
             "session_move_timeout_ms",
             "session_takeovers_in_flight_max",
@@ -3385,6 +3401,7 @@ mod tests {
             "replay_buffer_events_max" => l.replay_buffer_events_max = 0,
             "replay_buffer_bytes_max" => l.replay_buffer_bytes_max = 0,
             "resume_window_ms" => l.resume_window_ms = 0,
+            "session_reap_interval_ms" => l.session_reap_interval_ms = 0,
             "session_takeover_timeout_ms" => l.session_takeover_timeout_ms = 0,
             "session_move_timeout_ms" => l.session_move_timeout_ms = 0,
             "session_takeovers_in_flight_max" => l.session_takeovers_in_flight_max = 0,

@@ -207,9 +207,6 @@ pub struct Node {
     pub voice: Option<guildhall_voice::VoiceRole>,
 }
 
-/// Interval of the detached-session reaper.
-pub const REAP_INTERVAL_MS: u64 = 10_000;
-
 fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
     std::fs::write(path, contents)?;
     #[cfg(unix)]
@@ -1734,7 +1731,9 @@ pub async fn run(
     let reaper = {
         let node = node.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(REAP_INTERVAL_MS));
+            let mut tick = tokio::time::interval(Duration::from_millis(
+                node.shared.limits.session_reap_interval_ms,
+            ));
             loop {
                 tick.tick().await;
                 let reaped = node

@@ -1012,6 +1012,7 @@ async fn a_join_committed_by_an_owner_that_died_reaches_the_joiners_sessions() {
     let id: i64 = guild_id.parse().unwrap();
     let epoch = store.claim_guild(id).await.unwrap().unwrap();
     let row = guildhall_store::MemberRow {
+        temporary: false,
         communication_disabled_until_ms: None,
         guild_id: id,
         user_id: bob_id.parse().unwrap(),

@@ -2228,7 +2228,8 @@ async fn an_authorized_bot_holds_its_managed_role() {
 /// expires), reused unless `unique`, gone when expired or used up, listed
 /// by channel and guild for their managers, deleted by them; INVITE_CREATE
 /// and INVITE_DELETE reach only members who manage the channel; bounds
-/// and unsupported settings refused with nothing created; a banned user
+/// and unsupported settings (the voice targets, role_ids) refused with
+/// nothing created; a banned user
 /// uses none of an invite.
 #[tokio::test]
 async fn invites_expire_run_out_are_listed_and_deleted() {
@@ -2302,7 +2303,7 @@ async fn invites_expire_run_out_are_listed_and_deleted() {
         (json!({"max_age": 604_801}), "max_age"),
         (json!({"max_age": -1}), "max_age"),
         (json!({"max_uses": 101}), "max_uses"),
-        (json!({"temporary": true}), "temporary"),
+        (json!({"role_ids": ["1"]}), "role_ids"),
         (
             json!({"target_type": 1, "target_user_id": bob_id}),
             "target_type",
@@ -2443,4 +2444,125 @@ async fn invites_expire_run_out_are_listed_and_deleted() {
         )
         .await;
     assert_eq!(status, 404);
+}
+
+/// A temporary invite's members leave when their last session ends
+/// (after the resume window, as presence goes offline), unless they hold
+/// a role by then; a member by any other invite stays.
+#[tokio::test]
+async fn temporary_members_leave_when_they_disconnect_without_a_role() {
+    let node = TestNode::with_limits(guildhall_limits::Limits {
+        resume_window_ms: 300,
+        session_reap_interval_ms: 50,
+        ..guildhall_limits::Limits::default()
+    })
+    .await;
+    let (owner, _) = node.register("alice").await;
+    let (guild_id, channel) = node.guild(&owner, "Temporary").await;
+    let (status, invite) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel}/invites"),
+            Some(&owner),
+            Some(json!({"temporary": true, "max_age": 0})),
+        )
+        .await;
+    assert_eq!(
+        (status, invite["temporary"].as_bool()),
+        (200, Some(true)),
+        "{invite}"
+    );
+    let code = invite["code"].as_str().unwrap().to_owned();
+    let lasting = node.invite(&owner, &channel).await;
+    let mut watcher = Client::connect(&node.ws).await;
+    watcher
+        .identify(
+            &owner,
+            intents::GUILDS | intents::GUILD_MEMBERS | intents::GUILD_PRESENCES,
+        )
+        .await;
+    watcher.dispatch("GUILD_CREATE").await;
+    let (_, role) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "verified"})),
+        )
+        .await;
+    let role = role["id"].as_str().unwrap().to_owned();
+
+    // Dave (temporary, then given a role) and Erin (by a lasting invite)
+    // come and go first; Carol (temporary, no role) last.
+    let mut joined = vec![];
+    for (name, code) in [("dave", &code), ("erin", &lasting), ("carol", &code)] {
+        let (token, id) = node.register(name).await;
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(&token), None)
+            .await;
+        assert_eq!(status, 200);
+        joined.push((token, id));
+    }
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{}/roles/{role}", joined[0].1),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    for (token, _) in &joined {
+        let mut session = Client::connect(&node.ws).await;
+        session.identify(token, intents::GUILDS).await;
+        session.dispatch("GUILD_CREATE").await;
+        drop(session);
+    }
+    // Dave and Erin go offline and stay; Carol leaves.
+    let carol_id = joined[2].1.clone();
+    let stay: Vec<String> = joined[..2].iter().map(|(_, id)| id.clone()).collect();
+    let (mut offline, mut carol_left) = (vec![], false);
+    while !(carol_left && offline.len() == 2) {
+        let event = watcher.next().await.unwrap();
+        let d = &event["d"];
+        if event["t"] == "GUILD_MEMBER_REMOVE" {
+            assert_eq!(
+                d["user"]["id"],
+                carol_id.as_str(),
+                "only Carol leaves: {event}"
+            );
+            carol_left = true;
+        }
+        if event["t"] == "PRESENCE_UPDATE" && d["status"] == "offline" {
+            let id = d["user"]["id"].as_str().unwrap().to_owned();
+            assert!(stay.contains(&id), "{event}");
+            if !offline.contains(&id) {
+                offline.push(id);
+            }
+        }
+    }
+    let (status, error) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/members/{carol_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, error["code"].as_i64()),
+        (404, Some(10007)),
+        "{error}"
+    );
+    for (_, id) in &joined[..2] {
+        let (status, _) = node
+            .call(
+                "GET",
+                &format!("/guilds/{guild_id}/members/{id}"),
+                Some(&owner),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{id} is still a member");
+    }
 }

@@ -126,6 +126,7 @@ pub async fn serve(
                 entry.remove(index);
                 sessions -= 1;
             }
+            let closed = update.status.is_none() && known.is_some();
             if let Some(status) = update.status {
                 if sessions >= sessions_max {
                     counters.refused_total.fetch_add(1, Ordering::Relaxed);
@@ -135,10 +136,13 @@ pub async fn serve(
                 }
             }
             let after = visible(entry).to_owned();
+            // The last session closed (not one set invisible): owners
+            // remove temporary members then, whatever the status did.
+            let disconnected = closed && entry.is_empty();
             if entry.is_empty() {
                 users.remove(&update.user_id);
             }
-            if after == before {
+            if after == before && !disconnected {
                 continue;
             }
             counters.changes_total.fetch_add(1, Ordering::Relaxed);
@@ -150,6 +154,7 @@ pub async fn serve(
                 let call = GuildCall::Presence {
                     user_id: update.user_id,
                     status: after.clone(),
+                    disconnected,
                 };
                 // Best effort: presence is the lowest criticality, and the
                 // next change or a load's question mends a lost one.

@@ -278,6 +278,10 @@ pub enum GuildCall {
     AddMember {
         /// The user.
         user: UserRecord,
+        /// Through a temporary invite: removed when their last session
+        /// disconnects unless they hold a role by then.
+        #[serde(default)]
+        temporary: bool,
     },
     /// The guild as `user_id`'s GUILD_CREATE shows it.
     Snapshot {
@@ -320,6 +324,11 @@ pub enum GuildCall {
         user_id: i64,
         /// online, idle, dnd, invisible, offline.
         status: String,
+        /// The user's last session has gone (their status is then
+        /// offline; an invisible user who disconnects is cast with this
+        /// alone).
+        #[serde(default)]
+        disconnected: bool,
     },
     /// Op 4: join, move or leave a voice channel.
     Voice {

@@ -289,6 +289,9 @@ pub struct MemberRow {
     pub nick: Option<String>,
     /// Timed out until (Unix ms); a past value is no timeout.
     pub communication_disabled_until_ms: Option<i64>,
+    /// Joined through a temporary invite: removed when their last session
+    /// disconnects unless they hold a role by then.
+    pub temporary: bool,
 }
 
 /// A guild's ban of a user.
@@ -1559,11 +1562,12 @@ where
     pub async fn add_member(&self, member: &MemberRow, epoch: i64) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
         Self::fence(&mut tx, member.guild_id, epoch).await?;
-        let done = sqlx::query("INSERT INTO members (guild_id, user_id, joined_ms, nick) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING")
+        let done = sqlx::query("INSERT INTO members (guild_id, user_id, joined_ms, nick, temporary) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
             .bind(member.guild_id)
             .bind(member.user_id)
             .bind(member.joined_ms)
             .bind(&member.nick)
+            .bind(member.temporary)
             .execute(&mut *tx)
             .await?;
         let added = done.rows_affected() == 1;
@@ -3419,6 +3423,7 @@ mod tests {
         assert_eq!(store.guild_ids_of(1, 100).await.unwrap(), [10]);
         store.create_user(&user(3, "bob")).await.unwrap();
         let bob = MemberRow {
+            temporary: false,
             communication_disabled_until_ms: None,
             guild_id: 10,
             user_id: 3,
@@ -4071,6 +4076,7 @@ mod tests {
         ));
         store.create_user(&user(3, "carol")).await.unwrap();
         let carol = MemberRow {
+            temporary: false,
             communication_disabled_until_ms: None,
             guild_id: a,
             user_id: 3,
@@ -4118,6 +4124,7 @@ mod tests {
         assert_eq!(count(store.clone()).await, 1);
         store.create_user(&user(2, "bob")).await.unwrap();
         let bob = MemberRow {
+            temporary: false,
             communication_disabled_until_ms: None,
             guild_id: a,
             user_id: 2,
@@ -4231,6 +4238,7 @@ mod tests {
                 .unwrap();
         }
         let member = MemberRow {
+            temporary: false,
             communication_disabled_until_ms: None,
             guild_id: a,
             user_id: 2,
