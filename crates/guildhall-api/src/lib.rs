@@ -35,7 +35,7 @@ use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::guilds::Outgoing;
 use guildhall_proto::guilds::{Changed, GUILD_WIDE, GuildChange, GuildError};
-use guildhall_proto::guilds::{ChannelRecord, RoleRecord};
+use guildhall_proto::guilds::{ChannelRecord, ChannelSettings, RoleRecord};
 use guildhall_proto::intents;
 use guildhall_proto::intents::app_flags;
 use guildhall_proto::interactions::{FLAG_SUPPRESS_EMBEDS, FLAG_SUPPRESS_NOTIFICATIONS};
@@ -166,6 +166,11 @@ impl From<GuildError> for ApiError {
                 "permission_overwrites",
                 "BASE_TYPE_BAD",
                 "Each overwrite names one role or member, once.".into(),
+            ),
+            GuildError::InvalidParent => ApiError::Field(
+                "parent_id",
+                "CHANNEL_PARENT_INVALID_TYPE",
+                "Not a category of this guild (and a category has no parent).".into(),
             ),
             GuildError::Banned => ApiError::Code(ErrorCode::UserBanned),
             GuildError::UnknownBan => ApiError::Code(ErrorCode::UnknownBan),
@@ -1120,6 +1125,13 @@ pub async fn create_guild_for(
         mentionable: false,
     };
     let general = ChannelRow {
+        nsfw: false,
+        rate_limit_per_user: 0,
+        parent_id: None,
+        bitrate: 0,
+        user_limit: 0,
+        video_quality_mode: 1,
+        default_auto_archive_duration: None,
         permission_overwrites: String::new(),
         id: channel_id,
         guild_id: Some(id),
@@ -1199,17 +1211,18 @@ async fn create_channel(
     if let Some(topic) = &body.topic {
         check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
     }
-    if !matches!(body.kind, 0 | 2 | 4) {
+    if !matches!(body.kind, 0 | 2 | 4 | 5) {
         node.counters
             .bad_requests_total
             .fetch_add(1, Ordering::Relaxed);
         return Err(ApiError::Field(
             "type",
             "BASE_TYPE_CHOICES",
-            "Value must be one of {0, 2, 4}.".into(),
+            "Value must be one of {0, 2, 4, 5}.".into(),
         ));
     }
     unsupported_fields(&node, &body.rest, UNSUPPORTED_CHANNEL_FIELDS)?;
+    let settings = channel_settings(&node, &body.rest, i64::from(body.kind))?;
     let permission_overwrites =
         overwrites_field(&node, body.permission_overwrites.as_ref())?.unwrap_or_default();
     // The owner checks MANAGE_CHANNELS (and MANAGE_ROLES for overwrites)
@@ -1222,6 +1235,7 @@ async fn create_channel(
         position: 0,
         topic: body.topic,
         permission_overwrites,
+        settings,
     };
     change(
         &node,
@@ -2669,7 +2683,8 @@ async fn change(node: &ApiState, guild_id: i64, actor: i64, change: GuildChange)
         | GuildError::MaxChannels
         | GuildError::SizeLimit(_)
         | GuildError::MaxOverwrites
-        | GuildError::InvalidOverwrite,
+        | GuildError::InvalidOverwrite
+        | GuildError::InvalidParent,
     ) = result
     {
         node.counters
@@ -2725,8 +2740,35 @@ async fn patch_channel(
         check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
     }
     let position = patch::<i64>(body.get("position"))?.flatten();
+    let mut settings = ChannelSettings::default();
     if let Some(fields) = body.as_object() {
         unsupported_fields(&node, fields, UNSUPPORTED_CHANNEL_FIELDS)?;
+        let kind = match fields.get("type") {
+            None | Some(Value::Null) => channel.kind,
+            Some(Value::Number(n)) if n.as_i64() == Some(channel.kind) => channel.kind,
+            // Discord converts text and announcement channels into each
+            // other and nothing else.
+            Some(Value::Number(n))
+                if matches!((channel.kind, n.as_i64()), (0, Some(5)) | (5, Some(0))) =>
+            {
+                settings.kind = n.as_i64();
+                n.as_i64().unwrap_or(channel.kind)
+            }
+            Some(_) => {
+                node.counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(ApiError::Field(
+                    "type",
+                    "CHANNEL_TYPE_INVALID",
+                    "Only text and announcement channels change type, into each other.".into(),
+                ));
+            }
+        };
+        settings = ChannelSettings {
+            kind: settings.kind,
+            ..channel_settings(&node, fields, kind)?
+        };
     }
     // Null clears them, as an empty list does.
     let permission_overwrites = match body.get("permission_overwrites") {
@@ -2743,22 +2785,170 @@ async fn patch_channel(
             topic,
             position,
             permission_overwrites,
+            settings,
         },
     )
     .await
 }
 
+/// Discord's bounds on slowmode, seconds (6 hours).
+const RATE_LIMIT_PER_USER_S_MAX: i64 = 21_600;
+/// A voice channel's bitrate bounds, bits per second (Discord's, for a
+/// guild without boosts; a stage channel's maximum is 64,000).
+const BITRATE_MIN: i64 = 8_000;
+/// See [`BITRATE_MIN`].
+const BITRATE_MAX: i64 = 96_000;
+/// A stage channel's highest bitrate.
+const STAGE_BITRATE_MAX: i64 = 64_000;
+/// Most participants a voice channel's `user_limit` names (stage: 10,000).
+const VOICE_USER_LIMIT_MAX: i64 = 99;
+/// See [`VOICE_USER_LIMIT_MAX`].
+const STAGE_USER_LIMIT_MAX: i64 = 10_000;
+/// The auto-archive durations Discord accepts, minutes.
+const AUTO_ARCHIVE_MINUTES: [i64; 4] = [60, 1_440, 4_320, 10_080];
+
+/// The documented channel fields of a create or PATCH body beyond name,
+/// topic, position and overwrites, each checked against Discord's bounds
+/// and against the type `kind` the channel will have: a field the type
+/// does not have, given a value other than its unused one, is 50035 at
+/// the field, never dropped. Null leaves a field as it is (`parent_id`:
+/// out of its category).
+fn channel_settings(
+    node: &ApiState,
+    body: &serde_json::Map<String, Value>,
+    kind: i64,
+) -> Result<ChannelSettings, ApiError> {
+    let bad = |field: &'static str, code: &'static str, message: String| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(field, code, message)
+    };
+    let voice = matches!(kind, 2 | 13);
+    // An integer field: Some(value) within `range`, for channel types
+    // where `applies`, else 50035 unless it holds its `unused` value.
+    let int = |field: &'static str,
+               range: std::ops::RangeInclusive<i64>,
+               applies: bool,
+               unused: i64|
+     -> Result<Option<i64>, ApiError> {
+        let value = match body.get(field) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(value) => value
+                .as_i64()
+                .ok_or_else(|| bad(field, "NUMBER_TYPE_COERCE", "Value is not int.".into()))?,
+        };
+        if !applies {
+            if value == unused {
+                return Ok(Some(unused));
+            }
+            return Err(bad(
+                field,
+                "CHANNEL_TYPE_INVALID",
+                "This channel type does not have this field.".into(),
+            ));
+        }
+        if !range.contains(&value) {
+            return Err(bad(
+                field,
+                "NUMBER_TYPE_MAX",
+                format!(
+                    "int value should be between {} and {}.",
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
+        Ok(Some(value))
+    };
+    let nsfw = match body.get("nsfw") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(false)) => Some(false),
+        Some(Value::Bool(true)) if kind != 4 => Some(true),
+        Some(Value::Bool(true)) => {
+            return Err(bad(
+                "nsfw",
+                "CHANNEL_TYPE_INVALID",
+                "A category is not age-restricted itself.".into(),
+            ));
+        }
+        Some(_) => return Err(bad("nsfw", "BASE_TYPE_BAD", "Must be a boolean.".into())),
+    };
+    let parent_id = match body.get("parent_id") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(_) if kind == 4 => {
+            return Err(bad(
+                "parent_id",
+                "CHANNEL_PARENT_INVALID_TYPE",
+                "A category has no parent.".into(),
+            ));
+        }
+        Some(value) => Some(Some(id_from_value(value).map_err(|_| {
+            bad(
+                "parent_id",
+                "NUMBER_TYPE_COERCE",
+                "Value is not snowflake.".into(),
+            )
+        })?)),
+    };
+    let stage = kind == 13;
+    let archive = int(
+        "default_auto_archive_duration",
+        60..=10_080,
+        matches!(kind, 0 | 5 | 15 | 16),
+        0,
+    )?;
+    if let Some(minutes) = archive
+        && minutes != 0
+        && !AUTO_ARCHIVE_MINUTES.contains(&minutes)
+    {
+        return Err(bad(
+            "default_auto_archive_duration",
+            "BASE_TYPE_CHOICES",
+            "Value must be one of {60, 1440, 4320, 10080}.".into(),
+        ));
+    }
+    Ok(ChannelSettings {
+        kind: None,
+        nsfw,
+        rate_limit_per_user: int(
+            "rate_limit_per_user",
+            0..=RATE_LIMIT_PER_USER_S_MAX,
+            matches!(kind, 0 | 2 | 13 | 15 | 16),
+            0,
+        )?,
+        parent_id,
+        bitrate: int(
+            "bitrate",
+            BITRATE_MIN..=if stage {
+                STAGE_BITRATE_MAX
+            } else {
+                BITRATE_MAX
+            },
+            voice,
+            0,
+        )?,
+        user_limit: int(
+            "user_limit",
+            0..=if stage {
+                STAGE_USER_LIMIT_MAX
+            } else {
+                VOICE_USER_LIMIT_MAX
+            },
+            voice,
+            0,
+        )?,
+        video_quality_mode: int("video_quality_mode", 1..=2, voice, 0)?,
+        default_auto_archive_duration: archive,
+    })
+}
+
 /// Channel fields this server does not act on yet, with the value that
 /// means "not used" (what libraries send when the caller set nothing).
 const UNSUPPORTED_CHANNEL_FIELDS: &[(&str, &str)] = &[
-    ("nsfw", "false"),
-    ("parent_id", "null"),
-    ("rate_limit_per_user", "0"),
-    ("bitrate", "null"),
-    ("user_limit", "0"),
+    // No voice region but the automatic one exists here.
     ("rtc_region", "null"),
-    ("video_quality_mode", "null"),
-    ("default_auto_archive_duration", "null"),
     ("default_thread_rate_limit_per_user", "null"),
     ("available_tags", "null"),
     ("default_reaction_emoji", "null"),

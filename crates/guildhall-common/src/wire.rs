@@ -41,18 +41,20 @@ pub fn wire_channel(row: &ChannelRow, with_guild: bool) -> Channel {
         .map(guildhall_proto::permissions::Overwrite::to_wire)
         .collect(),
         topic: row.topic.clone(),
-        nsfw: false,
+        nsfw: row.nsfw,
         last_message_id: None,
-        rate_limit_per_user: 0,
-        parent_id: None,
+        rate_limit_per_user: u32::try_from(row.rate_limit_per_user).unwrap_or(0),
+        parent_id: row.parent_id.map(sf),
         flags: 0,
-        // Voice channels: Discord's defaults (this server does not store a
-        // bitrate or a user limit yet).
-        voice: (row.kind == 2).then_some(VoiceChannelFields {
-            bitrate: 64_000,
-            user_limit: 0,
+        default_auto_archive_duration: row
+            .default_auto_archive_duration
+            .and_then(|m| u32::try_from(m).ok()),
+        // Voice and stage channels (no region choice here: automatic).
+        voice: matches!(row.kind, 2 | 13).then_some(VoiceChannelFields {
+            bitrate: u32::try_from(row.bitrate).unwrap_or(64_000),
+            user_limit: u32::try_from(row.user_limit).unwrap_or(0),
             rtc_region: None,
-            video_quality_mode: 1,
+            video_quality_mode: u8::try_from(row.video_quality_mode).unwrap_or(1),
         }),
     }
 }

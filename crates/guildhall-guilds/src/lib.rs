@@ -77,7 +77,17 @@ type PlannedEntry = (
 );
 
 /// The keys an audit entry lists for each object.
-const CHANNEL_AUDIT_KEYS: &[&str] = &["name", "type", "topic", "position"];
+const CHANNEL_AUDIT_KEYS: &[&str] = &[
+    "name",
+    "type",
+    "topic",
+    "position",
+    "nsfw",
+    "rate_limit_per_user",
+    "parent_id",
+    "bitrate",
+    "user_limit",
+];
 const ROLE_AUDIT_KEYS: &[&str] = &["name", "permissions", "color", "hoist", "mentionable"];
 const MEMBER_AUDIT_KEYS: &[&str] = &["nick", "communication_disabled_until"];
 
@@ -494,6 +504,76 @@ impl GuildOwner {
         Ok(Changed::Channel(wire))
     }
 
+    /// Applies `settings` (checked by the api against Discord's bounds and
+    /// the channel's type) to `row`: a parent must be a category of this
+    /// guild, and a category has none.
+    fn apply_settings(
+        &self,
+        row: &mut ChannelRow,
+        settings: &guildhall_proto::guilds::ChannelSettings,
+    ) -> Result<(), GuildError> {
+        if let Some(kind) = settings.kind {
+            row.kind = kind;
+            // Announcement channels have no slowmode.
+            if kind == 5 {
+                row.rate_limit_per_user = 0;
+            }
+        }
+        if let Some(parent) = settings.parent_id {
+            if let Some(parent_id) = parent {
+                let category = self
+                    .channels
+                    .iter()
+                    .any(|c| c.id == parent_id && c.kind == 4);
+                if !category || row.kind == 4 {
+                    return Err(GuildError::InvalidParent);
+                }
+            }
+            row.parent_id = parent;
+        }
+        if let Some(nsfw) = settings.nsfw {
+            row.nsfw = nsfw;
+        }
+        if let Some(seconds) = settings.rate_limit_per_user {
+            row.rate_limit_per_user = seconds;
+        }
+        if let Some(bitrate) = settings.bitrate {
+            row.bitrate = bitrate;
+        }
+        if let Some(limit) = settings.user_limit {
+            row.user_limit = limit;
+        }
+        if let Some(mode) = settings.video_quality_mode {
+            row.video_quality_mode = mode;
+        }
+        if let Some(minutes) = settings.default_auto_archive_duration {
+            row.default_auto_archive_duration = (minutes > 0).then_some(minutes);
+        }
+        Ok(())
+    }
+
+    /// A deleted category's channels move out of it (CHANNEL_UPDATE each,
+    /// as Discord does). A failed write leaves that channel naming the
+    /// gone category, which reads as none and is counted.
+    async fn orphan_children(&mut self, category_id: i64) {
+        let children: Vec<i64> = self
+            .channels
+            .iter()
+            .filter(|c| c.parent_id == Some(category_id))
+            .map(|c| c.id)
+            .collect();
+        for child_id in children {
+            let Ok(index) = self.channel_index(child_id) else {
+                continue;
+            };
+            let row = ChannelRow {
+                parent_id: None,
+                ..self.channels[index].clone()
+            };
+            let _ = self.replace_channel(index, row, Grown::Name).await;
+        }
+    }
+
     /// The highest role position of `user_id` (the owner outranks all).
     fn rank(&self, user_id: i64) -> i64 {
         if user_id == self.guild.owner_id {
@@ -570,10 +650,12 @@ impl GuildOwner {
                 topic,
                 position,
                 permission_overwrites,
+                settings,
             } => {
                 let index = self.channel_index(channel_id)?;
                 let held = self.require_in(actor, index, perm::MANAGE_CHANNELS)?;
                 let mut row = self.channels[index].clone();
+                self.apply_settings(&mut row, &settings)?;
                 let grown = if topic.is_some() {
                     Grown::Topic
                 } else {
@@ -651,6 +733,9 @@ impl GuildOwner {
                 let row = self.channels.remove(index);
                 let wire = wire_channel(&row, true);
                 self.publish("CHANNEL_DELETE", intents::GUILDS, &wire);
+                if row.kind == 4 {
+                    self.orphan_children(channel_id).await;
+                }
                 Ok(Changed::Channel(wire))
             }
             GuildChange::CreateChannel { channel } => {
@@ -659,10 +744,12 @@ impl GuildOwner {
                     return Err(GuildError::MaxChannels);
                 }
                 let wire_overwrites = channel.permission_overwrites.clone();
-                let channel = ChannelRow {
+                let settings = channel.settings.clone();
+                let mut channel = ChannelRow {
                     guild_id: Some(guild_id),
                     ..ChannelRow::from(channel)
                 };
+                self.apply_settings(&mut channel, &settings)?;
                 if !wire_overwrites.is_empty() {
                     // As Discord: setting overwrites at creation needs
                     // MANAGE_ROLES, and only bits the creator holds.
@@ -1598,6 +1685,21 @@ impl GuildOwner {
                 .ok_or(GuildError::MissingAccess)?;
             if bits & (perm::VIEW_CHANNEL | perm::CONNECT) != perm::VIEW_CHANNEL | perm::CONNECT {
                 return Err(GuildError::MissingPermissions);
+            }
+            // A full channel admits only members who may move others (as
+            // Discord's user_limit does).
+            if channel.user_limit > 0 && bits & perm::MOVE_MEMBERS == 0 {
+                let inside = channel_id.to_string();
+                let present = self
+                    .voice
+                    .iter()
+                    .filter(|(user, state)| {
+                        **user != user_id && state["channel_id"] == inside.as_str()
+                    })
+                    .count();
+                if present as i64 >= channel.user_limit {
+                    return Err(GuildError::MissingPermissions);
+                }
             }
         }
         let mut member = self
@@ -2583,9 +2685,7 @@ impl GuildOwner {
                 status,
                 disconnected,
             } => {
-                let Some(entry) = self.members.get(&user_id) else {
-                    return None;
-                };
+                let entry = self.members.get(&user_id)?;
                 if disconnected && entry.row.temporary && entry.roles.is_empty() {
                     self.remove_temporary(user_id).await;
                     return None;

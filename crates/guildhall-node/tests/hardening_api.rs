@@ -468,7 +468,7 @@ async fn every_field_bound_is_refused_and_nothing_is_stored() {
         ("POST", &channels_path, json!({"name": ""}), "name"),
         ("POST", &channels_path, json!({"name": long(101)}), "name"),
         ("POST", &channels_path, json!({"name": "ok", "topic": long(1025)}), "topic"),
-        ("POST", &channels_path, json!({"name": "ok", "type": 5}), "type"),
+        ("POST", &channels_path, json!({"name": "ok", "type": 15}), "type"),
         ("PATCH", &channel_path, json!({"name": long(101)}), "name"),
         ("PATCH", &channel_path, json!({"topic": long(1025)}), "topic"),
         ("POST", &roles_path, json!({"name": long(101)}), "name"),

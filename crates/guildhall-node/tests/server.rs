@@ -1259,9 +1259,9 @@ async fn permission_overwrites_make_a_channel_private() {
     // Fields the server does not act on yet are refused, not dropped; the
     // values libraries send when nothing was set pass.
     for (field, value) in [
-        ("nsfw", json!(true)),
-        ("rate_limit_per_user", json!(10)),
-        ("parent_id", json!(channel_id)),
+        ("rtc_region", json!("us-west")),
+        ("flags", json!(2)),
+        ("default_reaction_emoji", json!({"emoji_name": "x"})),
     ] {
         let (status, body) = node
             .call(
@@ -2565,4 +2565,225 @@ async fn temporary_members_leave_when_they_disconnect_without_a_role() {
             .await;
         assert_eq!(status, 200, "{id} is still a member");
     }
+}
+
+/// The documented channel fields are checked against Discord's bounds and
+/// the channel's type, stored and echoed: nsfw, slowmode, the category
+/// (`parent_id`, and a deleted category's channels move out of it), a
+/// voice channel's bitrate, user limit (a full channel admits nobody
+/// more until someone leaves) and camera quality, the auto-archive
+/// default, announcement channels and the text/announcement type switch.
+/// Every bad value is 50035 at its field with nothing stored.
+#[tokio::test]
+async fn channel_fields_are_checked_stored_and_echoed() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (guild_id, public) = node.guild(&owner, "Fields").await;
+    let channels = format!("/guilds/{guild_id}/channels");
+    let create = |body: serde_json::Value| node.call("POST", &channels, Some(&owner), Some(body));
+    let (status, category) = create(json!({"name": "Lobby", "type": 4})).await;
+    assert_eq!(status, 200, "{category}");
+    let category = category["id"].as_str().unwrap().to_owned();
+    let (status, text) = create(json!({
+        "name": "rules", "nsfw": true, "rate_limit_per_user": 30,
+        "parent_id": category, "default_auto_archive_duration": 4320,
+    }))
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        (
+            &text["nsfw"],
+            &text["rate_limit_per_user"],
+            &text["parent_id"],
+            &text["default_auto_archive_duration"]
+        ),
+        (&json!(true), &json!(30), &json!(category), &json!(4320)),
+        "{text}"
+    );
+    let text_id = text["id"].as_str().unwrap().to_owned();
+    let (status, voice) = create(json!({
+        "name": "talk", "type": 2, "bitrate": 32_000, "user_limit": 1,
+        "video_quality_mode": 2, "parent_id": category,
+    }))
+    .await;
+    assert_eq!(status, 200, "{voice}");
+    assert_eq!(
+        (
+            &voice["bitrate"],
+            &voice["user_limit"],
+            &voice["video_quality_mode"]
+        ),
+        (&json!(32_000), &json!(1), &json!(2)),
+        "{voice}"
+    );
+    let voice_id = voice["id"].as_str().unwrap().to_owned();
+    let (status, fetched) = node
+        .call("GET", &format!("/channels/{text_id}"), Some(&owner), None)
+        .await;
+    assert_eq!((status, &fetched["rate_limit_per_user"]), (200, &json!(30)));
+
+    // Bad values: 50035 at the field, and the guild's channels unchanged.
+    let (_, before) = node.call("GET", &channels, Some(&owner), None).await;
+    let text_path = format!("/channels/{text_id}");
+    let voice_path = format!("/channels/{voice_id}");
+    let category_path = format!("/channels/{category}");
+    for (method, path, body, field) in [
+        (
+            "POST",
+            &channels,
+            json!({"name": "x", "bitrate": 64_000}),
+            "bitrate",
+        ),
+        (
+            "POST",
+            &channels,
+            json!({"name": "x", "type": 2, "bitrate": 96_001}),
+            "bitrate",
+        ),
+        (
+            "POST",
+            &channels,
+            json!({"name": "x", "type": 2, "user_limit": 100}),
+            "user_limit",
+        ),
+        (
+            "POST",
+            &channels,
+            json!({"name": "x", "rate_limit_per_user": 21_601}),
+            "rate_limit_per_user",
+        ),
+        (
+            "POST",
+            &channels,
+            json!({"name": "x", "parent_id": public}),
+            "parent_id",
+        ),
+        (
+            "POST",
+            &channels,
+            json!({"name": "x", "type": 4, "parent_id": category}),
+            "parent_id",
+        ),
+        (
+            "POST",
+            &channels,
+            json!({"name": "x", "default_auto_archive_duration": 61}),
+            "default_auto_archive_duration",
+        ),
+        (
+            "POST",
+            &channels,
+            json!({"name": "x", "type": 2, "rtc_region": "us-west"}),
+            "rtc_region",
+        ),
+        ("PATCH", &voice_path, json!({"type": 0}), "type"),
+        (
+            "PATCH",
+            &voice_path,
+            json!({"video_quality_mode": 3}),
+            "video_quality_mode",
+        ),
+        ("PATCH", &text_path, json!({"user_limit": 5}), "user_limit"),
+        ("PATCH", &text_path, json!({"nsfw": "yes"}), "nsfw"),
+        (
+            "PATCH",
+            &category_path,
+            json!({"parent_id": category}),
+            "parent_id",
+        ),
+    ] {
+        let (status, error) = node
+            .call(method, path, Some(&owner), Some(body.clone()))
+            .await;
+        assert_eq!(
+            (status, error["code"].as_i64()),
+            (400, Some(50035)),
+            "{body}: {error}"
+        );
+        assert!(error["errors"][field].is_object(), "{body}: {error}");
+    }
+    let (_, after) = node.call("GET", &channels, Some(&owner), None).await;
+    assert_eq!(before, after);
+
+    // Out of the category, slowmode off, into an announcement channel.
+    let (status, patched) = node
+        .call(
+            "PATCH",
+            &text_path,
+            Some(&owner),
+            Some(json!({"parent_id": null, "rate_limit_per_user": 0, "type": 5, "nsfw": false})),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(
+        (
+            &patched["type"],
+            &patched["parent_id"],
+            &patched["rate_limit_per_user"],
+            &patched["nsfw"]
+        ),
+        (&json!(5), &json!(null), &json!(0), &json!(false)),
+        "{patched}"
+    );
+    let (status, posted) = node
+        .post_message(&owner, &text_id, json!({"content": "news"}))
+        .await;
+    assert_eq!(status, 200, "{posted}");
+
+    // The voice channel holds one: Bob is in, Carol waits until he leaves.
+    let (bob, _) = node.register("bob").await;
+    let (carol, carol_id) = node.register("carol").await;
+    let code = node.invite(&owner, &public).await;
+    for token in [&bob, &carol] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let join = |channel: Option<&str>| json!({"op": 4, "d": {"guild_id": guild_id, "channel_id": channel, "self_mute": false, "self_deaf": false}});
+    let mut bob_client = Client::connect(&node.ws).await;
+    bob_client
+        .identify(&bob, intents::GUILDS | intents::GUILD_VOICE_STATES)
+        .await;
+    bob_client.dispatch("GUILD_CREATE").await;
+    bob_client.send(join(Some(&voice_id))).await;
+    bob_client.dispatch("VOICE_SERVER_UPDATE").await;
+    let mut carol_client = Client::connect(&node.ws).await;
+    carol_client
+        .identify(&carol, intents::GUILDS | intents::GUILD_VOICE_STATES)
+        .await;
+    carol_client.dispatch("GUILD_CREATE").await;
+    let refused_before = node.metric("guildhall_voice_owner_failures_total").await;
+    carol_client.send(join(Some(&voice_id))).await;
+    common::until("the full channel refused Carol", 300, async || {
+        node.metric("guildhall_voice_owner_failures_total").await > refused_before
+    })
+    .await;
+    bob_client.send(join(None)).await;
+    loop {
+        let state = carol_client.dispatch("VOICE_STATE_UPDATE").await;
+        if state["d"]["channel_id"].is_null() {
+            break; // Bob left
+        }
+        assert_ne!(
+            state["d"]["user_id"],
+            carol_id.as_str(),
+            "Carol got in while full: {state}"
+        );
+    }
+    carol_client.send(join(Some(&voice_id))).await;
+    carol_client.dispatch("VOICE_SERVER_UPDATE").await;
+
+    // Deleting the category moves its channels out of it.
+    let (status, _) = node
+        .call("DELETE", &category_path, Some(&owner), None)
+        .await;
+    assert_eq!(status, 200);
+    let updated = carol_client.dispatch("CHANNEL_UPDATE").await;
+    assert_eq!(
+        (&updated["d"]["id"], &updated["d"]["parent_id"]),
+        (&json!(voice_id), &json!(null))
+    );
+    let (_, fetched) = node.call("GET", &voice_path, Some(&owner), None).await;
+    assert_eq!(fetched["parent_id"], json!(null));
 }

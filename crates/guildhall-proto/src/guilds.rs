@@ -32,6 +32,47 @@ pub struct ChannelRecord {
     /// Permission overwrites (absent from an older caller: none).
     #[serde(default)]
     pub permission_overwrites: Vec<model::PermissionOverwrite>,
+    /// The other documented fields the caller set (the owner checks the
+    /// parent against the guild; absent: Discord's defaults).
+    #[serde(default)]
+    pub settings: ChannelSettings,
+}
+
+/// A channel's documented fields beyond name, topic, position and
+/// overwrites, as a create or update sets them: `None` leaves one as it
+/// is (or at Discord's default). The api checks each against Discord's
+/// bounds and the channel's type; the owner checks `parent_id` against
+/// the guild's categories.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelSettings {
+    /// A new type (text and announcement change into each other only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<i64>,
+    /// Age-restricted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsfw: Option<bool>,
+    /// Slowmode seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit_per_user: Option<i64>,
+    /// The category (Some(None): out of any).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::present"
+    )]
+    pub parent_id: Option<Option<i64>>,
+    /// A voice channel's bits per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bitrate: Option<i64>,
+    /// A voice channel's participants at once (0: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_limit: Option<i64>,
+    /// A voice channel's camera quality.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video_quality_mode: Option<i64>,
+    /// Its new threads' auto-archive minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_auto_archive_duration: Option<i64>,
 }
 
 /// A role as a guild change carries it (a new role's fields).
@@ -98,6 +139,10 @@ pub enum GuildError {
     /// not a decimal string of documented permissions).
     #[error("invalid permission overwrite")]
     InvalidOverwrite,
+    /// `parent_id` names no category of the guild, or a category was
+    /// given one (50035 at `parent_id`).
+    #[error("invalid parent category")]
+    InvalidParent,
     /// The user is banned from the guild (40007).
     #[error("banned")]
     Banned,
@@ -408,6 +453,9 @@ pub enum GuildChange {
         /// New overwrites, all of them (needs MANAGE_ROLES there too).
         #[serde(default)]
         permission_overwrites: Option<Vec<model::PermissionOverwrite>>,
+        /// The other fields it changes.
+        #[serde(default)]
+        settings: ChannelSettings,
     },
     /// Set one permission overwrite of a channel (`PUT
     /// /channels/{id}/permissions/{overwrite.id}`).

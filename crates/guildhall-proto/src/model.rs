@@ -128,6 +128,10 @@ pub struct Channel {
     pub parent_id: Option<Snowflake>,
     /// Channel flags.
     pub flags: u64,
+    /// Minutes after which its new threads archive (text, announcement,
+    /// forum and media channels that set it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub default_auto_archive_duration: Option<u32>,
     /// A voice channel's fields (discord.py reads `bitrate` and
     /// `user_limit` of every voice channel unconditionally).
     #[serde(flatten, skip_serializing_if = "Option::is_none", default)]

@@ -155,6 +155,7 @@ fn sample_guild() -> Guild {
             true,
         )))],
         channels: vec![Channel {
+            default_auto_archive_duration: None,
             id: id(3_000_000_000_000_000_001),
             kind: 0,
             guild_id: None,

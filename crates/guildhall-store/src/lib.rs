@@ -129,6 +129,8 @@ impl From<guildhall_proto::guilds::ChannelRecord> for ChannelRow {
             position,
             topic,
             permission_overwrites,
+            // Applied by the owner, which checks them against the guild.
+            settings: _,
         } = record;
         Self {
             id,
@@ -143,6 +145,9 @@ impl From<guildhall_proto::guilds::ChannelRecord> for ChannelRow {
                     .filter_map(guildhall_proto::permissions::Overwrite::from_wire)
                     .collect::<Vec<_>>(),
             ),
+            bitrate: if matches!(kind, 2 | 13) { 64_000 } else { 0 },
+            video_quality_mode: 1,
+            ..Self::default()
         }
     }
 }
@@ -239,6 +244,20 @@ pub struct ChannelRow {
     /// `guildhall_proto::permissions::Overwrite::parse_stored`; empty
     /// reads as none).
     pub permission_overwrites: String,
+    /// Age-restricted.
+    pub nsfw: bool,
+    /// Slowmode: seconds a member waits between messages (0: none).
+    pub rate_limit_per_user: i64,
+    /// The category it sits in.
+    pub parent_id: Option<i64>,
+    /// A voice channel's bits per second.
+    pub bitrate: i64,
+    /// A voice channel's participants at once (0: no limit).
+    pub user_limit: i64,
+    /// A voice channel's camera quality (1 auto, 2 full).
+    pub video_quality_mode: i64,
+    /// Minutes of inactivity after which its new threads archive.
+    pub default_auto_archive_duration: Option<i64>,
 }
 
 impl ChannelRow {
@@ -1297,7 +1316,7 @@ where
             .bind(everyone.mentionable)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites, nsfw, rate_limit_per_user, parent_id, bitrate, user_limit, video_quality_mode, default_auto_archive_duration) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)")
             .bind(first.id)
             .bind(first.guild_id)
             .bind(first.kind)
@@ -1305,6 +1324,13 @@ where
             .bind(first.position)
             .bind(&first.topic)
             .bind(first.overwrites_stored())
+            .bind(first.nsfw)
+            .bind(first.rate_limit_per_user)
+            .bind(first.parent_id)
+            .bind(first.bitrate)
+            .bind(first.user_limit)
+            .bind(first.video_quality_mode)
+            .bind(first.default_auto_archive_duration)
             .execute(&mut *tx)
             .await?;
         sqlx::query(
@@ -1589,7 +1615,7 @@ where
         if let Some(guild_id) = channel.guild_id {
             Self::fence(&mut tx, guild_id, epoch).await?;
         }
-        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites, nsfw, rate_limit_per_user, parent_id, bitrate, user_limit, video_quality_mode, default_auto_archive_duration) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)")
             .bind(channel.id)
             .bind(channel.guild_id)
             .bind(channel.kind)
@@ -1597,6 +1623,13 @@ where
             .bind(channel.position)
             .bind(&channel.topic)
             .bind(channel.overwrites_stored())
+            .bind(channel.nsfw)
+            .bind(channel.rate_limit_per_user)
+            .bind(channel.parent_id)
+            .bind(channel.bitrate)
+            .bind(channel.user_limit)
+            .bind(channel.video_quality_mode)
+            .bind(channel.default_auto_archive_duration)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -1718,7 +1751,10 @@ where
             Self::fence(&mut tx, guild_id, epoch).await?;
         }
         let done = sqlx::query(
-            "UPDATE channels SET name = $2, topic = $3, position = $4, permission_overwrites = $6 WHERE id = $1 AND guild_id = $5",
+            "UPDATE channels SET name = $2, topic = $3, position = $4, permission_overwrites = $6, \
+             kind = $7, nsfw = $8, rate_limit_per_user = $9, parent_id = $10, bitrate = $11, \
+             user_limit = $12, video_quality_mode = $13, default_auto_archive_duration = $14 \
+             WHERE id = $1 AND guild_id = $5",
         )
         .bind(channel.id)
         .bind(&channel.name)
@@ -1726,6 +1762,14 @@ where
         .bind(channel.position)
         .bind(channel.guild_id)
         .bind(channel.overwrites_stored())
+        .bind(channel.kind)
+        .bind(channel.nsfw)
+        .bind(channel.rate_limit_per_user)
+        .bind(channel.parent_id)
+        .bind(channel.bitrate)
+        .bind(channel.user_limit)
+        .bind(channel.video_quality_mode)
+        .bind(channel.default_auto_archive_duration)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -2583,6 +2627,13 @@ where
             return Ok(channel);
         }
         let channel = ChannelRow {
+            nsfw: false,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            bitrate: 0,
+            user_limit: 0,
+            video_quality_mode: 1,
+            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: new_id,
             guild_id: None,
@@ -3403,6 +3454,13 @@ mod tests {
             mentionable: false,
         };
         let general = ChannelRow {
+            nsfw: false,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            bitrate: 0,
+            user_limit: 0,
+            video_quality_mode: 1,
+            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: 11,
             guild_id: Some(10),
@@ -3440,6 +3498,13 @@ mod tests {
     async fn messages_page_newest_first(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
+            nsfw: false,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            bitrate: 0,
+            user_limit: 0,
+            video_quality_mode: 1,
+            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: 5,
             guild_id: None,
@@ -3516,6 +3581,13 @@ mod tests {
     async fn concurrent_inserts_are_all_durable_and_answered(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
+            nsfw: false,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            bitrate: 0,
+            user_limit: 0,
+            video_quality_mode: 1,
+            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: 5,
             guild_id: None,
@@ -3620,6 +3692,13 @@ mod tests {
                 mentionable: false,
             };
             let channel = ChannelRow {
+                nsfw: false,
+                rate_limit_per_user: 0,
+                parent_id: None,
+                bitrate: 0,
+                user_limit: 0,
+                video_quality_mode: 1,
+                default_auto_archive_duration: None,
                 permission_overwrites: "[]".into(),
                 id: base + 1,
                 guild_id: Some(base),
@@ -4016,6 +4095,13 @@ mod tests {
         };
         assert!(!store.upsert_role(&hijack, 0).await.unwrap());
         let moved = ChannelRow {
+            nsfw: false,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            bitrate: 0,
+            user_limit: 0,
+            video_quality_mode: 1,
+            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: b_channel,
             guild_id: Some(a),
@@ -4054,6 +4140,13 @@ mod tests {
             Err(StoreError::StaleEpoch)
         ));
         let channel = ChannelRow {
+            nsfw: false,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            bitrate: 0,
+            user_limit: 0,
+            video_quality_mode: 1,
+            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: a_channel,
             guild_id: Some(a),
@@ -4619,6 +4712,13 @@ mod tests {
             mentionable: false,
         };
         let channel = |id| ChannelRow {
+            nsfw: false,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            bitrate: 0,
+            user_limit: 0,
+            video_quality_mode: 1,
+            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id,
             guild_id: Some(10),
@@ -4770,6 +4870,13 @@ mod tests {
                 mentionable: false,
             };
             let channel = ChannelRow {
+                nsfw: false,
+                rate_limit_per_user: 0,
+                parent_id: None,
+                bitrate: 0,
+                user_limit: 0,
+                video_quality_mode: 1,
+                default_auto_archive_duration: None,
                 permission_overwrites: "[]".into(),
                 id: id + 1,
                 guild_id: Some(id),
