@@ -113,6 +113,8 @@ pub enum ApiError {
     Unauthorized,
     /// 429.
     RateLimited(f64),
+    /// 429 with 20016: the channel's slowmode (seconds left).
+    Slowmode(f64),
     /// 503 with Retry-After.
     Overloaded,
     /// 500.
@@ -172,6 +174,7 @@ impl From<GuildError> for ApiError {
                 "CHANNEL_PARENT_INVALID_TYPE",
                 "Not a category of this guild (and a category has no parent).".into(),
             ),
+            GuildError::Slowmode(wait_ms) => ApiError::Slowmode(wait_ms as f64 / 1_000.0),
             GuildError::Banned => ApiError::Code(ErrorCode::UserBanned),
             GuildError::UnknownBan => ApiError::Code(ErrorCode::UnknownBan),
             GuildError::Overloaded => ApiError::Overloaded,
@@ -199,11 +202,13 @@ impl IntoResponse for ApiError {
                 StatusCode::UNAUTHORIZED,
                 &json!({"message": "401: Unauthorized", "code": 0}),
             ),
-            ApiError::RateLimited(retry_after_s) => {
-                let mut response = json_response(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    &RateLimitedBody::new(retry_after_s, false),
-                );
+            ApiError::RateLimited(retry_after_s) | ApiError::Slowmode(retry_after_s) => {
+                let mut body = RateLimitedBody::new(retry_after_s, false);
+                if matches!(self, ApiError::Slowmode(_)) {
+                    body.message = ErrorCode::Slowmode.message();
+                    body.code = ErrorCode::Slowmode.code();
+                }
+                let mut response = json_response(StatusCode::TOO_MANY_REQUESTS, &body);
                 let headers = response.headers_mut();
                 headers.insert(
                     header::RETRY_AFTER,
@@ -2219,7 +2224,10 @@ async fn create_message(
     };
     let (audience, member, rights) = match channel.guild_id {
         Some(guild_id) => {
-            let grant = authorize(&node, author.id, &channel, guild_id, need).await?;
+            let grant = node
+                .guilds
+                .authorize_send(guild_id, author.id, channel.id, need)
+                .await?;
             (
                 Audience::Guild(guild_id),
                 Some(grant.member),

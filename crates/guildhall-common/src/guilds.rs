@@ -411,10 +411,36 @@ impl GuildsClient {
         channel_id: i64,
         need: u64,
     ) -> Result<SendGrant, GuildError> {
+        self.authorize_with(guild_id, user_id, channel_id, need, false)
+            .await
+    }
+
+    /// [`Self::authorize`] for sending a message: the channel's slowmode
+    /// applies and starts.
+    pub async fn authorize_send(
+        &self,
+        guild_id: i64,
+        user_id: i64,
+        channel_id: i64,
+        need: u64,
+    ) -> Result<SendGrant, GuildError> {
+        self.authorize_with(guild_id, user_id, channel_id, need, true)
+            .await
+    }
+
+    async fn authorize_with(
+        &self,
+        guild_id: i64,
+        user_id: i64,
+        channel_id: i64,
+        need: u64,
+        slowmode: bool,
+    ) -> Result<SendGrant, GuildError> {
         let call = GuildCall::Authorize {
             user_id,
             channel_id,
             need,
+            slowmode,
         };
         match self.call(guild_id, call).await? {
             GuildAnswer::Granted(grant) => Ok(grant),

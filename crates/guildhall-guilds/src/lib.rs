@@ -122,6 +122,9 @@ pub struct FanoutCounters {
     pub publish_unconfirmed_total: AtomicU64,
     /// Subscriptions refused at `guild_subscriptions_max`.
     pub subscriptions_refused_total: AtomicU64,
+    /// Sends in a slowmode channel let through unrecorded because the
+    /// owner held `guild_slowmode_clocks_max` running clocks.
+    pub slowmode_unrecorded_total: AtomicU64,
     /// GUILD_CREATEs left out because they exceed the bus payload bound.
     pub guild_create_too_large_total: AtomicU64,
     /// Guild requests that did not decode.
@@ -349,6 +352,9 @@ pub struct GuildOwner {
     /// Per audience, the members outside it (ascending), as of
     /// `view_generation`; at most `guild_view_cache_channels_max`.
     hidden: HashMap<Audience, (u64, std::sync::Arc<Vec<i64>>)>,
+    /// Slowmode clocks: (channel, user) → until when (Unix ms) the user
+    /// waits to send there again; at most `guild_slowmode_clocks_max`.
+    slowmode: HashMap<(i64, i64), u64>,
 }
 
 impl GuildOwner {
@@ -572,6 +578,44 @@ impl GuildOwner {
             };
             let _ = self.replace_channel(index, row, Grown::Name).await;
         }
+    }
+
+    /// A send by `user_id` (holding `bits` there) in `channel_id`: Err
+    /// with the milliseconds left while their slowmode clock runs, else
+    /// Ok and the clock starts. Bots and holders of BYPASS_SLOWMODE are
+    /// unaffected, as Discord documents. At `guild_slowmode_clocks_max`
+    /// clocks the run-out ones go; if none has, the send passes
+    /// unrecorded (counted) instead of growing the map.
+    fn slowmode_clock(&mut self, user_id: i64, channel_id: i64, bits: u64) -> Result<(), u64> {
+        let seconds = self
+            .channels
+            .iter()
+            .find(|c| c.id == channel_id)
+            .map_or(0, |c| c.rate_limit_per_user);
+        let bot = self.members.get(&user_id).is_some_and(|m| m.user.bot);
+        if seconds <= 0 || bot || bits & perm::BYPASS_SLOWMODE != 0 {
+            return Ok(());
+        }
+        let now = guildhall_common::state::now_ms();
+        let key = (channel_id, user_id);
+        if let Some(until) = self.slowmode.get(&key)
+            && *until > now
+        {
+            return Err(until - now);
+        }
+        if self.slowmode.len() >= self.shared.limits.guild_slowmode_clocks_max
+            && !self.slowmode.contains_key(&key)
+        {
+            self.slowmode.retain(|_, until| *until > now);
+            if self.slowmode.len() >= self.shared.limits.guild_slowmode_clocks_max {
+                self.counters
+                    .slowmode_unrecorded_total
+                    .fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        self.slowmode.insert(key, now + seconds as u64 * 1_000);
+        Ok(())
     }
 
     /// The highest role position of `user_id` (the owner outranks all).
@@ -2445,6 +2489,7 @@ impl GuildOwner {
                 user_id,
                 channel_id,
                 need,
+                slowmode,
             } => {
                 let bits = if channel_id == GUILD_WIDE {
                     Some(self.permissions(user_id))
@@ -2464,6 +2509,13 @@ impl GuildOwner {
                     }
                     (true, Some(Some(bits))) if bits & need != need => {
                         Err(GuildError::MissingPermissions)
+                    }
+                    (true, Some(Some(bits)))
+                        if slowmode
+                            && let Err(wait_ms) =
+                                self.slowmode_clock(user_id, channel_id, bits) =>
+                    {
+                        Err(GuildError::Slowmode(wait_ms))
                     }
                     (true, Some(Some(bits))) => Ok(SendGrant {
                         guild_id: self.guild.id,
@@ -3155,6 +3207,7 @@ impl GuildDirectory {
             gateways_seen: self.cluster.gateways_generation.load(Ordering::Relaxed),
             view_generation: 0,
             hidden: HashMap::new(),
+            slowmode: HashMap::new(),
         };
         let unanswered = self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);

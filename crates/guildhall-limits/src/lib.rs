@@ -1026,6 +1026,13 @@ pub const AUDIT_REASON_CHARS_MAX: usize = 512;
 /// many member lists per guild.
 pub const GUILD_VIEW_CACHE_CHANNELS_MAX: usize = 64;
 
+/// (channel, member) slowmode clocks one guild owner keeps: who sent in a
+/// slowmode channel and until when they wait. When hit: the clocks that
+/// ran out are dropped; if none has, the send passes unrecorded (counted
+/// in `guildhall_slowmode_unrecorded_total`) rather than refused, so a
+/// flood of members cannot grow the owner's memory.
+pub const GUILD_SLOWMODE_CLOCKS_MAX: usize = 100_000;
+
 /// Audit log entries one guild keeps. When hit: the oldest are forgotten
 /// as new ones are written (one delete in the same transaction).
 pub const AUDIT_LOG_ENTRIES_MAX: usize = 10_000;
@@ -1594,6 +1601,8 @@ pub struct Limits {
     pub guild_roles_max: usize,
     /// See [`GUILD_CHANNELS_MAX`].
     pub guild_channels_max: usize,
+    /// See [`GUILD_SLOWMODE_CLOCKS_MAX`].
+    pub guild_slowmode_clocks_max: usize,
     /// See [`CHANNEL_OVERWRITES_MAX`].
     pub channel_overwrites_max: usize,
     /// See [`GUILD_VIEW_CACHE_CHANNELS_MAX`].
@@ -1904,6 +1913,7 @@ impl Default for Limits {
             interaction_modal_components_max: INTERACTION_MODAL_COMPONENTS_MAX,
             interaction_autocomplete_choices_max: INTERACTION_AUTOCOMPLETE_CHOICES_MAX,
             guild_roles_max: GUILD_ROLES_MAX,
+            guild_slowmode_clocks_max: GUILD_SLOWMODE_CLOCKS_MAX,
             guild_channels_max: GUILD_CHANNELS_MAX,
             channel_overwrites_max: CHANNEL_OVERWRITES_MAX,
             ban_delete_messages_max: BAN_DELETE_MESSAGES_MAX,
@@ -2543,6 +2553,7 @@ impl Limits {
                 "application_name_chars_max",
             ),
             (self.guild_channels_max, "guild_channels_max"),
+            (self.guild_slowmode_clocks_max, "guild_slowmode_clocks_max"),
             (self.guild_create_members_max, "guild_create_members_max"),
         ] {
             check(value >= 2, field, "must be at least 2");
@@ -3307,6 +3318,7 @@ mod tests {
             "interaction_autocomplete_choices_max",
             "guild_roles_max",
             "guild_channels_max",
+            "guild_slowmode_clocks_max",
             "channel_overwrites_max",
             "ban_delete_messages_max",
             "audit_log_entries_max",
@@ -3529,6 +3541,7 @@ mod tests {
             "interaction_autocomplete_choices_max" => l.interaction_autocomplete_choices_max = 0,
             "guild_roles_max" => l.guild_roles_max = 0,
             "guild_channels_max" => l.guild_channels_max = 0,
+            "guild_slowmode_clocks_max" => l.guild_slowmode_clocks_max = 0,
             "channel_overwrites_max" => l.channel_overwrites_max = 0,
             "ban_delete_messages_max" => l.ban_delete_messages_max = 0,
             "audit_log_entries_max" => l.audit_log_entries_max = 0,

@@ -821,6 +821,11 @@ async fn metrics(
             &node.guild_owners.counters.publish_unconfirmed_total,
         ),
         (
+            "guildhall_slowmode_unrecorded_total",
+            "Slowmode sends let through unrecorded at guild_slowmode_clocks_max running clocks.",
+            &node.guild_owners.counters.slowmode_unrecorded_total,
+        ),
+        (
             "guildhall_guild_subscriptions_refused_total",
             "Session subscriptions refused at guild_subscriptions_max.",
             &node.guild_owners.counters.subscriptions_refused_total,

@@ -2787,3 +2787,71 @@ async fn channel_fields_are_checked_stored_and_echoed() {
     let (_, fetched) = node.call("GET", &voice_path, Some(&owner), None).await;
     assert_eq!(fetched["parent_id"], json!(null));
 }
+
+/// Slowmode (`rate_limit_per_user`) holds a member between messages in
+/// that channel only: 429 with 20016 and the seconds left, nothing
+/// stored; other channels, bots and holders of BYPASS_SLOWMODE are
+/// unaffected; after the wait the member sends again.
+#[tokio::test]
+async fn slowmode_holds_a_member_between_messages() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, _) = node.register("bob").await;
+    let (guild_id, public) = node.guild(&owner, "Slow").await;
+    let code = node.invite(&owner, &public).await;
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+    let (_, bot) = node.bot_in(&owner, &guild_id).await;
+    let (status, slow) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({"name": "slow", "rate_limit_per_user": 1})),
+        )
+        .await;
+    assert_eq!(status, 200, "{slow}");
+    let slow = slow["id"].as_str().unwrap().to_owned();
+
+    let (status, _) = node
+        .post_message(&bob, &slow, json!({"content": "first"}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, error) = node
+        .post_message(&bob, &slow, json!({"content": "second"}))
+        .await;
+    assert_eq!(
+        (status, error["code"].as_i64()),
+        (429, Some(20016)),
+        "{error}"
+    );
+    let retry_after = error["retry_after"].as_f64().unwrap();
+    assert!(retry_after > 0.0 && retry_after <= 1.0, "{error}");
+    // Elsewhere, and for the owner (who holds every permission, so
+    // BYPASS_SLOWMODE) and a bot, nothing waits.
+    let (status, _) = node
+        .post_message(&bob, &public, json!({"content": "elsewhere"}))
+        .await;
+    assert_eq!(status, 200);
+    for token in [&owner, &owner, &bot, &bot] {
+        let (status, body) = node
+            .post_message(token, &slow, json!({"content": "exempt"}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let history = node.history(&owner, &slow).await;
+    assert!(
+        history.iter().all(|m| m["content"] != "second"),
+        "a refused message was stored"
+    );
+    // After the wait, Bob sends again.
+    common::until("Bob's slowmode ran out", 100, async || {
+        node.post_message(&bob, &slow, json!({"content": "later"}))
+            .await
+            .0
+            == 200
+    })
+    .await;
+}

@@ -73,6 +73,8 @@ pub enum ErrorCode {
     MaxGuildWebhooks,
     /// 30016 Maximum number of invites reached (per guild).
     MaxInvites,
+    /// 20016 The channel's slowmode holds the sender (429).
+    Slowmode,
     /// 10062: the interaction is unknown, or its initial response is late.
     UnknownInteraction,
     /// 40060: the interaction already has its initial response.
@@ -121,6 +123,7 @@ impl ErrorCode {
             ErrorCode::MaxWebhooks => 30007,
             ErrorCode::MaxGuildWebhooks => 30058,
             ErrorCode::MaxInvites => 30016,
+            ErrorCode::Slowmode => 20016,
             ErrorCode::UnknownInteraction => 10062,
             ErrorCode::InteractionAlreadyAcknowledged => 40060,
             ErrorCode::BotsCannotUse => 20001,
@@ -170,6 +173,7 @@ impl ErrorCode {
             ErrorCode::MaxWebhooks => "Maximum number of webhooks reached (15)",
             ErrorCode::MaxGuildWebhooks => "Maximum number of webhooks per guild reached (1000)",
             ErrorCode::MaxInvites => "Maximum number of invites reached (1000)",
+            ErrorCode::Slowmode => "This action cannot be performed due to slowmode rate limit.",
             ErrorCode::UnknownInteraction => "Unknown interaction",
             ErrorCode::InteractionAlreadyAcknowledged => {
                 "Interaction has already been acknowledged."
@@ -219,6 +223,7 @@ impl ErrorCode {
             | ErrorCode::MaxInvites
             | ErrorCode::InteractionAlreadyAcknowledged => 400,
             ErrorCode::Overloaded => 503,
+            ErrorCode::Slowmode => 429,
         }
     }
 }

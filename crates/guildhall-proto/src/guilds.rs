@@ -143,6 +143,10 @@ pub enum GuildError {
     /// given one (50035 at `parent_id`).
     #[error("invalid parent category")]
     InvalidParent,
+    /// The channel's slowmode holds the user for this many more
+    /// milliseconds (20016, 429).
+    #[error("slowmode")]
+    Slowmode(u64),
     /// The user is banned from the guild (40007).
     #[error("banned")]
     Banned,
@@ -316,6 +320,11 @@ pub enum GuildCall {
         channel_id: i64,
         /// Required bits.
         need: u64,
+        /// A message send: the channel's slowmode applies (refused with
+        /// [`GuildError::Slowmode`] while the user's clock runs) and
+        /// starts the user's clock.
+        #[serde(default)]
+        slowmode: bool,
     },
     /// Fan an event out.
     Publish(Outgoing),
