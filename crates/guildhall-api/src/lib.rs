@@ -2668,6 +2668,7 @@ fn changed(result: Changed) -> ApiResult {
     match result {
         Changed::Channel(channel) => ok(&channel),
         Changed::Role(role) => ok(&role),
+        Changed::Roles(roles) => ok(&roles),
         Changed::Member(member) => ok(&member),
         Changed::Guild(guild) => ok(&guild),
         Changed::Banned { banned, failed } => {
@@ -3276,6 +3277,117 @@ async fn patch_me(
     node.gateways()
         .to_users_in(None, vec![user.id], 0, "USER_UPDATE", &wire);
     ok(&wire)
+}
+
+/// One entry of a bulk position body: its id and its fields.
+type PositionEntry<'a> = (i64, &'a serde_json::Map<String, Value>);
+
+/// The entries of a bulk position body: an array of objects with a
+/// distinct `id` each, at most `max`; else 50035.
+fn position_entries<'a>(
+    node: &ApiState,
+    body: &'a Value,
+    max: usize,
+) -> Result<Vec<PositionEntry<'a>>, ApiError> {
+    let bad = |message: String| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field("_root", "BASE_TYPE_BAD", message)
+    };
+    let entries = body
+        .as_array()
+        .ok_or_else(|| bad("Must be an array of objects with ids.".into()))?;
+    if entries.len() > max {
+        return Err(bad(format!("Must be {max} or fewer in length.")));
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let fields = entry
+            .as_object()
+            .ok_or_else(|| bad("Must be an array of objects with ids.".into()))?;
+        let id = fields
+            .get("id")
+            .and_then(|v| id_from_value(v).ok())
+            .ok_or_else(|| bad("Every entry needs a snowflake id.".into()))?;
+        if out.iter().any(|(seen, _)| *seen == id) {
+            return Err(bad("Each id may appear once.".into()));
+        }
+        out.push((id, fields));
+    }
+    Ok(out)
+}
+
+/// `PATCH /guilds/{id}/channels`: positions, categories (`parent_id`)
+/// and `lock_permissions` of several channels at once; MANAGE_CHANNELS
+/// (and MANAGE_ROLES to sync overwrites); all or none; 204 and
+/// CHANNEL_UPDATE for each.
+async fn channel_positions(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let entries = position_entries(&node, &body, node.shared.limits.guild_channels_max)?;
+    let mut moves = Vec::with_capacity(entries.len());
+    for (id, fields) in entries {
+        let position = patch::<i64>(fields.get("position"))?.flatten();
+        let parent_id = match fields.get("parent_id") {
+            None => None,
+            Some(Value::Null) => Some(None),
+            Some(value) => Some(Some(id_from_value(value).map_err(|_| {
+                ApiError::Field(
+                    "parent_id",
+                    "NUMBER_TYPE_COERCE",
+                    "Value is not snowflake.".into(),
+                )
+            })?)),
+        };
+        let lock_permissions = patch::<bool>(fields.get("lock_permissions"))?
+            .flatten()
+            .unwrap_or(false);
+        moves.push(guildhall_proto::guilds::ChannelMove {
+            id,
+            position,
+            parent_id,
+            lock_permissions,
+        });
+    }
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::ChannelPositions { moves },
+    )
+    .await
+}
+
+/// `PATCH /guilds/{id}/roles`: reorders roles (MANAGE_ROLES, each below
+/// the caller's highest role, before and after); answers every role,
+/// GUILD_ROLE_UPDATE for each that moved.
+async fn role_positions(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let entries = position_entries(&node, &body, node.shared.limits.guild_roles_max)?;
+    let mut moves = Vec::with_capacity(entries.len());
+    for (id, fields) in entries {
+        let Some(position) = patch::<i64>(fields.get("position"))?.flatten() else {
+            continue;
+        };
+        moves.push((id, position));
+    }
+    change(
+        &node,
+        guild_id,
+        caller.id,
+        GuildChange::RolePositions { moves },
+    )
+    .await
 }
 
 async fn list_roles(
@@ -5596,7 +5708,9 @@ pub fn routes() -> Router<AppState> {
         )
         .route(
             "/guilds/{id}/channels",
-            get(guild_channels).post(create_channel),
+            get(guild_channels)
+                .post(create_channel)
+                .patch(channel_positions),
         )
         .route("/guilds/{id}/members", get(guild_members))
         .route(
@@ -5614,7 +5728,10 @@ pub fn routes() -> Router<AppState> {
             get(get_ban).put(put_ban).delete(delete_ban),
         )
         .route("/guilds/{id}/bulk-ban", post(bulk_ban))
-        .route("/guilds/{id}/roles", get(list_roles).post(create_role))
+        .route(
+            "/guilds/{id}/roles",
+            get(list_roles).post(create_role).patch(role_positions),
+        )
         .route(
             "/guilds/{id}/roles/{role}",
             axum::routing::patch(patch_role).delete(delete_role),

@@ -764,6 +764,111 @@ impl GuildOwner {
                 row.permission_overwrites = perm::Overwrite::to_stored(&new);
                 self.replace_channel(index, row, Grown::Name).await
             }
+            GuildChange::ChannelPositions { moves } => {
+                self.require(actor, perm::MANAGE_CHANNELS)?;
+                let mut rows: Vec<ChannelRow> = Vec::with_capacity(moves.len());
+                for entry in &moves {
+                    let index = self.channel_index(entry.id)?;
+                    let held = self.require_in(actor, index, perm::MANAGE_CHANNELS)?;
+                    let mut row = self.channels[index].clone();
+                    if let Some(position) = entry.position {
+                        row.position = position;
+                    }
+                    let settings = guildhall_proto::guilds::ChannelSettings {
+                        parent_id: entry.parent_id,
+                        ..Default::default()
+                    };
+                    self.apply_settings(&mut row, &settings)?;
+                    if entry.lock_permissions
+                        && let Some(parent_id) = row.parent_id
+                    {
+                        // Syncing writes overwrites: MANAGE_ROLES there.
+                        if held & perm::MANAGE_ROLES == 0 {
+                            return Err(GuildError::MissingPermissions);
+                        }
+                        row.permission_overwrites = self.channels[self.channel_index(parent_id)?]
+                            .permission_overwrites
+                            .clone();
+                    }
+                    rows.push(row);
+                }
+                match store.update_channels(guild_id, &rows, epoch).await {
+                    Ok(true) => {}
+                    Ok(false) => return Err(GuildError::UnknownChannel),
+                    Err(error) => return Err(self.store_failed(Some(&error))),
+                }
+                for row in rows {
+                    if let Ok(index) = self.channel_index(row.id) {
+                        let wire = wire_channel(&row, true);
+                        self.channels[index] = row;
+                        self.publish("CHANNEL_UPDATE", intents::GUILDS, &wire);
+                    }
+                }
+                self.channels.sort_by_key(|c| (c.position, c.id));
+                Ok(Changed::Nothing)
+            }
+            GuildChange::RolePositions { moves } => {
+                self.require(actor, perm::MANAGE_ROLES)?;
+                let rank = self.rank(actor);
+                let mut target: HashMap<i64, i64> = HashMap::new();
+                for (role_id, position) in &moves {
+                    let role = self
+                        .roles
+                        .iter()
+                        .find(|r| r.id == *role_id)
+                        .ok_or(GuildError::UnknownRole)?;
+                    // @everyone stays at the bottom; nobody moves a role
+                    // at or above their own, nor to there.
+                    if *role_id == guild_id || role.position >= rank || *position >= rank {
+                        return Err(GuildError::MissingPermissions);
+                    }
+                    target.insert(*role_id, (*position).max(1));
+                }
+                // A moved role takes its position and the others keep
+                // their order around it (as Discord inserts), then the
+                // positions are renumbered 1..n above @everyone.
+                let mut order: Vec<(i64, u8, i64, i64)> = self
+                    .roles
+                    .iter()
+                    .filter(|r| r.id != guild_id)
+                    .map(|r| match target.get(&r.id) {
+                        Some(position) => (*position, 0, r.position, r.id),
+                        None => (r.position, 1, r.position, r.id),
+                    })
+                    .collect();
+                order.sort_unstable();
+                let mut changed: Vec<(i64, i64)> = vec![];
+                for (index, (_, _, old, role_id)) in order.iter().enumerate() {
+                    let new = index as i64 + 1;
+                    if new != *old {
+                        if *old >= rank || new >= rank {
+                            return Err(GuildError::MissingPermissions);
+                        }
+                        changed.push((*role_id, new));
+                    }
+                }
+                if let Err(error) = store.set_role_positions(guild_id, &changed, epoch).await {
+                    return Err(self.store_failed(Some(&error)));
+                }
+                for (role_id, position) in &changed {
+                    if let Some(role) = self.roles.iter_mut().find(|r| r.id == *role_id) {
+                        role.position = *position;
+                    }
+                }
+                for (role_id, _) in &changed {
+                    if let Some(role) = self.roles.iter().find(|r| r.id == *role_id) {
+                        let wire = wire_role(role);
+                        self.publish(
+                            "GUILD_ROLE_UPDATE",
+                            intents::GUILDS,
+                            &serde_json::json!({"guild_id": guild_id.to_string(), "role": wire}),
+                        );
+                    }
+                }
+                let mut roles: Vec<&RoleRow> = self.roles.iter().collect();
+                roles.sort_by_key(|r| (r.position, r.id));
+                Ok(Changed::Roles(roles.into_iter().map(wire_role).collect()))
+            }
             GuildChange::DeleteChannel { channel_id } => {
                 let index = self.channel_index(channel_id)?;
                 self.require_in(actor, index, perm::MANAGE_CHANNELS)?;

@@ -284,6 +284,8 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("POST", "/channels/{id}/invites", vec![bc], Some(json!({})), 403, 50001),
         ("GET", "/channels/{id}/invites", vec![bc], None, 403, 50001),
         ("GET", "/guilds/{id}/invites", vec![bg], None, 403, 50001),
+        ("PATCH", "/guilds/{id}/channels", vec![bg], Some(json!([])), 403, 50001),
+        ("PATCH", "/guilds/{id}/roles", vec![bg], Some(json!([])), 403, 50001),
     ];
 
     // Every route of api::routes() with an id of a guild's is in the table.

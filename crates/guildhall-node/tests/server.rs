@@ -2855,3 +2855,179 @@ async fn slowmode_holds_a_member_between_messages() {
     })
     .await;
 }
+
+/// `PATCH /guilds/{id}/roles` reorders roles as Discord inserts (the
+/// moved role takes its position, the others keep their order) under the
+/// hierarchy (nobody moves a role at or above their own, nor to there);
+/// `PATCH /guilds/{id}/channels` moves channels and categories at once,
+/// syncing overwrites with `lock_permissions`, all or none.
+#[tokio::test]
+async fn roles_and_channels_are_reordered_in_bulk() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (guild_id, general) = node.guild(&owner, "Order").await;
+    let code = node.invite(&owner, &general).await;
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+    let roles_path = format!("/guilds/{guild_id}/roles");
+    let mut ids = vec![];
+    for (name, permissions) in [("r1", "0"), ("r2", "0"), ("r3", "0"), ("mod", "268435456")] {
+        let (status, role) = node
+            .call(
+                "POST",
+                &roles_path,
+                Some(&owner),
+                Some(json!({"name": name, "permissions": permissions})),
+            )
+            .await;
+        assert_eq!(status, 200, "{role}");
+        ids.push(role["id"].as_str().unwrap().to_owned());
+    }
+    let (r1, r2, r3, moderator) = (&ids[0], &ids[1], &ids[2], &ids[3]);
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{bob_id}/roles/{moderator}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let order = |roles: &serde_json::Value| -> Vec<(String, i64)> {
+        let mut list: Vec<(String, i64)> = roles
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_str().unwrap().to_owned(),
+                    r["position"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        list.sort_by_key(|(_, p)| *p);
+        list.into_iter().filter(|(id, _)| *id != guild_id).collect()
+    };
+    let (status, roles) = node
+        .call(
+            "PATCH",
+            &roles_path,
+            Some(&owner),
+            Some(json!([{"id": r3, "position": 1}])),
+        )
+        .await;
+    assert_eq!(status, 200, "{roles}");
+    let expected = |list: [&String; 4]| -> Vec<(String, i64)> {
+        list.iter()
+            .enumerate()
+            .map(|(i, id)| ((*id).clone(), i as i64 + 1))
+            .collect()
+    };
+    assert_eq!(order(&roles), expected([r3, r1, r2, moderator]));
+    // Bob (MANAGE_ROLES through "mod", at position 4) moves what is below
+    // him, and nothing to or at his own position.
+    let (status, roles) = node
+        .call(
+            "PATCH",
+            &roles_path,
+            Some(&bob),
+            Some(json!([{"id": r2, "position": 1}])),
+        )
+        .await;
+    assert_eq!(status, 200, "{roles}");
+    assert_eq!(order(&roles), expected([r2, r3, r1, moderator]));
+    for body in [
+        json!([{"id": r1, "position": 4}]),
+        json!([{"id": moderator, "position": 1}]),
+    ] {
+        let (status, error) = node
+            .call("PATCH", &roles_path, Some(&bob), Some(body.clone()))
+            .await;
+        assert_eq!(
+            (status, error["code"].as_i64()),
+            (403, Some(50013)),
+            "{body}"
+        );
+    }
+    let (_, roles) = node.call("GET", &roles_path, Some(&owner), None).await;
+    assert_eq!(
+        order(&roles),
+        expected([r2, r3, r1, moderator]),
+        "a refused move changed nothing"
+    );
+
+    // Channels: into a category, taking its overwrites; bad moves change
+    // nothing.
+    let channels_path = format!("/guilds/{guild_id}/channels");
+    let send = guildhall_proto::permissions::SEND_MESSAGES.to_string();
+    let (_, category) = node
+        .call(
+            "POST",
+            &channels_path,
+            Some(&owner),
+            Some(json!({"name": "Quiet", "type": 4,
+            "permission_overwrites": [{"id": guild_id, "type": 0, "deny": send}]})),
+        )
+        .await;
+    let category = category["id"].as_str().unwrap().to_owned();
+    let (_, other) = node
+        .call(
+            "POST",
+            &channels_path,
+            Some(&owner),
+            Some(json!({"name": "other"})),
+        )
+        .await;
+    let other = other["id"].as_str().unwrap().to_owned();
+    let (_, before) = node.call("GET", &channels_path, Some(&owner), None).await;
+    for body in [
+        json!({"id": general}),
+        json!([{"id": general, "position": 1}, {"id": general, "position": 2}]),
+        json!([{"id": general, "parent_id": other}]),
+        json!([{"id": general, "position": 3}, {"id": "1", "position": 2}]),
+    ] {
+        let (status, _) = node
+            .call("PATCH", &channels_path, Some(&owner), Some(body.clone()))
+            .await;
+        assert!(status == 400 || status == 404, "{body}: {status}");
+    }
+    let (_, after) = node.call("GET", &channels_path, Some(&owner), None).await;
+    assert_eq!(before, after, "a refused move changed nothing");
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &channels_path,
+            Some(&owner),
+            Some(json!([
+                {"id": general, "position": 5, "parent_id": category, "lock_permissions": true},
+                {"id": other, "position": 3},
+            ])),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (_, moved) = node
+        .call("GET", &format!("/channels/{general}"), Some(&owner), None)
+        .await;
+    assert_eq!(
+        (&moved["position"], &moved["parent_id"]),
+        (&json!(5), &json!(category)),
+        "{moved}"
+    );
+    assert_eq!(
+        moved["permission_overwrites"][0]["deny"],
+        send.as_str(),
+        "{moved}"
+    );
+    // Bob now may not send there: the category's overwrite holds.
+    let (status, _) = node
+        .post_message(&bob, &general, json!({"content": "hi"}))
+        .await;
+    assert_eq!(status, 403);
+    let (_, other_now) = node
+        .call("GET", &format!("/channels/{other}"), Some(&owner), None)
+        .await;
+    assert_eq!(other_now["position"], 3);
+}

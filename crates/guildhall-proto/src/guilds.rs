@@ -38,6 +38,26 @@ pub struct ChannelRecord {
     pub settings: ChannelSettings,
 }
 
+/// One entry of a bulk channel move.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelMove {
+    /// The channel.
+    pub id: i64,
+    /// Its new position.
+    #[serde(default)]
+    pub position: Option<i64>,
+    /// Its new category (Some(None): out of any).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::present"
+    )]
+    pub parent_id: Option<Option<i64>>,
+    /// Take the (new) category's overwrites.
+    #[serde(default)]
+    pub lock_permissions: bool,
+}
+
 /// A channel's documented fields beyond name, topic, position and
 /// overwrites, as a create or update sets them: `None` leaves one as it
 /// is (or at Discord's default). The api checks each against Discord's
@@ -443,6 +463,18 @@ pub enum GuildChange {
         /// The channel.
         channel: ChannelRecord,
     },
+    /// Move channels (`PATCH /guilds/{id}/channels`): positions,
+    /// categories, overwrites synced with the new category.
+    ChannelPositions {
+        /// One entry per channel, ids distinct.
+        moves: Vec<ChannelMove>,
+    },
+    /// Reorder roles (`PATCH /guilds/{id}/roles`): (role id, position),
+    /// ids distinct; the others keep their order around them.
+    RolePositions {
+        /// The requested positions.
+        moves: Vec<(i64, i64)>,
+    },
     /// Rename, re-topic or move a channel.
     UpdateChannel {
         /// Which.
@@ -620,6 +652,8 @@ pub enum Changed {
     Member(Member),
     /// The guild (GUILD_UPDATE's payload).
     Guild(serde_json::Value),
+    /// The guild's roles, in position order (after a reorder).
+    Roles(Vec<Role>),
     /// A bulk ban's outcome: user ids banned, and not.
     Banned {
         /// Banned now.

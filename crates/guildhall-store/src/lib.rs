@@ -1776,6 +1776,59 @@ where
         Ok(done.rows_affected() == 1)
     }
 
+    /// Writes several of a guild's channels at once (bulk positions), in
+    /// one transaction: all or none. False if one is not the guild's
+    /// (then none is written).
+    pub async fn update_channels(
+        &self,
+        guild_id: i64,
+        channels: &[ChannelRow],
+        epoch: i64,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
+        for channel in channels {
+            let done = sqlx::query(
+                "UPDATE channels SET position = $2, parent_id = $3, permission_overwrites = $4 \
+                 WHERE id = $1 AND guild_id = $5",
+            )
+            .bind(channel.id)
+            .bind(channel.position)
+            .bind(channel.parent_id)
+            .bind(channel.overwrites_stored())
+            .bind(guild_id)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() != 1 {
+                return Ok(false);
+            }
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Sets several of a guild's role positions at once, in one
+    /// transaction (ids that are not the guild's roles change nothing).
+    pub async fn set_role_positions(
+        &self,
+        guild_id: i64,
+        positions: &[(i64, i64)],
+        epoch: i64,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
+        for (role_id, position) in positions {
+            sqlx::query("UPDATE roles SET position = $2 WHERE id = $1 AND guild_id = $3")
+                .bind(role_id)
+                .bind(position)
+                .bind(guild_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Deletes a guild's channel with its messages, reactions and invites;
     /// false if the guild has no such channel.
     pub async fn delete_channel(&self, guild_id: i64, id: i64, epoch: i64) -> Result<bool> {
@@ -3261,6 +3314,10 @@ store_api! {
     /// guild only);
     /// false if the guild has no such channel.
     fn update_channel<'a>(&'a self, channel: &'a ChannelRow, epoch: i64) -> bool;
+    /// Several channels' positions, parents and overwrites, all or none.
+    fn update_channels<'a>(&'a self, guild_id: i64, channels: &'a [ChannelRow], epoch: i64) -> bool;
+    /// Several role positions at once.
+    fn set_role_positions<'a>(&'a self, guild_id: i64, positions: &'a [(i64, i64)], epoch: i64) -> ();
     /// Deletes a guild's channel with its messages, reactions and invites;
     /// false if the guild has no such channel.
     fn delete_channel<'a>(&'a self, guild_id: i64, id: i64, epoch: i64) -> bool;
