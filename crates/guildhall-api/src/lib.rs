@@ -2602,6 +2602,20 @@ async fn delete_message(
     match &audience {
         ChannelAudience::Guild { guild_id, .. } => {
             publish_message_delete(&node, *guild_id, row.channel_id, row.id).await;
+            // Discord logs a moderator's delete of another's message.
+            if row.author_id != caller.id && row.webhook_id.is_none() {
+                let options = json!({"channel_id": row.channel_id.to_string(), "count": "1"});
+                audit(
+                    &node,
+                    *guild_id,
+                    caller.id,
+                    guildhall_proto::audit::MESSAGE_DELETE,
+                    Some(row.author_id),
+                    vec![],
+                    Some(options),
+                )
+                .await;
+            }
         }
         ChannelAudience::Dm(members) => {
             let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string()});
@@ -3620,6 +3634,49 @@ async fn audit_reason_scope(request: Request, next: axum::middleware::Next) -> R
 /// The moderator's reason for this request, cut to
 /// `audit_reason_chars_max` characters (Discord's 512); None when absent
 /// or blank.
+/// Records an audit log entry for an action the api took (the guild's
+/// owner stores and announces it) with the request's reason. The action
+/// is done already: a failure is logged (rate-limited), not answered.
+pub(crate) async fn audit(
+    node: &ApiState,
+    guild_id: i64,
+    actor: i64,
+    action_type: u8,
+    target_id: Option<i64>,
+    changes: Vec<Value>,
+    options: Option<Value>,
+) {
+    let call = guildhall_proto::guilds::GuildCall::Audit {
+        actor,
+        action_type,
+        target_id,
+        changes,
+        options,
+        reason: request_reason(node),
+    };
+    if let Err(error) = node.guilds.audit(guild_id, call).await {
+        guildhall_common::throttled!(warn, "api.audit_failed", guild_id, %error, "an audit log entry was not recorded");
+    }
+}
+
+/// `changes` of an invite's audit entry: its settings as new values
+/// (created) or old ones (deleted).
+fn invite_changes(invite: &InviteRow, created: bool) -> Vec<Value> {
+    let side = if created { "new_value" } else { "old_value" };
+    [
+        ("code", json!(invite.code)),
+        ("channel_id", json!(invite.channel_id.to_string())),
+        ("inviter_id", json!(invite.inviter_id.to_string())),
+        ("uses", json!(invite.uses)),
+        ("max_uses", json!(invite.max_uses)),
+        ("max_age", json!(invite.max_age_s)),
+        ("temporary", json!(invite.temporary)),
+    ]
+    .into_iter()
+    .map(|(key, value)| json!({"key": key, side: value}))
+    .collect()
+}
+
 pub(crate) fn request_reason(node: &ApiState) -> Option<String> {
     let raw = AUDIT_REASON.try_with(Clone::clone).ok().flatten()?;
     let reason: String = raw
@@ -4824,6 +4881,7 @@ async fn pin(
             )
             .await;
             pin_notice(&node, &caller, &channel, &audience, message_id).await;
+            pin_audit(&node, &caller, &channel, &audience, message_id, true).await;
         }
         PinWrite::AlreadyPinned => {}
         PinWrite::Missing => return Err(ApiError::Code(ErrorCode::UnknownMessage)),
@@ -4839,6 +4897,41 @@ async fn pin(
         }
     }
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// A guild pin or unpin's audit entry (target: the message's author).
+async fn pin_audit(
+    node: &ApiState,
+    caller: &UserRow,
+    channel: &ChannelRow,
+    audience: &ChannelAudience,
+    message_id: i64,
+    pinned: bool,
+) {
+    let ChannelAudience::Guild { guild_id, .. } = audience else {
+        return;
+    };
+    let author = match node.shared.store.message(channel.id, message_id).await {
+        Ok(Some(row)) => Some(row.author_id),
+        _ => None,
+    };
+    let action = if pinned {
+        guildhall_proto::audit::MESSAGE_PIN
+    } else {
+        guildhall_proto::audit::MESSAGE_UNPIN
+    };
+    let options =
+        json!({"channel_id": channel.id.to_string(), "message_id": message_id.to_string()});
+    audit(
+        node,
+        *guild_id,
+        caller.id,
+        action,
+        author,
+        vec![],
+        Some(options),
+    )
+    .await;
 }
 
 /// `DELETE /channels/{id}/messages/pins/{message}` (and the deprecated
@@ -4870,6 +4963,7 @@ async fn unpin(
     {
         UnpinWrite::Unpinned(newest_ms) => {
             publish_pins_update(&node, &channel, &audience, message_id, false, newest_ms).await;
+            pin_audit(&node, &caller, &channel, &audience, message_id, false).await;
         }
         UnpinWrite::NotPinned => {}
         UnpinWrite::Missing => return Err(ApiError::Code(ErrorCode::UnknownMessage)),
@@ -5133,6 +5227,17 @@ async fn bulk_delete(
         "MESSAGE_DELETE_BULK",
         intents::GUILD_MESSAGES,
         &data,
+    )
+    .await;
+    let options = json!({"count": deleted.len().to_string()});
+    audit(
+        &node,
+        guild_id,
+        caller.id,
+        guildhall_proto::audit::MESSAGE_BULK_DELETE,
+        Some(channel.id),
+        vec![],
+        Some(options),
     )
     .await;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -5417,6 +5522,16 @@ async fn create_invite(
     invite.code = auth::new_code().map_err(|_| ApiError::Internal)?;
     store.create_invite(&invite).await?;
     let value = invite_json(&node, &invite.code, false, true).await?;
+    audit(
+        &node,
+        guild_id,
+        caller.id,
+        guildhall_proto::audit::INVITE_CREATE,
+        None,
+        invite_changes(&invite, true),
+        None,
+    )
+    .await;
     if let Some(inviter) = store.user(caller.id).await? {
         publish_holding(
             &node,
@@ -5553,6 +5668,16 @@ async fn delete_invite(
     let value = invite_json(&node, &code, false, true).await?;
     if store.delete_invite(&code).await? {
         announce_invite_delete(&node, &invite).await;
+        audit(
+            &node,
+            invite.guild_id,
+            caller.id,
+            guildhall_proto::audit::INVITE_DELETE,
+            None,
+            invite_changes(&invite, false),
+            None,
+        )
+        .await;
     }
     ok(&value)
 }

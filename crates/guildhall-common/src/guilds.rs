@@ -522,6 +522,15 @@ impl GuildsClient {
         }
     }
 
+    /// Records an audit log entry for an action taken outside the owner
+    /// (see [`GuildCall::Audit`]).
+    pub async fn audit(&self, guild_id: i64, call: GuildCall) -> Result<(), GuildError> {
+        match self.call(guild_id, call).await? {
+            GuildAnswer::Changed(_) => Ok(()),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
     /// A change by `actor`.
     pub async fn change(
         &self,

@@ -1662,6 +1662,18 @@ impl GuildOwner {
         if entries.is_empty() || matches!(change, GuildChange::DeleteGuild) {
             return;
         }
+        self.store_audit(actor, entries, reason).await;
+    }
+
+    /// Stores `entries` by `actor` (pruning past the retention and the
+    /// per-guild bound) and announces each to VIEW_AUDIT_LOG holders. A
+    /// failed write is logged (rate-limited) and announces nothing.
+    async fn store_audit(
+        &mut self,
+        actor: i64,
+        entries: Vec<PlannedEntry>,
+        reason: Option<String>,
+    ) {
         let store = self.shared.store.clone();
         let limits = &self.shared.limits;
         let retention_ms = limits.audit_log_retention_ms;
@@ -2836,6 +2848,25 @@ impl GuildOwner {
                         .await;
                 }
                 Some(result.map(GuildAnswer::Changed))
+            }
+            GuildCall::Audit {
+                actor,
+                action_type,
+                target_id,
+                changes,
+                options,
+                reason,
+            } => {
+                if !self.members.contains_key(&actor) {
+                    return Some(Err(GuildError::MissingAccess));
+                }
+                self.store_audit(
+                    actor,
+                    vec![(action_type, target_id, changes, options)],
+                    reason,
+                )
+                .await;
+                Some(Ok(GuildAnswer::Changed(Changed::Nothing)))
             }
             GuildCall::Presence {
                 user_id,

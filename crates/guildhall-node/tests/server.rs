@@ -3031,3 +3031,127 @@ async fn roles_and_channels_are_reordered_in_bulk() {
         .await;
     assert_eq!(other_now["position"], 3);
 }
+
+/// What the api does on a moderator's behalf is audited too, with the
+/// request's `X-Audit-Log-Reason`: deleting another's message (72, target
+/// its author), a bulk delete (73, target the channel), pins (74, 75)
+/// and invites (40, 42). A member's delete of their own message is not.
+#[tokio::test]
+async fn api_actions_are_audited_with_reasons() {
+    let node = TestNode::start().await;
+    let (owner, owner_id) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (guild_id, channel) = node.guild(&owner, "Audited").await;
+    let code = node.invite(&owner, &channel).await;
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+    let mut posted = vec![];
+    for content in ["one", "two", "three", "four", "mine"] {
+        let (status, message) = node
+            .post_message(&bob, &channel, json!({"content": content}))
+            .await;
+        assert_eq!(status, 200);
+        posted.push(message["id"].as_str().unwrap().to_owned());
+    }
+    let reason = [("X-Audit-Log-Reason", "cleanup")];
+    let messages = format!("/channels/{channel}/messages");
+    let (status, _) = node
+        .call_with(
+            "DELETE",
+            &format!("{messages}/{}", posted[0]),
+            Some(&owner),
+            None,
+            &reason,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("{messages}/{}", posted[4]),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = node
+        .call_with(
+            "POST",
+            &format!("{messages}/bulk-delete"),
+            Some(&owner),
+            Some(json!({"messages": [posted[1], posted[2]]})),
+            &reason,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let pin = format!("/channels/{channel}/messages/pins/{}", posted[3]);
+    assert_eq!(node.call("PUT", &pin, Some(&owner), None).await.0, 204);
+    assert_eq!(node.call("DELETE", &pin, Some(&owner), None).await.0, 204);
+    let (status, invite) = node
+        .call(
+            "POST",
+            &format!("/channels/{channel}/invites"),
+            Some(&owner),
+            Some(json!({"unique": true})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let fresh = invite["code"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .call_with(
+            "DELETE",
+            &format!("/invites/{fresh}"),
+            Some(&owner),
+            None,
+            &reason,
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    let entries = |action: u8| {
+        let path = format!("/guilds/{guild_id}/audit-logs?action_type={action}");
+        let node = &node;
+        let owner = owner.clone();
+        async move {
+            let (status, log) = node.call("GET", &path, Some(&owner), None).await;
+            assert_eq!(status, 200, "{log}");
+            log["audit_log_entries"].as_array().unwrap().clone()
+        }
+    };
+    let deleted = entries(72).await;
+    assert_eq!(deleted.len(), 1, "only the moderator's delete: {deleted:?}");
+    assert_eq!(
+        (
+            &deleted[0]["target_id"],
+            &deleted[0]["user_id"],
+            &deleted[0]["reason"]
+        ),
+        (&json!(bob_id), &json!(owner_id), &json!("cleanup"))
+    );
+    assert_eq!(deleted[0]["options"]["channel_id"], channel.as_str());
+    let bulk = entries(73).await;
+    assert_eq!(
+        (&bulk[0]["target_id"], &bulk[0]["options"]["count"]),
+        (&json!(channel), &json!("2"))
+    );
+    for action in [74, 75] {
+        let pins = entries(action).await;
+        assert_eq!(pins.len(), 1, "{action}: {pins:?}");
+        assert_eq!(pins[0]["options"]["message_id"], posted[3].as_str());
+        assert_eq!(pins[0]["target_id"], bob_id.as_str());
+    }
+    let created = entries(40).await;
+    assert!(
+        created.iter().any(|e| e["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["key"] == "code" && c["new_value"] == fresh.as_str())),
+        "{created:?}"
+    );
+    let removed = entries(42).await;
+    assert_eq!(removed.len(), 1);
+    assert_eq!(removed[0]["reason"], "cleanup");
+}

@@ -38,6 +38,18 @@ pub const ROLE_CREATE: u8 = 30;
 pub const ROLE_UPDATE: u8 = 31;
 /// Role was deleted.
 pub const ROLE_DELETE: u8 = 32;
+/// An invite was created.
+pub const INVITE_CREATE: u8 = 40;
+/// An invite was deleted.
+pub const INVITE_DELETE: u8 = 42;
+/// A moderator deleted another's message (target: its author).
+pub const MESSAGE_DELETE: u8 = 72;
+/// Messages were bulk-deleted (target: the channel).
+pub const MESSAGE_BULK_DELETE: u8 = 73;
+/// A message was pinned (target: its author).
+pub const MESSAGE_PIN: u8 = 74;
+/// A message was unpinned (target: its author).
+pub const MESSAGE_UNPIN: u8 = 75;
 
 /// One entry as the guild's owner records it (the wire entry has the
 /// same fields; `id` is a snowflake minted by the owner).

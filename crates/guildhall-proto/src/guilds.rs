@@ -392,6 +392,23 @@ pub enum GuildCall {
         #[serde(default)]
         reason: Option<String>,
     },
+    /// Record an audit log entry for an action another role performed
+    /// (the api's message deletes, pins and invites): stored and
+    /// announced as the owner's own entries (GUILD_AUDIT_LOG_ENTRY_CREATE).
+    Audit {
+        /// Who acted (a member).
+        actor: i64,
+        /// The documented action type.
+        action_type: u8,
+        /// What it acted on.
+        target_id: Option<i64>,
+        /// The documented changes.
+        changes: Vec<serde_json::Value>,
+        /// The documented optional info.
+        options: Option<serde_json::Value>,
+        /// `X-Audit-Log-Reason`.
+        reason: Option<String>,
+    },
     /// A member's presence changed (best effort: dropped when busy).
     Presence {
         /// Who.
