@@ -15,7 +15,8 @@
 #        on the same ports and data (fault tests)
 #
 # Ports come from the environment (NATS_PORT, NATS_MONITOR_PORT, ETCD_PORT,
-# ETCD_PEER_PORT, PG_PORT) or are picked free by the kernel.
+# ETCD_PEER_PORT, PG_PORT) or are picked free by the kernel (PostgreSQL: a
+# new free port on a failed start, at most PG_START_ATTEMPTS, default 3).
 set -euo pipefail
 
 PG_BIN=${PG_BIN:-}
@@ -111,7 +112,7 @@ up() {
         echo "ETCD_ENDPOINTS=http://127.0.0.1:$port" >>"$dir/env"
         ;;
       pg)
-        local port=${PG_PORT:-$(free_port)}
+        local port
         [[ -n "$PG_BIN" ]] || { echo "PostgreSQL not installed: run '$0 install'" >&2; return 1; }
         mkdir -p "$dir/pg" "$dir/pgsock"
         [[ $(id -u) == 0 ]] && chown postgres:postgres "$dir/pg" "$dir/pgsock"
@@ -120,9 +121,21 @@ up() {
         as_pg "$PG_BIN/initdb" -D "$dir/pg/data" -A trust -U postgres --no-sync >"$dir/initdb.log" 2>&1 \
           || { echo "initdb failed (can the postgres user reach $dir?):" >&2; cat "$dir/initdb.log" >&2; return 1; }
         # fsync off: these databases are thrown away with the directory.
-        as_pg "$PG_BIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -t 30 \
-          -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/pgsock -c fsync=off -c max_connections=200" \
-          start >/dev/null
+        # A kernel-picked port can be taken by another process starting at
+        # the same moment (parallel tests) before PostgreSQL binds it:
+        # then a new port is picked, at most PG_START_ATTEMPTS times.
+        local attempt started=""
+        for ((attempt = 1; attempt <= ${PG_START_ATTEMPTS:-3}; attempt++)); do
+          port=${PG_PORT:-$(free_port)}
+          if as_pg "$PG_BIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -t 30 \
+            -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/pgsock -c fsync=off -c max_connections=200" \
+            start >/dev/null; then
+            started=1
+            break
+          fi
+          [[ -z "${PG_PORT:-}" ]] || break
+        done
+        [[ -n "$started" ]] || { echo "PostgreSQL did not start; its log:" >&2; cat "$dir/pg/log" >&2; return 1; }
         echo "pg $PG_BIN/pg_ctl $dir/pg/data" >>"$dir/pids"
         as_pg "$PG_BIN/createdb" -h 127.0.0.1 -p "$port" -U postgres guildhall
         echo "DATABASE_URL=postgres://postgres@127.0.0.1:$port/guildhall" >>"$dir/env"
