@@ -1016,7 +1016,8 @@ fn id_from_value(value: &Value) -> Result<i64, ApiError> {
     }
 }
 
-/// Adds the application's bot to a guild the caller owns.
+/// Adds the application's bot to a guild the caller manages
+/// (MANAGE_GUILD).
 async fn oauth2_authorize(
     State(node): State<AppState>,
     Caller(caller): Caller,
@@ -1044,15 +1045,10 @@ async fn oauth2_authorize(
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownApplication))?;
     let guild_id = id_from_value(&body.guild_id)?;
-    let guild = node
-        .shared
-        .store
-        .guild(guild_id)
-        .await?
-        .ok_or(ApiError::Code(ErrorCode::UnknownGuild))?;
-    if guild.owner_id != caller.id {
-        return Err(ApiError::Code(ErrorCode::MissingPermissions));
-    }
+    // As Discord: whoever manages the guild adds bots, not only its owner.
+    node.guilds
+        .authorize(guild_id, caller.id, GUILD_WIDE, perm::MANAGE_GUILD)
+        .await?;
     let bot = node
         .shared
         .store

@@ -3155,3 +3155,97 @@ async fn api_actions_are_audited_with_reasons() {
     assert_eq!(removed.len(), 1);
     assert_eq!(removed[0]["reason"], "cleanup");
 }
+
+/// `POST /oauth2/authorize` takes MANAGE_GUILD, as Discord: a member who
+/// manages the guild adds a bot; a member who does not gets 50013 and a
+/// stranger 50001, and neither adds anything.
+#[tokio::test]
+async fn managers_authorize_bots_and_others_cannot() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (dan, dan_id) = node.register("dan").await;
+    let (eve, _) = node.register("eve").await;
+    let (stranger, _) = node.register("stranger").await;
+    let (guild_id, channel) = node.guild(&owner, "Managed").await;
+    let code = node.invite(&owner, &channel).await;
+    for token in [&dan, &eve] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let manage_guild = guildhall_proto::permissions::MANAGE_GUILD.to_string();
+    let (_, role) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/roles"),
+            Some(&owner),
+            Some(json!({"name": "managers", "permissions": manage_guild})),
+        )
+        .await;
+    let role = role["id"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .call(
+            "PUT",
+            &format!("/guilds/{guild_id}/members/{dan_id}/roles/{role}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let authorize = |token: String, app_id: String| {
+        let node = &node;
+        let guild_id = guild_id.clone();
+        async move {
+            node.call(
+                "POST",
+                &format!("/oauth2/authorize?client_id={app_id}&scope=bot"),
+                Some(&token),
+                Some(json!({"guild_id": guild_id, "permissions": "0", "authorize": true})),
+            )
+            .await
+        }
+    };
+    let mut apps = vec![];
+    for token in [&eve, &stranger, &dan] {
+        let (status, app) = node
+            .call(
+                "POST",
+                "/applications",
+                Some(token),
+                Some(json!({"name": "helper"})),
+            )
+            .await;
+        assert_eq!(status, 200, "{app}");
+        apps.push(app["id"].as_str().unwrap().to_owned());
+    }
+    let (status, error) = authorize(eve.clone(), apps[0].clone()).await;
+    assert_eq!(
+        (status, error["code"].as_i64()),
+        (403, Some(50013)),
+        "{error}"
+    );
+    let (status, error) = authorize(stranger.clone(), apps[1].clone()).await;
+    assert_eq!(
+        (status, error["code"].as_i64()),
+        (403, Some(50001)),
+        "{error}"
+    );
+    let (status, body) = authorize(dan.clone(), apps[2].clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let members = |id: &str| format!("/guilds/{guild_id}/members/{id}");
+    assert_eq!(
+        node.call("GET", &members(&apps[2]), Some(&owner), None)
+            .await
+            .0,
+        200
+    );
+    for refused in &apps[..2] {
+        assert_eq!(
+            node.call("GET", &members(refused), Some(&owner), None)
+                .await
+                .0,
+            404
+        );
+    }
+}
