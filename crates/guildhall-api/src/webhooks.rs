@@ -32,6 +32,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use guildhall_common::state::sf;
 use guildhall_common::wire::wire_user;
+use guildhall_proto::audit;
 use guildhall_proto::error::ErrorCode;
 use guildhall_proto::guilds::GUILD_WIDE;
 use guildhall_proto::intents;
@@ -405,7 +406,54 @@ async fn create(
         other => return Err(refused(&node, write_refused(other))),
     }
     announce(&node, guild_id, channel.id).await;
+    let changes = webhook_changes(None, Some(&row));
+    crate::audit(
+        &node,
+        guild_id,
+        caller.id,
+        audit::WEBHOOK_CREATE,
+        Some(row.id),
+        changes,
+        None,
+    )
+    .await;
     ok(&wire(&node, &row, Some(&caller)))
+}
+
+/// An audited webhook change's `changes` (Discord's keys: type, name,
+/// channel_id, avatar_hash): each that differs, old and new.
+fn webhook_changes(old: Option<&WebhookRow>, new: Option<&WebhookRow>) -> Vec<Value> {
+    let fields = |row: Option<&WebhookRow>| -> Vec<(&'static str, Value)> {
+        row.map_or_else(Vec::new, |row| {
+            vec![
+                ("type", serde_json::json!(WEBHOOK_INCOMING)),
+                ("name", serde_json::json!(row.name)),
+                ("channel_id", serde_json::json!(row.channel_id.to_string())),
+                ("avatar_hash", serde_json::json!(row.avatar)),
+            ]
+        })
+    };
+    let (old, new) = (fields(old), fields(new));
+    let keys = ["type", "name", "channel_id", "avatar_hash"];
+    keys.iter()
+        .filter_map(|key| {
+            let find = |list: &[(&str, Value)]| {
+                list.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+            };
+            let (before, after) = (find(&old), find(&new));
+            if before == after {
+                return None;
+            }
+            let mut change = serde_json::json!({"key": key});
+            if let Some(before) = before.filter(|v| !v.is_null()) {
+                change["old_value"] = before;
+            }
+            if let Some(after) = after.filter(|v| !v.is_null()) {
+                change["new_value"] = after;
+            }
+            Some(change)
+        })
+        .collect()
 }
 
 async fn list_channel(
@@ -526,7 +574,21 @@ async fn edit_webhook(
 ) -> ApiResult {
     let row = managed(&node, &caller, &id).await?;
     let body = read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?;
+    let old = row.clone();
     let row = apply_change(&node, row, body, Some(&caller)).await?;
+    let changes = webhook_changes(Some(&old), Some(&row));
+    if !changes.is_empty() {
+        crate::audit(
+            &node,
+            row.guild_id,
+            caller.id,
+            audit::WEBHOOK_UPDATE,
+            Some(row.id),
+            changes,
+            None,
+        )
+        .await;
+    }
     let creator = node.shared.store.user(row.creator_id).await?;
     ok(&wire(&node, &row, creator.as_ref()))
 }
@@ -545,7 +607,19 @@ async fn delete_webhook(
     Path(id): Path<String>,
 ) -> ApiResult {
     let row = managed(&node, &caller, &id).await?;
-    remove(&node, &row).await
+    let answer = remove(&node, &row).await?;
+    let changes = webhook_changes(Some(&row), None);
+    crate::audit(
+        &node,
+        row.guild_id,
+        caller.id,
+        audit::WEBHOOK_DELETE,
+        Some(row.id),
+        changes,
+        None,
+    )
+    .await;
+    Ok(answer)
 }
 
 // ----- token routes -----------------------------------------------------------

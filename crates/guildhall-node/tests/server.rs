@@ -3249,3 +3249,82 @@ async fn managers_authorize_bots_and_others_cannot() {
         );
     }
 }
+
+/// Webhook create, rename and delete by a member are audited (50, 51,
+/// 52, target the webhook) with Discord's change keys and the reason.
+#[tokio::test]
+async fn webhook_changes_are_audited() {
+    let node = TestNode::start().await;
+    let (owner, owner_id) = node.register("alice").await;
+    let (guild_id, channel) = node.guild(&owner, "Hooks").await;
+    let reason = [("X-Audit-Log-Reason", "hooks")];
+    let (status, hook) = node
+        .call_with(
+            "POST",
+            &format!("/channels/{channel}/webhooks"),
+            Some(&owner),
+            Some(json!({"name": "first"})),
+            &reason,
+        )
+        .await;
+    assert_eq!(status, 200, "{hook}");
+    let hook_id = hook["id"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &format!("/webhooks/{hook_id}"),
+            Some(&owner),
+            Some(json!({"name": "second"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("/webhooks/{hook_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let mut seen = vec![];
+    for action in [50, 51, 52] {
+        let (status, log) = node
+            .call(
+                "GET",
+                &format!("/guilds/{guild_id}/audit-logs?action_type={action}"),
+                Some(&owner),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{log}");
+        let entries = log["audit_log_entries"].as_array().unwrap();
+        assert_eq!(entries.len(), 1, "{action}: {log}");
+        assert_eq!(
+            (&entries[0]["target_id"], &entries[0]["user_id"]),
+            (&json!(hook_id), &json!(owner_id))
+        );
+        seen.push(entries[0].clone());
+    }
+    assert_eq!(seen[0]["reason"], "hooks");
+    assert!(
+        seen[0]["changes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"key": "name", "new_value": "first"})),
+        "{}",
+        seen[0]
+    );
+    assert_eq!(
+        seen[1]["changes"],
+        json!([{"key": "name", "old_value": "first", "new_value": "second"}])
+    );
+    assert!(
+        seen[2]["changes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"key": "name", "old_value": "second"})),
+        "{}",
+        seen[2]
+    );
+}

@@ -42,6 +42,12 @@ pub const ROLE_DELETE: u8 = 32;
 pub const INVITE_CREATE: u8 = 40;
 /// An invite was deleted.
 pub const INVITE_DELETE: u8 = 42;
+/// A webhook was created.
+pub const WEBHOOK_CREATE: u8 = 50;
+/// A webhook was changed.
+pub const WEBHOOK_UPDATE: u8 = 51;
+/// A webhook was deleted.
+pub const WEBHOOK_DELETE: u8 = 52;
 /// A moderator deleted another's message (target: its author).
 pub const MESSAGE_DELETE: u8 = 72;
 /// Messages were bulk-deleted (target: the channel).
