@@ -45,8 +45,8 @@ use guildhall_proto::permissions as perm;
 use guildhall_proto::replies;
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{
-    ApplicationRow, ChannelRow, GuildRow, InviteRow, MessageRow, PinRow, PinWrite, ReactionWrite,
-    RoleRow, StoreError, UnpinWrite, UserRow,
+    ApplicationRow, ChannelRow, GuildRow, InvitePreviewRow, InviteRow, MessageRow, PinRow,
+    PinWrite, ReactionWrite, RoleRow, StoreError, UnpinWrite, UserRow,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -1126,13 +1126,6 @@ pub async fn create_guild_for(
         mentionable: false,
     };
     let general = ChannelRow {
-        nsfw: false,
-        rate_limit_per_user: 0,
-        parent_id: None,
-        bitrate: 0,
-        user_limit: 0,
-        video_quality_mode: 1,
-        default_auto_archive_duration: None,
         permission_overwrites: String::new(),
         id: channel_id,
         guild_id: Some(id),
@@ -1140,6 +1133,7 @@ pub async fn create_guild_for(
         name: "general".into(),
         position: 0,
         topic: None,
+        ..ChannelRow::default()
     };
     node.shared
         .store
@@ -5367,13 +5361,28 @@ async fn invite_json(
     with_counts: bool,
     metadata: bool,
 ) -> Result<Value, ApiError> {
-    let preview = node
-        .shared
+    let preview = live_invite(node, code).await?;
+    invite_value(node, &preview, with_counts, metadata).await
+}
+
+/// The unexpired invite `code` with what its preview shows (one indexed
+/// read); 10006 if there is none.
+async fn live_invite(node: &ApiState, code: &str) -> Result<InvitePreviewRow, ApiError> {
+    node.shared
         .store
         .invite_preview(code)
         .await?
         .filter(|p| !p.invite.expired(now_ms() as i64))
-        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))
+}
+
+/// [`invite_json`] of a preview already read.
+async fn invite_value(
+    node: &ApiState,
+    preview: &InvitePreviewRow,
+    with_counts: bool,
+    metadata: bool,
+) -> Result<Value, ApiError> {
     let invite = &preview.invite;
     let inviter = node.shared.store.user(invite.inviter_id).await?;
     let mut value = wire_invite(
@@ -5528,18 +5537,16 @@ async fn create_invite(
         None,
     )
     .await;
-    if let Some(inviter) = store.user(caller.id).await? {
-        publish_holding(
-            &node,
-            guild_id,
-            channel.id,
-            perm::MANAGE_CHANNELS,
-            "INVITE_CREATE",
-            intents::GUILD_INVITES,
-            &invite_create_event(&invite, &inviter),
-        )
-        .await;
-    }
+    publish_holding(
+        &node,
+        guild_id,
+        channel.id,
+        perm::MANAGE_CHANNELS,
+        "INVITE_CREATE",
+        intents::GUILD_INVITES,
+        &invite_create_event(&invite, &caller),
+    )
+    .await;
     ok(&value)
 }
 
@@ -5642,11 +5649,8 @@ async fn delete_invite(
     Path(code): Path<String>,
 ) -> ApiResult {
     let store = &node.shared.store;
-    let invite = store
-        .invite(&code)
-        .await?
-        .filter(|i| !i.expired(now_ms() as i64))
-        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    let preview = live_invite(&node, &code).await?;
+    let invite = &preview.invite;
     let guilds = &node.guilds;
     let in_channel = guilds
         .authorize(
@@ -5661,16 +5665,16 @@ async fn delete_invite(
             .authorize(invite.guild_id, caller.id, GUILD_WIDE, perm::MANAGE_GUILD)
             .await?;
     }
-    let value = invite_json(&node, &code, false, true).await?;
+    let value = invite_value(&node, &preview, false, true).await?;
     if store.delete_invite(&code).await? {
-        announce_invite_delete(&node, &invite).await;
+        announce_invite_delete(&node, invite).await;
         audit(
             &node,
             invite.guild_id,
             caller.id,
             guildhall_proto::audit::INVITE_DELETE,
             None,
-            invite_changes(&invite, false),
+            invite_changes(invite, false),
             None,
         )
         .await;
@@ -5688,21 +5692,18 @@ async fn accept_invite(
 ) -> ApiResult {
     let store = &node.shared.store;
     let now = now_ms() as i64;
-    let invite = store
-        .invite(&code)
-        .await?
-        .filter(|i| !i.expired(now))
-        .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
+    let preview = live_invite(&node, &code).await?;
+    let invite = &preview.invite;
     if store.ban(invite.guild_id, caller.id).await?.is_some() {
         return Err(GuildError::Banned.into());
     }
-    let value = invite_json(&node, &invite.code, false, false).await?;
+    let value = invite_value(&node, &preview, false, false).await?;
     let uses = store
         .use_invite(&code, now)
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownInvite))?;
     if invite.max_uses > 0 && uses >= invite.max_uses && store.delete_invite(&code).await? {
-        announce_invite_delete(&node, &invite).await;
+        announce_invite_delete(&node, invite).await;
     }
     node.guilds
         .add_member(invite.guild_id, (&caller).into(), invite.temporary)

@@ -580,18 +580,20 @@ impl GuildOwner {
         }
     }
 
-    /// A send by `user_id` (holding `bits` there) in `channel_id`: Err
+    /// A send by `user_id` (holding `bits` there) in `channel_id`, whose
+    /// slowmode is `seconds`: Err
     /// with the milliseconds left while their slowmode clock runs, else
     /// Ok and the clock starts. Bots and holders of BYPASS_SLOWMODE are
     /// unaffected, as Discord documents. At `guild_slowmode_clocks_max`
     /// clocks the run-out ones go; if none has, the send passes
     /// unrecorded (counted) instead of growing the map.
-    fn slowmode_clock(&mut self, user_id: i64, channel_id: i64, bits: u64) -> Result<(), u64> {
-        let seconds = self
-            .channels
-            .iter()
-            .find(|c| c.id == channel_id)
-            .map_or(0, |c| c.rate_limit_per_user);
+    fn slowmode_clock(
+        &mut self,
+        user_id: i64,
+        channel_id: i64,
+        seconds: i64,
+        bits: u64,
+    ) -> Result<(), u64> {
         let bot = self.members.get(&user_id).is_some_and(|m| m.user.bot);
         if seconds <= 0 || bot || bits & perm::BYPASS_SLOWMODE != 0 {
             return Ok(());
@@ -2608,13 +2610,15 @@ impl GuildOwner {
                 need,
                 slowmode,
             } => {
+                // The channel's slowmode, read in the same pass.
+                let mut slowmode_s = 0;
                 let bits = if channel_id == GUILD_WIDE {
                     Some(self.permissions(user_id))
                 } else {
-                    self.channels
-                        .iter()
-                        .find(|c| c.id == channel_id)
-                        .map(|c| self.channel_permissions(user_id, c))
+                    self.channels.iter().find(|c| c.id == channel_id).map(|c| {
+                        slowmode_s = c.rate_limit_per_user;
+                        self.channel_permissions(user_id, c)
+                    })
                 };
                 // Not a member: no access, whichever channel is named.
                 let member = self.members.contains_key(&user_id);
@@ -2630,7 +2634,7 @@ impl GuildOwner {
                     (true, Some(Some(bits)))
                         if slowmode
                             && let Err(wait_ms) =
-                                self.slowmode_clock(user_id, channel_id, bits) =>
+                                self.slowmode_clock(user_id, channel_id, slowmode_s, bits) =>
                     {
                         Err(GuildError::Slowmode(wait_ms))
                     }

@@ -145,8 +145,6 @@ impl From<guildhall_proto::guilds::ChannelRecord> for ChannelRow {
                     .filter_map(guildhall_proto::permissions::Overwrite::from_wire)
                     .collect::<Vec<_>>(),
             ),
-            bitrate: if matches!(kind, 2 | 13) { 64_000 } else { 0 },
-            video_quality_mode: 1,
             ..Self::default()
         }
     }
@@ -225,8 +223,10 @@ pub struct GuildRow {
     pub created_ms: i64,
 }
 
-/// A channel row.
-#[derive(Clone, Debug, Default, FromRow, PartialEq, Eq)]
+/// A channel row. Its default holds Discord's defaults where zero is not
+/// one (a 64,000 bps bitrate and automatic camera quality), as the
+/// migration's column defaults do.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
 pub struct ChannelRow {
     /// Id.
     pub id: i64,
@@ -258,6 +258,27 @@ pub struct ChannelRow {
     pub video_quality_mode: i64,
     /// Minutes of inactivity after which its new threads archive.
     pub default_auto_archive_duration: Option<i64>,
+}
+
+impl Default for ChannelRow {
+    fn default() -> Self {
+        Self {
+            id: 0,
+            guild_id: None,
+            kind: 0,
+            name: String::new(),
+            position: 0,
+            topic: None,
+            permission_overwrites: String::new(),
+            nsfw: false,
+            rate_limit_per_user: 0,
+            parent_id: None,
+            bitrate: 64_000,
+            user_limit: 0,
+            video_quality_mode: 1,
+            default_auto_archive_duration: None,
+        }
+    }
 }
 
 impl ChannelRow {
@@ -2680,13 +2701,6 @@ where
             return Ok(channel);
         }
         let channel = ChannelRow {
-            nsfw: false,
-            rate_limit_per_user: 0,
-            parent_id: None,
-            bitrate: 0,
-            user_limit: 0,
-            video_quality_mode: 1,
-            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: new_id,
             guild_id: None,
@@ -2694,6 +2708,7 @@ where
             name: String::new(),
             position: 0,
             topic: None,
+            ..ChannelRow::default()
         };
         let mut tx = self.pool.begin().await?;
         sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic) VALUES ($1, NULL, 1, '', 0, NULL)")
@@ -3511,13 +3526,6 @@ mod tests {
             mentionable: false,
         };
         let general = ChannelRow {
-            nsfw: false,
-            rate_limit_per_user: 0,
-            parent_id: None,
-            bitrate: 0,
-            user_limit: 0,
-            video_quality_mode: 1,
-            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: 11,
             guild_id: Some(10),
@@ -3525,6 +3533,7 @@ mod tests {
             name: "general".into(),
             position: 0,
             topic: None,
+            ..ChannelRow::default()
         };
         store
             .create_guild(&guild, &everyone, &general)
@@ -3555,13 +3564,6 @@ mod tests {
     async fn messages_page_newest_first(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
-            nsfw: false,
-            rate_limit_per_user: 0,
-            parent_id: None,
-            bitrate: 0,
-            user_limit: 0,
-            video_quality_mode: 1,
-            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: 5,
             guild_id: None,
@@ -3569,6 +3571,7 @@ mod tests {
             name: String::new(),
             position: 0,
             topic: None,
+            ..ChannelRow::default()
         };
         store.create_channel(&ch, 0).await.unwrap();
         for id in 100..110 {
@@ -3638,13 +3641,6 @@ mod tests {
     async fn concurrent_inserts_are_all_durable_and_answered(store: Store) {
         store.create_user(&user(1, "alice")).await.unwrap();
         let ch = ChannelRow {
-            nsfw: false,
-            rate_limit_per_user: 0,
-            parent_id: None,
-            bitrate: 0,
-            user_limit: 0,
-            video_quality_mode: 1,
-            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: 5,
             guild_id: None,
@@ -3652,6 +3648,7 @@ mod tests {
             name: String::new(),
             position: 0,
             topic: None,
+            ..ChannelRow::default()
         };
         store.create_channel(&ch, 0).await.unwrap();
         let mut tasks = Vec::new();
@@ -3749,13 +3746,6 @@ mod tests {
                 mentionable: false,
             };
             let channel = ChannelRow {
-                nsfw: false,
-                rate_limit_per_user: 0,
-                parent_id: None,
-                bitrate: 0,
-                user_limit: 0,
-                video_quality_mode: 1,
-                default_auto_archive_duration: None,
                 permission_overwrites: "[]".into(),
                 id: base + 1,
                 guild_id: Some(base),
@@ -3763,6 +3753,7 @@ mod tests {
                 name: "general".into(),
                 position: 0,
                 topic: None,
+                ..ChannelRow::default()
             };
             store
                 .create_guild(&guild, &everyone, &channel)
@@ -4152,13 +4143,6 @@ mod tests {
         };
         assert!(!store.upsert_role(&hijack, 0).await.unwrap());
         let moved = ChannelRow {
-            nsfw: false,
-            rate_limit_per_user: 0,
-            parent_id: None,
-            bitrate: 0,
-            user_limit: 0,
-            video_quality_mode: 1,
-            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: b_channel,
             guild_id: Some(a),
@@ -4166,6 +4150,7 @@ mod tests {
             name: "moved".into(),
             position: 0,
             topic: None,
+            ..ChannelRow::default()
         };
         assert!(!store.update_channel(&moved, 0).await.unwrap());
         assert!(!store.delete_channel(a, b_channel, 0).await.unwrap());
@@ -4197,13 +4182,6 @@ mod tests {
             Err(StoreError::StaleEpoch)
         ));
         let channel = ChannelRow {
-            nsfw: false,
-            rate_limit_per_user: 0,
-            parent_id: None,
-            bitrate: 0,
-            user_limit: 0,
-            video_quality_mode: 1,
-            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id: a_channel,
             guild_id: Some(a),
@@ -4211,6 +4189,7 @@ mod tests {
             name: "stale".into(),
             position: 0,
             topic: None,
+            ..ChannelRow::default()
         };
         assert!(matches!(
             store.update_channel(&channel, 1).await,
@@ -4769,13 +4748,6 @@ mod tests {
             mentionable: false,
         };
         let channel = |id| ChannelRow {
-            nsfw: false,
-            rate_limit_per_user: 0,
-            parent_id: None,
-            bitrate: 0,
-            user_limit: 0,
-            video_quality_mode: 1,
-            default_auto_archive_duration: None,
             permission_overwrites: "[]".into(),
             id,
             guild_id: Some(10),
@@ -4783,6 +4755,7 @@ mod tests {
             name: "c".into(),
             position: 0,
             topic: None,
+            ..ChannelRow::default()
         };
         store
             .create_guild(&guild, &everyone, &channel(11))
@@ -4927,13 +4900,6 @@ mod tests {
                 mentionable: false,
             };
             let channel = ChannelRow {
-                nsfw: false,
-                rate_limit_per_user: 0,
-                parent_id: None,
-                bitrate: 0,
-                user_limit: 0,
-                video_quality_mode: 1,
-                default_auto_archive_duration: None,
                 permission_overwrites: "[]".into(),
                 id: id + 1,
                 guild_id: Some(id),
@@ -4941,6 +4907,7 @@ mod tests {
                 name: "general".into(),
                 position: 0,
                 topic: None,
+                ..ChannelRow::default()
             };
             store
                 .create_guild(&guild, &everyone, &channel)
