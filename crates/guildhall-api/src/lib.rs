@@ -1272,6 +1272,58 @@ async fn guild_members(
     ok(&members.members)
 }
 
+#[derive(Deserialize)]
+struct MemberSearchQuery {
+    query: Option<String>,
+    limit: Option<String>,
+}
+
+/// `GET /guilds/{id}/members/search`: members whose username or nickname
+/// starts with `query` (required; case insensitive), `limit` 1 to
+/// `members_per_page_max` (default 1), as Discord documents it. The
+/// owner scans its members in memory, bounded by the guild's size.
+async fn search_guild_members(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<MemberSearchQuery>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let bad = |field: &'static str, code: &'static str, message: String| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(field, code, message)
+    };
+    let max = node.shared.limits.members_per_page_max;
+    let limit = match query.limit.as_deref() {
+        None => 1,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=max).contains(l))
+            .ok_or_else(|| {
+                bad(
+                    "limit",
+                    "NUMBER_TYPE_COERCE",
+                    format!("Must be between 1 and {max}."),
+                )
+            })?,
+    };
+    let Some(text) = query.query else {
+        return Err(bad(
+            "query",
+            "BASE_TYPE_REQUIRED",
+            "This field is required".into(),
+        ));
+    };
+    let page = node
+        .guilds
+        .search_members(guild_id, caller.id, text, limit)
+        .await?;
+    ok(&page.members)
+}
+
 async fn guild_member(
     State(node): State<AppState>,
     Caller(caller): Caller,
@@ -5835,6 +5887,7 @@ pub fn routes() -> Router<AppState> {
                 .patch(channel_positions),
         )
         .route("/guilds/{id}/members", get(guild_members))
+        .route("/guilds/{id}/members/search", get(search_guild_members))
         .route(
             "/guilds/{id}/members/{user}",
             get(guild_member).patch(patch_member).delete(kick_member),

@@ -515,6 +515,30 @@ impl GuildsClient {
             user_ids,
             after,
             limit,
+            nicknames: false,
+        };
+        match self.call(guild_id, call).await? {
+            GuildAnswer::Members(page) => Ok(page),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
+    /// Members whose username or nickname starts with `query` (case
+    /// insensitive), at most `limit`, in user id order: the REST search.
+    pub async fn search_members(
+        &self,
+        guild_id: i64,
+        user_id: i64,
+        query: String,
+        limit: usize,
+    ) -> Result<MemberPage, GuildError> {
+        let call = GuildCall::Members {
+            user_id,
+            query,
+            user_ids: vec![],
+            after: 0,
+            limit,
+            nicknames: true,
         };
         match self.call(guild_id, call).await? {
             GuildAnswer::Members(page) => Ok(page),

@@ -2803,12 +2803,18 @@ impl GuildOwner {
                 user_ids,
                 after,
                 limit,
+                nicknames,
             } => {
                 let result = if self.members.contains_key(&user_id) {
                     let query = query.to_lowercase();
                     let matches = |m: &&MemberEntry| {
                         if user_ids.is_empty() {
                             m.user.username.to_lowercase().starts_with(&query)
+                                || (nicknames
+                                    && m.row
+                                        .nick
+                                        .as_deref()
+                                        .is_some_and(|n| n.to_lowercase().starts_with(&query)))
                         } else {
                             user_ids.contains(&m.user.id)
                         }

@@ -380,6 +380,10 @@ pub enum GuildCall {
         after: i64,
         /// Most members.
         limit: usize,
+        /// Match `query` against nicknames too (REST member search, as
+        /// Discord documents it); op 8 matches usernames only.
+        #[serde(default)]
+        nicknames: bool,
     },
     /// A change by `actor`, checked against their permissions.
     Change {

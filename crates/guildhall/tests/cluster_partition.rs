@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../../guildhall-node/tests/common.rs"]
+#[path = "../../guildhall-node/tests/it/common.rs"]
 mod common;
 
 use common::TestNode;

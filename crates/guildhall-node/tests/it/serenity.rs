@@ -11,9 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::TestNode;
+use crate::common::TestNode;
 use serde_json::{Value, json};
 use serenity::all::{
     ChannelId, ClientBuilder, Context, EventHandler, GatewayIntents, Guild, GuildId, HttpBuilder,

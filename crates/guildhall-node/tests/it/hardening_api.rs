@@ -5,9 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use guildhall_limits::Limits;
 use guildhall_proto::intents;
 use serde_json::{Value, json};
@@ -30,7 +28,7 @@ fn id(value: &Value) -> String {
 /// Every (method, path) of `api::routes()`, read from its source: a route
 /// added there without a row in the table below fails the test.
 fn declared_routes() -> BTreeSet<(String, String)> {
-    let source = include_str!("../../guildhall-api/src/lib.rs");
+    let source = include_str!("../../../guildhall-api/src/lib.rs");
     let body = source
         .split("pub fn routes()")
         .nth(1)
@@ -241,6 +239,8 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("POST", "/guilds/{id}/channels", vec![bg], Some(json!({"name": "x"})), 403, 50001),
         ("GET", "/guilds/{id}/members", vec![bg], None, 403, 50001),
         ("GET", "/guilds/{id}/members/{user}", vec![bg, bu], None, 403, 50001),
+        // Without `query` the search is refused before any guild is asked.
+        ("GET", "/guilds/{id}/members/search", vec![bg], None, 400, 50035),
         ("PATCH", "/guilds/{id}/members/{user}", vec![bg, bu], Some(json!({"nick": "x"})), 403, 50001),
         ("DELETE", "/guilds/{id}/members/{user}", vec![bg, bu], None, 403, 50001),
         ("PUT", "/guilds/{id}/members/{user}/roles/{role}", vec![bg, bu, br], None, 403, 50001),

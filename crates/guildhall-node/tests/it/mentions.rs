@@ -11,9 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use guildhall_limits::Limits;
 use guildhall_proto::intents;
 use serde_json::{Value, json};

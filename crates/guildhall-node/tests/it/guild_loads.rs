@@ -10,10 +10,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::TestNode;
 use bytes::Bytes;
-use common::TestNode;
 use guildhall_cluster::bus::{BusStats, LocalBus, Message};
 use guildhall_cluster::{Bus, BusError, LocalRegistry, Subscription};
 use guildhall_limits::Limits;

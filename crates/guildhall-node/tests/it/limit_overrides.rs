@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use guildhall_cluster::Bus;
 use guildhall_cluster::bus::LocalBus;
 use guildhall_limits::Limits;

@@ -8,9 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use futures_util::StreamExt;
 use guildhall_cluster::{Bus, LocalBus, LocalRegistry, Registry};
 use guildhall_common::cluster::ClusterState;

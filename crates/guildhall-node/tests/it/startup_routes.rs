@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::TestNode;
+use crate::common::TestNode;
 use guildhall_limits::Limits;
 use serde_json::{Value, json};
 

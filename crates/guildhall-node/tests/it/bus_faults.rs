@@ -9,9 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Client, TestNode, seed};
+use crate::common::{Client, TestNode, seed};
 use futures_util::StreamExt;
 use guildhall_cluster::bus::{DroppingBus, LocalBus};
 use guildhall_limits::Limits;

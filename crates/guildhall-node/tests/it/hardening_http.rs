@@ -7,9 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-mod common;
-
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use guildhall_limits::Limits;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -3,9 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use guildhall_proto::intents;
 use serde_json::json;
 
@@ -3327,4 +3327,82 @@ async fn webhook_changes_are_audited() {
         "{}",
         seen[2]
     );
+}
+
+/// `GET /guilds/{id}/members/search`: a prefix of the username or the
+/// nickname, case insensitive, `limit` 1 (default) to 1,000, `query`
+/// required, members only.
+#[tokio::test]
+async fn members_are_searched_by_username_and_nickname() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (robert, robert_id) = node.register("robert").await;
+    let (stranger, _) = node.register("stranger").await;
+    let (guild_id, channel) = node.guild(&owner, "Searched").await;
+    let code = node.invite(&owner, &channel).await;
+    for token in [&bob, &robert] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}/members/{robert_id}"),
+            Some(&owner),
+            Some(json!({"nick": "Bobcat"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let search = |query: &str| format!("/guilds/{guild_id}/members/search?{query}");
+    let ids = |members: &serde_json::Value| -> Vec<String> {
+        let mut ids: Vec<String> = members
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["user"]["id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut both = vec![bob_id.clone(), robert_id.clone()];
+    both.sort();
+    for query in ["query=bo&limit=10", "query=BO&limit=1000"] {
+        let (status, members) = node.call("GET", &search(query), Some(&bob), None).await;
+        assert_eq!((status, ids(&members)), (200, both.clone()), "{query}");
+    }
+    let (status, members) = node
+        .call("GET", &search("query=rob"), Some(&bob), None)
+        .await;
+    assert_eq!((status, ids(&members)), (200, vec![robert_id.clone()]));
+    assert_eq!(members[0]["nick"], "Bobcat");
+    // The default limit is 1.
+    let (status, members) = node.call("GET", &search("query=b"), Some(&bob), None).await;
+    assert_eq!((status, members.as_array().map(Vec::len)), (200, Some(1)));
+    let (status, members) = node
+        .call("GET", &search("query=zed"), Some(&bob), None)
+        .await;
+    assert_eq!((status, members), (200, json!([])));
+    for (query, field) in [
+        ("limit=5", "query"),
+        ("query=b&limit=0", "limit"),
+        ("query=b&limit=1001", "limit"),
+    ] {
+        let (status, error) = node.call("GET", &search(query), Some(&bob), None).await;
+        assert_eq!(
+            (status, &error["code"]),
+            (400, &json!(50035)),
+            "{query}: {error}"
+        );
+        assert!(
+            error["errors"][field]["_errors"][0]["code"].is_string(),
+            "{query}: {error}"
+        );
+    }
+    let (status, error) = node
+        .call("GET", &search("query=b"), Some(&stranger), None)
+        .await;
+    assert_eq!((status, &error["code"]), (403, &json!(50001)));
 }

@@ -7,9 +7,9 @@
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use guildhall_loadgen::voice::{GatewaySession, Mode, VoiceClient};
 use guildhall_proto::intents;
 use serde_json::{Value, json};

@@ -7,9 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use flate2::{Decompress, FlushDecompress, Status};
 use futures_util::{SinkExt, StreamExt};
 use guildhall_limits::Limits;

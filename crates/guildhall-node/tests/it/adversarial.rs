@@ -20,13 +20,11 @@
 //! `GUILDHALL_TEST_SEED=<seed>`. CI runs the smoke size below; a longer
 //! run: `GUILDHALL_ADVERSARIAL_REST_CASES=50000
 //! GUILDHALL_ADVERSARIAL_GATEWAY_CASES=5000 GUILDHALL_ADVERSARIAL_SECONDS=600 cargo nextest run -p guildhall-node
-//! --test adversarial`.
+//! -E 'test(/^adversarial::/)'`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Client, TestNode, seed};
+use crate::common::{Client, TestNode, seed};
 use futures_util::{SinkExt, StreamExt};
 use guildhall_limits::Limits;
 use rand::{Rng, RngCore, SeedableRng};

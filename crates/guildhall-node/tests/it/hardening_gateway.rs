@@ -5,9 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use common::{Client, TestNode};
+use crate::common::{Client, TestNode};
 use futures_util::StreamExt;
 use guildhall_limits::Limits;
 use guildhall_proto::intents;
