@@ -3,8 +3,11 @@
 //! one place so a field cannot differ between them.
 
 use crate::state::sf;
-use guildhall_proto::model::{Channel, User, VoiceChannelFields};
-use guildhall_store::{ChannelRow, UserRow};
+use guildhall_proto::model::{
+    Channel, ThreadFields, ThreadMember, ThreadMetadata, User, VoiceChannelFields,
+};
+use guildhall_proto::timestamp::format_unix_ms;
+use guildhall_store::{ChannelRow, ThreadMemberRow, UserRow};
 
 /// Builds the wire user of a row.
 pub fn wire_user(user: &UserRow) -> User {
@@ -56,5 +59,54 @@ pub fn wire_channel(row: &ChannelRow, with_guild: bool) -> Channel {
             rtc_region: None,
             video_quality_mode: u8::try_from(row.video_quality_mode).unwrap_or(1),
         }),
+        thread: guildhall_store::THREAD_KINDS
+            .contains(&row.kind)
+            .then(|| wire_thread_fields(row)),
+    }
+}
+
+/// Discord counts a thread's members up to this (an approximation its
+/// clients show).
+const THREAD_MEMBER_COUNT_SHOWN_MAX: i64 = 50;
+
+/// A thread row's own fields (no `member`: that is the caller's to add).
+fn wire_thread_fields(row: &ChannelRow) -> ThreadFields {
+    let created_ms = row.thread_created_ms.unwrap_or(0);
+    let count = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+    ThreadFields {
+        owner_id: sf(row.owner_id.unwrap_or(0)),
+        thread_metadata: ThreadMetadata {
+            archived: row.archived,
+            auto_archive_duration: row
+                .auto_archive_duration
+                .and_then(|m| u32::try_from(m).ok())
+                .unwrap_or(1440),
+            archive_timestamp: format_unix_ms(
+                u64::try_from(row.archive_ms.unwrap_or(created_ms)).unwrap_or(0),
+            ),
+            locked: row.locked,
+            invitable: (row.kind == 12).then_some(row.invitable),
+            create_timestamp: row
+                .thread_created_ms
+                .map(|ms| format_unix_ms(u64::try_from(ms).unwrap_or(0))),
+        },
+        message_count: count(row.message_count),
+        member_count: count(row.member_count.min(THREAD_MEMBER_COUNT_SHOWN_MAX)),
+        total_message_sent: count(row.total_message_sent),
+        member: None,
+        newly_created: None,
+    }
+}
+
+/// The wire thread member of a row; `with_ids` false inside GUILD_CREATE
+/// and a channel's own `member` field, where Discord omits `id` and
+/// `user_id`.
+pub fn wire_thread_member(row: &ThreadMemberRow, with_ids: bool) -> ThreadMember {
+    ThreadMember {
+        id: with_ids.then(|| sf(row.thread_id)),
+        user_id: with_ids.then(|| sf(row.user_id)),
+        join_timestamp: format_unix_ms(u64::try_from(row.join_ms).unwrap_or(0)),
+        flags: u64::try_from(row.flags).unwrap_or(0),
+        member: None,
     }
 }

@@ -136,6 +136,68 @@ pub struct Channel {
     /// `user_limit` of every voice channel unconditionally).
     #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
     pub voice: Option<VoiceChannelFields>,
+    /// A thread's fields (types 10, 11 and 12).
+    #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+    pub thread: Option<ThreadFields>,
+}
+
+/// The fields only threads have (the threads topic, "Thread Fields").
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ThreadFields {
+    /// Who started it.
+    pub owner_id: Snowflake,
+    /// Archive state and settings.
+    pub thread_metadata: ThreadMetadata,
+    /// Messages in it, less those deleted.
+    pub message_count: u32,
+    /// Members, counted up to 50 (Discord's approximation).
+    pub member_count: u32,
+    /// Messages ever sent in it.
+    pub total_message_sent: u32,
+    /// The current user's thread member, where they are one and the
+    /// answer is theirs (GUILD_CREATE, GET channel, active threads).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub member: Option<ThreadMember>,
+    /// Set in THREAD_CREATE when the thread was just created.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub newly_created: Option<bool>,
+}
+
+/// A thread's metadata object.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ThreadMetadata {
+    /// Archived.
+    pub archived: bool,
+    /// Minutes of inactivity before it leaves the channel list (60,
+    /// 1440, 4320, 10080).
+    pub auto_archive_duration: u32,
+    /// When its archive status last changed (ISO 8601).
+    pub archive_timestamp: String,
+    /// Only MANAGE_THREADS holders unarchive it.
+    pub locked: bool,
+    /// Non-moderators may add others (private threads only).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub invitable: Option<bool>,
+    /// When it was created (ISO 8601).
+    pub create_timestamp: Option<String>,
+}
+
+/// A thread member object.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ThreadMember {
+    /// The thread (omitted inside GUILD_CREATE, as documented).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub id: Option<Snowflake>,
+    /// The user (omitted inside GUILD_CREATE, as documented).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub user_id: Option<Snowflake>,
+    /// When they joined (ISO 8601).
+    pub join_timestamp: String,
+    /// Notification flags.
+    pub flags: u64,
+    /// Their guild member, when asked for `with_member`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub member: Option<Box<Member>>,
 }
 
 /// The fields only voice channels have.
@@ -383,7 +445,8 @@ pub struct Guild {
     /// Channels (discord.js drops a guild's messages without them).
     pub channels: Vec<Channel>,
     /// Threads.
-    pub threads: Empty,
+    /// Active threads the user can view.
+    pub threads: Vec<Channel>,
     /// Presences of the members it carries who are not offline.
     pub presences: Vec<Presence>,
     /// Stage instances.

@@ -87,6 +87,42 @@ pub fn in_channel(subject: &Subject<'_>, kind: i64, overwrites: &[Overwrite]) ->
     }
 }
 
+/// What decides a member's view of a thread beyond its parent channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadAccess {
+    /// A private thread (type 12).
+    pub private: bool,
+    /// The member joined it.
+    pub member: bool,
+    /// Locked: only moderators talk in it.
+    pub locked: bool,
+}
+
+/// A member's permissions in a thread, from theirs in its parent channel
+/// (the threads topic, "Permissions"): a private thread is seen only by
+/// its members and by moderators (MANAGE_THREADS); SEND_MESSAGES has no
+/// effect in a thread, where SEND_MESSAGES_IN_THREADS lets a member talk,
+/// so SEND_MESSAGES here reads as that (a check that names SEND_MESSAGES
+/// holds in threads as Discord has it); a locked thread lets only
+/// moderators talk. The implicit denials of a missing SEND_MESSAGES
+/// follow from the result.
+pub fn in_thread(parent_bits: u64, access: ThreadAccess) -> u64 {
+    if parent_bits & VIEW_CHANNEL == 0 {
+        return 0;
+    }
+    let moderator = parent_bits & MANAGE_THREADS != 0;
+    if access.private && !access.member && !moderator {
+        return 0;
+    }
+    let mut bits = parent_bits & !SEND_MESSAGES;
+    if parent_bits & SEND_MESSAGES_IN_THREADS != 0 && (!access.locked || moderator) {
+        bits |= SEND_MESSAGES;
+    } else {
+        bits &= !(MENTION_EVERYONE | SEND_TTS_MESSAGES | ATTACH_FILES | EMBED_LINKS);
+    }
+    bits
+}
+
 /// What a timed-out member keeps.
 const TIMED_OUT_KEEPS: u64 = VIEW_CHANNEL | READ_MESSAGE_HISTORY;
 
@@ -518,6 +554,50 @@ mod tests {
             ..subject
         };
         assert_eq!(in_guild(&admin), ALL);
+    }
+
+    /// Threads: SEND_MESSAGES_IN_THREADS is what talks there; a private
+    /// thread is its members' and moderators'; a locked one, moderators'.
+    #[test]
+    fn threads_talk_by_their_own_bit_and_hide_private_ones() {
+        let viewer = VIEW_CHANNEL | SEND_MESSAGES | EMBED_LINKS | READ_MESSAGE_HISTORY;
+        let open = ThreadAccess {
+            private: false,
+            member: false,
+            locked: false,
+        };
+        // SEND_MESSAGES alone does not talk in a thread, nor embed.
+        let bits = in_thread(viewer, open);
+        assert_eq!(bits & (SEND_MESSAGES | EMBED_LINKS), 0);
+        assert_ne!(bits & VIEW_CHANNEL, 0);
+        let talker = (viewer & !SEND_MESSAGES) | SEND_MESSAGES_IN_THREADS;
+        assert_ne!(in_thread(talker, open) & SEND_MESSAGES, 0);
+        assert_ne!(in_thread(talker, open) & EMBED_LINKS, 0);
+        // Nothing without the parent's VIEW_CHANNEL.
+        assert_eq!(in_thread(talker & !VIEW_CHANNEL, open), 0);
+        let private = ThreadAccess {
+            private: true,
+            ..open
+        };
+        assert_eq!(in_thread(talker, private), 0);
+        let joined = ThreadAccess {
+            member: true,
+            ..private
+        };
+        assert_ne!(in_thread(talker, joined) & VIEW_CHANNEL, 0);
+        assert_ne!(
+            in_thread(talker | MANAGE_THREADS, private) & VIEW_CHANNEL,
+            0
+        );
+        let locked = ThreadAccess {
+            locked: true,
+            ..open
+        };
+        assert_eq!(in_thread(talker, locked) & SEND_MESSAGES, 0);
+        assert_ne!(
+            in_thread(talker | MANAGE_THREADS, locked) & SEND_MESSAGES,
+            0
+        );
     }
 
     #[test]

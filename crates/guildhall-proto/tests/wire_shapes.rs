@@ -169,6 +169,7 @@ fn sample_guild() -> Guild {
             parent_id: None,
             flags: 0,
             voice: None,
+            thread: None,
         }],
         threads: vec![],
         presences: vec![],

@@ -258,6 +258,45 @@ pub struct ChannelRow {
     pub video_quality_mode: i64,
     /// Minutes of inactivity after which its new threads archive.
     pub default_auto_archive_duration: Option<i64>,
+    /// A thread's starter (threads only).
+    pub owner_id: Option<i64>,
+    /// A thread is archived.
+    pub archived: bool,
+    /// A thread is locked (only MANAGE_THREADS unarchives it).
+    pub locked: bool,
+    /// Non-moderators may add others to a private thread.
+    pub invitable: bool,
+    /// A thread's minutes of inactivity before it leaves the channel list.
+    pub auto_archive_duration: Option<i64>,
+    /// When a thread's archive status last changed (unix ms).
+    pub archive_ms: Option<i64>,
+    /// When a thread was created (unix ms).
+    pub thread_created_ms: Option<i64>,
+    /// A thread's members.
+    pub member_count: i64,
+    /// A thread's messages (less those deleted).
+    pub message_count: i64,
+    /// Messages ever sent in a thread.
+    pub total_message_sent: i64,
+}
+
+/// Channel types that are threads: announcement (10), public (11) and
+/// private (12).
+pub const THREAD_KINDS: [i64; 3] = [10, 11, 12];
+
+/// A thread's member.
+#[derive(Clone, Debug, FromRow, PartialEq, Eq)]
+pub struct ThreadMemberRow {
+    /// The thread.
+    pub thread_id: i64,
+    /// The member.
+    pub user_id: i64,
+    /// The thread's guild.
+    pub guild_id: i64,
+    /// When they joined (unix ms).
+    pub join_ms: i64,
+    /// Notification flags.
+    pub flags: i64,
 }
 
 impl Default for ChannelRow {
@@ -277,6 +316,16 @@ impl Default for ChannelRow {
             user_limit: 0,
             video_quality_mode: 1,
             default_auto_archive_duration: None,
+            owner_id: None,
+            archived: false,
+            locked: false,
+            invitable: true,
+            auto_archive_duration: None,
+            archive_ms: None,
+            thread_created_ms: None,
+            member_count: 0,
+            message_count: 0,
+            total_message_sent: 0,
         }
     }
 }
@@ -714,6 +763,10 @@ pub struct GuildState {
     pub members: Vec<MemberRow>,
     /// (user, role) pairs.
     pub member_roles: Vec<(i64, i64)>,
+    /// Active (unarchived) threads, by id.
+    pub threads: Vec<ChannelRow>,
+    /// The members of those threads, by thread and user.
+    pub thread_members: Vec<ThreadMemberRow>,
 }
 
 /// A message write waiting for the group-commit writer.
@@ -969,6 +1022,7 @@ where
     for<'r> RoleRow: FromRow<'r, DB::Row>,
     for<'r> MemberRow: FromRow<'r, DB::Row>,
     for<'r> BanRow: FromRow<'r, DB::Row>,
+    for<'r> ThreadMemberRow: FromRow<'r, DB::Row>,
     for<'r> AuditRow: FromRow<'r, DB::Row>,
     for<'r> MessageRow: FromRow<'r, DB::Row>,
     for<'r> PinRow: FromRow<'r, DB::Row>,
@@ -1570,11 +1624,26 @@ where
             .bind(guild_id)
             .fetch_optional(&self.pool)
             .await?;
-        let channels =
-            sqlx::query_as("SELECT * FROM channels WHERE guild_id = $1 ORDER BY position, id")
-                .bind(guild_id)
-                .fetch_all(&self.pool)
-                .await?;
+        let channels = sqlx::query_as(
+            "SELECT * FROM channels WHERE guild_id = $1 AND kind NOT IN (10, 11, 12) ORDER BY position, id",
+        )
+        .bind(guild_id)
+        .fetch_all(&self.pool)
+        .await?;
+        // Archived threads stay in the store: an owner holds the active
+        // ones only, as Discord's gateway syncs only those.
+        let threads = sqlx::query_as(
+            "SELECT * FROM channels WHERE guild_id = $1 AND kind IN (10, 11, 12) AND archived = FALSE ORDER BY id",
+        )
+        .bind(guild_id)
+        .fetch_all(&self.pool)
+        .await?;
+        let thread_members = sqlx::query_as(
+            "SELECT m.* FROM thread_members m JOIN channels c ON c.id = m.thread_id WHERE m.guild_id = $1 AND c.archived = FALSE ORDER BY m.thread_id, m.user_id",
+        )
+        .bind(guild_id)
+        .fetch_all(&self.pool)
+        .await?;
         let roles = sqlx::query_as("SELECT * FROM roles WHERE guild_id = $1 ORDER BY position, id")
             .bind(guild_id)
             .fetch_all(&self.pool)
@@ -1602,6 +1671,8 @@ where
             roles,
             members,
             member_roles,
+            threads,
+            thread_members,
         })
     }
 
@@ -1654,6 +1725,141 @@ where
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Creates a thread with its first member (its starter), in one
+    /// fenced transaction; false, with nothing written, if a channel with
+    /// its id exists (a message starts at most one thread, and shares its
+    /// id).
+    pub async fn create_thread(
+        &self,
+        thread: &ChannelRow,
+        first: &ThreadMemberRow,
+        epoch: i64,
+    ) -> Result<bool> {
+        let guild_id = thread
+            .guild_id
+            .ok_or(StoreError::Conflict("a thread has a guild"))?;
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
+        let inserted = sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites, nsfw, rate_limit_per_user, parent_id, bitrate, user_limit, video_quality_mode, default_auto_archive_duration, owner_id, archived, locked, invitable, auto_archive_duration, archive_ms, thread_created_ms, member_count, message_count, total_message_sent) VALUES ($1, $2, $3, $4, 0, NULL, '[]', $5, $6, $7, $8, 0, 1, NULL, $9, $10, $11, $12, $13, $14, $15, 0, 0, 0) ON CONFLICT DO NOTHING")
+            .bind(thread.id)
+            .bind(guild_id)
+            .bind(thread.kind)
+            .bind(&thread.name)
+            .bind(thread.nsfw)
+            .bind(thread.rate_limit_per_user)
+            .bind(thread.parent_id)
+            .bind(thread.bitrate)
+            .bind(thread.owner_id)
+            .bind(thread.archived)
+            .bind(thread.locked)
+            .bind(thread.invitable)
+            .bind(thread.auto_archive_duration)
+            .bind(thread.archive_ms)
+            .bind(thread.thread_created_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if !inserted {
+            return Ok(false);
+        }
+        Self::insert_thread_member(&mut tx, first).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn insert_thread_member(
+        tx: &mut sqlx::Transaction<'static, DB>,
+        member: &ThreadMemberRow,
+    ) -> Result<bool> {
+        let added = sqlx::query("INSERT INTO thread_members (thread_id, user_id, guild_id, join_ms, flags) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
+            .bind(member.thread_id)
+            .bind(member.user_id)
+            .bind(member.guild_id)
+            .bind(member.join_ms)
+            .bind(member.flags)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected()
+            == 1;
+        if added {
+            sqlx::query("UPDATE channels SET member_count = member_count + 1 WHERE id = $1")
+                .bind(member.thread_id)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(added)
+    }
+
+    /// Adds a member to a thread (its count kept in the same
+    /// transaction); false if they were one already.
+    pub async fn add_thread_member(&self, member: &ThreadMemberRow, epoch: i64) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, member.guild_id, epoch).await?;
+        let added = Self::insert_thread_member(&mut tx, member).await?;
+        tx.commit().await?;
+        Ok(added)
+    }
+
+    /// Removes a member from a thread; false if they were none.
+    pub async fn remove_thread_member(
+        &self,
+        guild_id: i64,
+        thread_id: i64,
+        user_id: i64,
+        epoch: i64,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
+        let removed = sqlx::query(
+            "DELETE FROM thread_members WHERE guild_id = $1 AND thread_id = $2 AND user_id = $3",
+        )
+        .bind(guild_id)
+        .bind(thread_id)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if removed {
+            sqlx::query("UPDATE channels SET member_count = member_count - 1 WHERE id = $1")
+                .bind(thread_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(removed)
+    }
+
+    /// A thread's members above `after` (a user id; 0 for all), by user
+    /// id, at most `limit`.
+    pub async fn thread_members(
+        &self,
+        thread_id: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<ThreadMemberRow>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM thread_members WHERE thread_id = $1 AND user_id > $2 ORDER BY user_id LIMIT $3",
+        )
+        .bind(thread_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Counts a message sent in a thread (`message_count` and
+    /// `total_message_sent`); a channel that is not a thread is left as
+    /// it is.
+    pub async fn count_thread_message(&self, thread_id: i64) -> Result<()> {
+        sqlx::query("UPDATE channels SET message_count = message_count + 1, total_message_sent = total_message_sent + 1 WHERE id = $1 AND kind IN (10, 11, 12)")
+            .bind(thread_id)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -1864,14 +2070,35 @@ where
         if found.is_none() {
             return Ok(false);
         }
-        sqlx::query("DELETE FROM reactions WHERE message_id IN (SELECT id FROM messages WHERE channel_id = $1)")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM messages WHERE channel_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        // A channel's threads go with it, their messages and members
+        // first (the foreign keys hold on both databases).
+        let threads: Vec<(i64,)> = sqlx::query_as(
+            "SELECT id FROM channels WHERE parent_id = $1 AND guild_id = $2 AND kind IN (10, 11, 12)",
+        )
+        .bind(id)
+        .bind(guild_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        for thread in threads.into_iter().map(|(thread,)| thread).chain([id]) {
+            sqlx::query("DELETE FROM reactions WHERE message_id IN (SELECT id FROM messages WHERE channel_id = $1)")
+                .bind(thread)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM messages WHERE channel_id = $1")
+                .bind(thread)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM thread_members WHERE thread_id = $1")
+                .bind(thread)
+                .execute(&mut *tx)
+                .await?;
+            if thread != id {
+                sqlx::query("DELETE FROM channels WHERE id = $1")
+                    .bind(thread)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
         sqlx::query("DELETE FROM invites WHERE channel_id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -1981,6 +2208,7 @@ where
     pub async fn remove_member(&self, guild_id: i64, user_id: i64, epoch: i64) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         Self::fence(&mut tx, guild_id, epoch).await?;
+        Self::leave_threads(&mut tx, guild_id, user_id).await?;
         sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND user_id = $2")
             .bind(guild_id)
             .bind(user_id)
@@ -2002,6 +2230,25 @@ where
         Ok(())
     }
 
+    /// A member leaving the guild leaves its threads (their counts kept).
+    async fn leave_threads(
+        tx: &mut sqlx::Transaction<'static, DB>,
+        guild_id: i64,
+        user_id: i64,
+    ) -> Result<()> {
+        sqlx::query("UPDATE channels SET member_count = member_count - 1 WHERE id IN (SELECT thread_id FROM thread_members WHERE guild_id = $1 AND user_id = $2)")
+            .bind(guild_id)
+            .bind(user_id)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query("DELETE FROM thread_members WHERE guild_id = $1 AND user_id = $2")
+            .bind(guild_id)
+            .bind(user_id)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
     /// Bans a user from a guild; a member is removed (with their roles, the
     /// member count kept) in the same transaction. Banning a banned user
     /// changes nothing.
@@ -2019,6 +2266,7 @@ where
         .await?
         .rows_affected()
             == 1;
+        Self::leave_threads(&mut tx, ban.guild_id, ban.user_id).await?;
         sqlx::query("DELETE FROM member_roles WHERE guild_id = $1 AND user_id = $2")
             .bind(ban.guild_id)
             .bind(ban.user_id)
@@ -2216,6 +2464,14 @@ where
                 deleted.push(*id);
             }
         }
+        if !deleted.is_empty() {
+            // A thread counts the messages it holds.
+            sqlx::query("UPDATE channels SET message_count = message_count - $2 WHERE id = $1 AND kind IN (10, 11, 12)")
+                .bind(channel_id)
+                .bind(i64::try_from(deleted.len()).unwrap_or(i64::MAX))
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(deleted)
     }
@@ -2292,6 +2548,7 @@ where
             "DELETE FROM invites WHERE guild_id = $1",
             "DELETE FROM webhooks WHERE guild_id = $1",
             "DELETE FROM member_roles WHERE guild_id = $1",
+            "DELETE FROM thread_members WHERE guild_id = $1",
             "DELETE FROM members WHERE guild_id = $1",
             "DELETE FROM bans WHERE guild_id = $1",
             "DELETE FROM audit_log WHERE guild_id = $1",
@@ -3313,6 +3570,16 @@ store_api! {
     fn create_channel<'a>(&'a self, channel: &'a ChannelRow, epoch: i64) -> ();
     /// A channel by id.
     fn channel<'a>(&'a self, id: i64) -> Option<ChannelRow>;
+    /// Creates a thread with its starter as its first member.
+    fn create_thread<'a>(&'a self, thread: &'a ChannelRow, first: &'a ThreadMemberRow, epoch: i64) -> bool;
+    /// Adds a thread member.
+    fn add_thread_member<'a>(&'a self, member: &'a ThreadMemberRow, epoch: i64) -> bool;
+    /// Removes a thread member.
+    fn remove_thread_member<'a>(&'a self, guild_id: i64, thread_id: i64, user_id: i64, epoch: i64) -> bool;
+    /// A thread's members, by user id.
+    fn thread_members<'a>(&'a self, thread_id: i64, after: i64, limit: i64) -> Vec<ThreadMemberRow>;
+    /// Counts a message sent in a thread.
+    fn count_thread_message<'a>(&'a self, thread_id: i64) -> ();
     /// Stores a message; returns once it is durable (group commit).
     fn insert_message<'a>(&'a self, message: &'a MessageRow) -> ();
     /// A message of a channel.
@@ -4357,6 +4624,139 @@ mod tests {
     /// A ban removes the member and keeps the count; banning again changes
     /// nothing; bans page in ascending user id from either side; a lifted
     /// ban is gone; a stale owner's ban is refused.
+    /// Threads are channel rows that an owner loads apart from channels
+    /// (active ones only); their members are counted in the same
+    /// transaction; they go with their parent, and a member leaving the
+    /// guild leaves them.
+    async fn threads_stay_apart_from_channels_and_go_with_their_parent(store: Store) {
+        let [(a, a_channel, _, _), _] = two_guilds(&store).await;
+        for id in 2..=3 {
+            store
+                .create_user(&user(id, &format!("u{id}")))
+                .await
+                .unwrap();
+            let member = MemberRow {
+                temporary: false,
+                communication_disabled_until_ms: None,
+                guild_id: a,
+                user_id: id,
+                joined_ms: id,
+                nick: None,
+            };
+            store.add_member(&member, 0).await.unwrap();
+        }
+        let thread = ChannelRow {
+            id: 900,
+            guild_id: Some(a),
+            kind: 11,
+            name: "talk".into(),
+            parent_id: Some(a_channel),
+            owner_id: Some(1),
+            auto_archive_duration: Some(1440),
+            archive_ms: Some(5),
+            thread_created_ms: Some(5),
+            ..ChannelRow::default()
+        };
+        let starter = |user_id| ThreadMemberRow {
+            thread_id: 900,
+            user_id,
+            guild_id: a,
+            join_ms: 5,
+            flags: 0,
+        };
+        assert!(store.create_thread(&thread, &starter(1), 0).await.unwrap());
+        // One thread per id (a message starts at most one).
+        assert!(!store.create_thread(&thread, &starter(1), 0).await.unwrap());
+        assert!(matches!(
+            store.create_thread(&thread, &starter(1), 7).await,
+            Err(StoreError::StaleEpoch)
+        ));
+        assert!(store.add_thread_member(&starter(2), 0).await.unwrap());
+        assert!(!store.add_thread_member(&starter(2), 0).await.unwrap());
+        assert!(store.add_thread_member(&starter(3), 0).await.unwrap());
+        let state = store.load_guild(a).await.unwrap();
+        assert!(state.channels.iter().all(|c| c.id != 900), "{state:?}");
+        assert_eq!(state.threads.len(), 1);
+        let loaded = &state.threads[0];
+        assert_eq!(
+            (
+                loaded.kind,
+                loaded.parent_id,
+                loaded.owner_id,
+                loaded.member_count
+            ),
+            (11, Some(a_channel), Some(1), 3)
+        );
+        assert!(loaded.invitable && !loaded.archived && !loaded.locked);
+        let users: Vec<i64> = state.thread_members.iter().map(|m| m.user_id).collect();
+        assert_eq!(users, vec![1, 2, 3]);
+        let page = store.thread_members(900, 1, 1).await.unwrap();
+        assert_eq!(page, vec![starter(2)]);
+        assert!(store.remove_thread_member(a, 900, 2, 0).await.unwrap());
+        assert!(!store.remove_thread_member(a, 900, 2, 0).await.unwrap());
+        // Leaving the guild leaves its threads.
+        store.remove_member(a, 3, 0).await.unwrap();
+        let thread_row = store.channel(900).await.unwrap().unwrap();
+        assert_eq!(thread_row.member_count, 1);
+        assert_eq!(
+            store.thread_members(900, 0, 10).await.unwrap(),
+            vec![starter(1)]
+        );
+        // Messages are counted; a delete takes one off the count only.
+        for id in [901, 902] {
+            let m = MessageRow {
+                id,
+                channel_id: 900,
+                guild_id: Some(a),
+                author_id: 1,
+                content: format!("m{id}"),
+                tts: false,
+                edited_ms: None,
+                webhook_id: None,
+                author_name: None,
+                author_avatar: None,
+                kind: 0,
+                flags: 0,
+                components: None,
+                application_id: None,
+                interaction_id: None,
+                interaction_metadata: None,
+                embeds: None,
+                visible_to: None,
+                reference_kind: None,
+                reference_message_id: None,
+                reference_channel_id: None,
+                reference_guild_id: None,
+                mentions: None,
+            };
+            store.insert_message(&m).await.unwrap();
+            store.count_thread_message(900).await.unwrap();
+        }
+        // A channel that is not a thread keeps no count.
+        store.count_thread_message(a_channel).await.unwrap();
+        assert_eq!(
+            store
+                .channel(a_channel)
+                .await
+                .unwrap()
+                .unwrap()
+                .message_count,
+            0
+        );
+        assert_eq!(store.delete_messages(900, &[901]).await.unwrap(), vec![901]);
+        let thread_row = store.channel(900).await.unwrap().unwrap();
+        assert_eq!(
+            (thread_row.message_count, thread_row.total_message_sent),
+            (1, 2)
+        );
+        // The parent's delete takes the thread, its messages and members.
+        assert!(store.delete_channel(a, a_channel, 0).await.unwrap());
+        assert_eq!(store.channel(900).await.unwrap(), None);
+        assert_eq!(store.message(900, 902).await.unwrap(), None);
+        assert!(store.thread_members(900, 0, 10).await.unwrap().is_empty());
+        assert!(store.load_guild(a).await.unwrap().threads.is_empty());
+    }
+
     async fn bans_remove_members_page_and_lift(store: Store) {
         let [(a, a_channel, _, _), _] = two_guilds(&store).await;
         let count = |store: Store| async move { store.load_guild(a).await.unwrap().members.len() };
@@ -5049,6 +5449,7 @@ mod tests {
         member_counts_follow_joins_and_leaves(sqlite_memory);
         invites_expire_run_out_and_list(sqlite_memory);
         bans_remove_members_page_and_lift(sqlite_memory);
+        threads_stay_apart_from_channels_and_go_with_their_parent(sqlite_memory);
         audit_entries_page_filter_and_expire(sqlite_memory);
         stale_owner_writes_are_refused(sqlite_memory);
         tokens_resolve_and_revoke(sqlite_memory);
