@@ -35,7 +35,7 @@ use guildhall_proto::components::{self, FLAG_IS_COMPONENTS_V2};
 use guildhall_proto::error::{ErrorBody, ErrorCode, RateLimitedBody};
 use guildhall_proto::guilds::Outgoing;
 use guildhall_proto::guilds::{Changed, GUILD_WIDE, GuildChange, GuildError};
-use guildhall_proto::guilds::{ChannelRecord, ChannelSettings, RoleRecord};
+use guildhall_proto::guilds::{ChannelRecord, ChannelSettings, RoleRecord, ThreadRecord};
 use guildhall_proto::intents;
 use guildhall_proto::intents::app_flags;
 use guildhall_proto::interactions::{FLAG_SUPPRESS_EMBEDS, FLAG_SUPPRESS_NOTIFICATIONS};
@@ -177,6 +177,9 @@ impl From<GuildError> for ApiError {
             GuildError::Slowmode(wait_ms) => ApiError::Slowmode(wait_ms as f64 / 1_000.0),
             GuildError::Banned => ApiError::Code(ErrorCode::UserBanned),
             GuildError::UnknownBan => ApiError::Code(ErrorCode::UnknownBan),
+            GuildError::WrongChannelType => ApiError::Code(ErrorCode::WrongChannelType),
+            GuildError::ThreadExists => ApiError::Code(ErrorCode::ThreadExists),
+            GuildError::MaxActiveThreads => ApiError::Code(ErrorCode::MaxActiveThreads),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -1407,6 +1410,233 @@ async fn get_channel(
     ok(&wire_channel(&channel, true))
 }
 
+// ----- threads --------------------------------------------------------------
+
+/// The fields of a thread's start (`name`, `auto_archive_duration`,
+/// `rate_limit_per_user`, `invitable`), checked against Discord's bounds:
+/// (name, minutes, seconds, invitable). `invitable` false is for private
+/// threads (`kind` 12) only; the forum fields (`message`, `applied_tags`)
+/// are refused, as no channel here is a forum.
+fn thread_fields(
+    node: &ApiState,
+    body: &serde_json::Map<String, Value>,
+    kind: i64,
+) -> Result<(String, Option<i64>, i64, bool), ApiError> {
+    let bad = |field: &'static str, code: &'static str, message: &str| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(field, code, message.into())
+    };
+    let name = match body.get("name") {
+        Some(Value::String(name)) => name.clone(),
+        None | Some(Value::Null) => {
+            return Err(bad("name", "BASE_TYPE_REQUIRED", "This field is required"));
+        }
+        Some(_) => return Err(bad("name", "BASE_TYPE_BAD", "Must be a string.")),
+    };
+    check_chars(
+        node,
+        "name",
+        &name,
+        1,
+        node.shared.limits.channel_name_chars_max,
+    )?;
+    let minutes = match body.get("auto_archive_duration") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            value
+                .as_i64()
+                .filter(|m| AUTO_ARCHIVE_MINUTES.contains(m))
+                .ok_or_else(|| {
+                    bad(
+                        "auto_archive_duration",
+                        "BASE_TYPE_CHOICES",
+                        "Value must be one of {60, 1440, 4320, 10080}.",
+                    )
+                })?,
+        ),
+    };
+    let seconds = match body.get("rate_limit_per_user") {
+        None | Some(Value::Null) => 0,
+        Some(value) => value
+            .as_i64()
+            .filter(|s| (0..=RATE_LIMIT_PER_USER_S_MAX).contains(s))
+            .ok_or_else(|| {
+                bad(
+                    "rate_limit_per_user",
+                    "NUMBER_TYPE_MAX",
+                    "int value should be between 0 and 21600.",
+                )
+            })?,
+    };
+    let invitable = match body.get("invitable") {
+        None | Some(Value::Null | Value::Bool(true)) => true,
+        Some(Value::Bool(false)) if kind == 12 => false,
+        Some(Value::Bool(false)) => {
+            return Err(bad(
+                "invitable",
+                "CHANNEL_TYPE_INVALID",
+                "Only private threads have this field.",
+            ));
+        }
+        Some(_) => return Err(bad("invitable", "BASE_TYPE_BAD", "Must be a boolean.")),
+    };
+    for field in ["message", "applied_tags"] {
+        if body.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(bad(
+                field,
+                "CHANNEL_TYPE_INVALID",
+                "Only forum and media channels' threads have this field.",
+            ));
+        }
+    }
+    Ok((name, minutes, seconds, invitable))
+}
+
+/// Starts `thread` at the guild's owner: 201 with the thread, as Discord
+/// answers.
+async fn start_thread_at_owner(
+    node: &ApiState,
+    guild_id: i64,
+    actor: i64,
+    thread: ThreadRecord,
+) -> ApiResult {
+    let result = node
+        .guilds
+        .change(
+            guild_id,
+            actor,
+            GuildChange::CreateThread { thread },
+            request_reason(node),
+        )
+        .await;
+    if let Err(
+        GuildError::WrongChannelType | GuildError::ThreadExists | GuildError::MaxActiveThreads,
+    ) = result
+    {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    match result? {
+        Changed::Channel(thread) => {
+            let mut response = ok(&thread)?;
+            *response.status_mut() = StatusCode::CREATED;
+            Ok(response)
+        }
+        other => changed(other),
+    }
+}
+
+/// `POST /channels/{id}/threads`: a thread not started from a message;
+/// `type` 10, 11 or 12 (default 12, as the API has it since v9) and the
+/// parent's kind must match (text: 11 or 12; announcement: 10), else
+/// 50024. CREATE_PUBLIC_THREADS or CREATE_PRIVATE_THREADS there.
+async fn start_thread(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<serde_json::Map<String, Value>>,
+) -> ApiResult {
+    let (parent, guild_id) = guild_channel(&node, &id).await?;
+    let kind = match body.get("type") {
+        None | Some(Value::Null) => 12,
+        Some(value) => value
+            .as_i64()
+            .filter(|k| matches!(k, 10..=12))
+            .ok_or_else(|| {
+                node.counters
+                    .bad_requests_total
+                    .fetch_add(1, Ordering::Relaxed);
+                ApiError::Field(
+                    "type",
+                    "BASE_TYPE_CHOICES",
+                    "Value must be one of {10, 11, 12}.".into(),
+                )
+            })?,
+    };
+    let (name, auto_archive_duration, rate_limit_per_user, invitable) =
+        thread_fields(&node, &body, kind)?;
+    let thread = ThreadRecord {
+        id: node.shared.next_id().get() as i64,
+        parent_id: parent.id,
+        kind,
+        name,
+        auto_archive_duration,
+        rate_limit_per_user,
+        invitable,
+        from_message: false,
+    };
+    start_thread_at_owner(&node, guild_id, caller.id, thread).await
+}
+
+/// `POST /channels/{id}/messages/{message.id}/threads`: a thread started
+/// from a message of the channel, sharing its id (a public thread in a
+/// text channel, an announcement thread in an announcement channel); a
+/// second start from it is 160004.
+async fn start_thread_from_message(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, message_id)): Path<(String, String)>,
+    JsonBody(body): JsonBody<serde_json::Map<String, Value>>,
+) -> ApiResult {
+    let (parent, guild_id) = guild_channel(&node, &id).await?;
+    let message_id = parse_id(&message_id)?;
+    authorize(
+        &node,
+        caller.id,
+        &parent,
+        guild_id,
+        perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY,
+    )
+    .await?;
+    let message = node
+        .shared
+        .store
+        .message(parent.id, message_id)
+        .await?
+        .filter(|m| m.visible_to.is_none())
+        .ok_or(ApiError::Code(ErrorCode::UnknownMessage))?;
+    let kind = if parent.kind == 5 { 10 } else { 11 };
+    let (name, auto_archive_duration, rate_limit_per_user, invitable) =
+        thread_fields(&node, &body, kind)?;
+    let thread = ThreadRecord {
+        id: message.id,
+        parent_id: parent.id,
+        kind,
+        name,
+        auto_archive_duration,
+        rate_limit_per_user,
+        invitable,
+        from_message: true,
+    };
+    start_thread_at_owner(&node, guild_id, caller.id, thread).await
+}
+
+/// `GET /guilds/{id}/threads/active`: the guild's active threads the
+/// caller can view (private ones they joined or moderate), newest first,
+/// and the caller's thread member of each they joined.
+async fn active_threads(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let guild_id = parse_id(&id)?;
+    let mut threads = node.guilds.active_threads(guild_id, caller.id).await?;
+    threads.sort_by_key(|t| std::cmp::Reverse(t.id.get()));
+    let members: Vec<guildhall_proto::model::ThreadMember> = threads
+        .iter_mut()
+        .filter_map(|t| {
+            let mut member = t.thread.as_mut()?.member.take()?;
+            member.id = Some(t.id);
+            member.user_id = Some(sf(caller.id));
+            Some(member)
+        })
+        .collect();
+    ok(&json!({"threads": threads, "members": members}))
+}
+
 // ----- messages -------------------------------------------------------------
 
 #[derive(Deserialize)]
@@ -2332,6 +2562,11 @@ async fn create_message(
         mentions: mentioned,
     };
     store_message(&node, &row).await?;
+    if guildhall_store::THREAD_KINDS.contains(&channel.kind) {
+        // Counted after the message is durable; a crash between leaves
+        // the count one short, never the message lost.
+        node.shared.store.count_thread_message(channel.id).await?;
+    }
     let mut message = wire_message(&row, &author, member);
     if let Some(target) = target {
         // The target as just read, not read again: the reply shows what
@@ -5888,6 +6123,12 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/guilds/{id}/members", get(guild_members))
         .route("/guilds/{id}/members/search", get(search_guild_members))
+        .route("/guilds/{id}/threads/active", get(active_threads))
+        .route("/channels/{id}/threads", post(start_thread))
+        .route(
+            "/channels/{id}/messages/{message}/threads",
+            post(start_thread_from_message),
+        )
         .route(
             "/guilds/{id}/members/{user}",
             get(guild_member).patch(patch_member).delete(kick_member),

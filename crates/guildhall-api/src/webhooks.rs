@@ -671,12 +671,44 @@ impl ExecuteQuery {
         matches!(self.with_components.as_deref(), Some("true" | "True" | "1"))
     }
 
-    /// Threads do not exist on this server, so any `thread_id` names an
-    /// unknown channel (Discord's answer for a thread it does not have).
-    fn no_thread(&self) -> Result<(), ApiError> {
-        match self.thread_id {
-            Some(_) => Err(ApiError::Code(ErrorCode::UnknownChannel)),
-            None => Ok(()),
+    /// The thread `thread_id` names, which must be one started in the
+    /// webhook's channel (None without it); any other id is an unknown
+    /// channel, Discord's answer.
+    async fn thread(
+        &self,
+        node: &crate::ApiState,
+        webhook: &WebhookRow,
+    ) -> Result<Option<i64>, ApiError> {
+        let Some(raw) = &self.thread_id else {
+            return Ok(None);
+        };
+        let unknown = || ApiError::Code(ErrorCode::UnknownChannel);
+        let id = parse_id(raw).map_err(|_| unknown())?;
+        let thread = node.shared.store.channel(id).await?.ok_or_else(unknown)?;
+        if guildhall_store::THREAD_KINDS.contains(&thread.kind)
+            && thread.parent_id == Some(webhook.channel_id)
+        {
+            Ok(Some(thread.id))
+        } else {
+            Err(unknown())
+        }
+    }
+
+    /// The message a message route names, which must be in the thread
+    /// `thread_id` names when it names one.
+    async fn message(
+        &self,
+        node: &crate::ApiState,
+        webhook: &WebhookRow,
+        raw_message: &str,
+    ) -> Result<MessageRow, ApiError> {
+        let thread = self.thread(node, webhook).await?;
+        let row = sent_by(node, webhook, raw_message).await?;
+        match thread {
+            Some(thread) if row.channel_id != thread => {
+                Err(ApiError::Code(ErrorCode::UnknownMessage))
+            }
+            _ => Ok(row),
         }
     }
 }
@@ -730,7 +762,7 @@ pub(crate) struct Extras {
 /// Checks the fields an executed or edited message shares: embeds and
 /// allowed_mentions (components are checked under the message's flags,
 /// `api::checked_components`); refuses the fields of features this
-/// server lacks (polls, threads, attachments) on that field rather than
+/// server lacks (polls, forum posts, attachments) on that field rather than
 /// answering as if they had been sent.
 pub(crate) fn check_extras(
     node: &crate::ApiState,
@@ -812,7 +844,7 @@ async fn execute(
         return crate::interactions::followup(&node, &entry, body).await;
     }
     let webhook = by_token(&node, &id, &token).await?;
-    query.no_thread()?;
+    let thread = query.thread(&node, &webhook).await?;
     let limits = &node.shared.limits;
     let body = object_body(
         &node,
@@ -879,7 +911,7 @@ async fn execute(
         crate::mentions_of(&node, Some(webhook.guild_id), &text, &mentioning, None).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
-        channel_id: webhook.channel_id,
+        channel_id: thread.unwrap_or(webhook.channel_id),
         guild_id: Some(webhook.guild_id),
         author_id: webhook.creator_id,
         content,
@@ -904,6 +936,9 @@ async fn execute(
         mentions: mentioned,
     };
     store_message(&node, &row).await?;
+    if let Some(thread) = thread {
+        node.shared.store.count_thread_message(thread).await?;
+    }
     let message = webhook_message(&row);
     // The webhook's id as the "author" exempt from content blanking: no
     // session belongs to it, so nobody gets the content through it.
@@ -964,8 +999,7 @@ async fn get_message(
         return crate::interactions::get(&node, &entry?, &message).await;
     }
     let webhook = by_token(&node, &id, &token).await?;
-    query.no_thread()?;
-    let row = sent_by(&node, &webhook, &message).await?;
+    let row = query.message(&node, &webhook, &message).await?;
     let mut message = webhook_message(&row);
     message.pinned = crate::is_pinned(&node, &row).await?;
     ok(&message)
@@ -990,8 +1024,7 @@ async fn edit_message(
         return crate::interactions::edit(&node, &entry, &message, body).await;
     }
     let webhook = by_token(&node, &id, &token).await?;
-    query.no_thread()?;
-    let mut row = sent_by(&node, &webhook, &message).await?;
+    let mut row = query.message(&node, &webhook, &message).await?;
     let body = object_body(
         &node,
         read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?,
@@ -1071,8 +1104,7 @@ async fn delete_message(
         return crate::interactions::delete(&node, &entry?, &message).await;
     }
     let webhook = by_token(&node, &id, &token).await?;
-    query.no_thread()?;
-    let row = sent_by(&node, &webhook, &message).await?;
+    let row = query.message(&node, &webhook, &message).await?;
     if !node
         .shared
         .store

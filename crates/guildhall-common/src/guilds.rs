@@ -607,6 +607,22 @@ impl GuildsClient {
         }
     }
 
+    /// The guild's active threads `user_id` can view, each with their
+    /// thread member where they joined.
+    pub async fn active_threads(
+        &self,
+        guild_id: i64,
+        user_id: i64,
+    ) -> Result<Vec<Channel>, GuildError> {
+        match self
+            .call(guild_id, GuildCall::ActiveThreads { user_id })
+            .await?
+        {
+            GuildAnswer::Channels(threads) => Ok(threads),
+            other => unexpected(guild_id, &other),
+        }
+    }
+
     /// The statuses of `user_ids` (of `guild_id`) that are not offline, as
     /// the presence role knows them; nothing while it cools off after a
     /// question it left unanswered.

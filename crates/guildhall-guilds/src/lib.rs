@@ -19,7 +19,7 @@ use guildhall_cluster::Bus;
 use guildhall_common::cluster::ClusterState;
 use guildhall_common::guilds::GuildsClient;
 use guildhall_common::state::{Shared, sf};
-use guildhall_common::wire::{wire_channel, wire_user};
+use guildhall_common::wire::{wire_channel, wire_thread_member, wire_user};
 use guildhall_control::singleflight::{Join, SingleFlight};
 use guildhall_proto::bus::{
     NodeEvent, NodeEventBody, StreamBody, StreamEvent, gateway_events_subject, partition_of,
@@ -33,7 +33,7 @@ use guildhall_proto::intents;
 use guildhall_proto::model::{self, Member, Role, RoleColors};
 use guildhall_proto::permissions as perm;
 use guildhall_proto::timestamp::format_unix_ms;
-use guildhall_store::{ChannelRow, GuildState, MemberRow, RoleRow, UserRow};
+use guildhall_store::{ChannelRow, GuildState, MemberRow, RoleRow, ThreadMemberRow, UserRow};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -313,6 +313,13 @@ pub struct GuildOwner {
     subscriptions: usize,
     guild: guildhall_store::GuildRow,
     channels: Vec<ChannelRow>,
+    /// Active threads, by id (at most `guild_active_threads_max`; they
+    /// are not in `channels`, as Discord neither counts nor lists them
+    /// there).
+    threads: Vec<ChannelRow>,
+    /// Members of those threads, by thread then user (bounded by the
+    /// threads and the member count).
+    thread_members: HashMap<i64, BTreeMap<i64, ThreadMemberRow>>,
     roles: Vec<RoleRow>,
     members: BTreeMap<i64, MemberEntry>,
     /// Voice states by user (bounded by the member count).
@@ -395,6 +402,57 @@ impl GuildOwner {
             channel.kind,
             &overwrites,
         ))
+    }
+
+    /// A member's permissions in a thread: theirs in its parent as the
+    /// thread's kind, their membership and its lock change them (None:
+    /// not a member of the guild; nothing if the parent is gone).
+    fn thread_permissions(&self, user_id: i64, thread: &ChannelRow) -> Option<u64> {
+        let parent = self
+            .channels
+            .iter()
+            .find(|c| Some(c.id) == thread.parent_id);
+        let Some(parent) = parent else {
+            return self.members.contains_key(&user_id).then_some(0);
+        };
+        let parent_bits = self.channel_permissions(user_id, parent)?;
+        Some(perm::in_thread(
+            parent_bits,
+            perm::ThreadAccess {
+                private: thread.kind == 12,
+                member: self
+                    .thread_members
+                    .get(&thread.id)
+                    .is_some_and(|m| m.contains_key(&user_id)),
+                locked: thread.locked,
+            },
+        ))
+    }
+
+    /// A thread as `user_id` sees it: with their thread member if they
+    /// joined it.
+    fn wire_thread_for(&self, thread: &ChannelRow, user_id: i64) -> model::Channel {
+        let mut wire = wire_channel(thread, true);
+        if let Some(fields) = wire.thread.as_mut() {
+            fields.member = self
+                .thread_members
+                .get(&thread.id)
+                .and_then(|m| m.get(&user_id))
+                .map(|m| wire_thread_member(m, false));
+        }
+        wire
+    }
+
+    /// The active threads `user_id` can view.
+    fn visible_threads(&self, user_id: i64) -> Vec<model::Channel> {
+        self.threads
+            .iter()
+            .filter(|t| {
+                self.thread_permissions(user_id, t)
+                    .is_some_and(|bits| bits & perm::VIEW_CHANNEL != 0)
+            })
+            .map(|t| self.wire_thread_for(t, user_id))
+            .collect()
     }
 
     /// `bits` in the channel at `index`: MissingAccess if the actor cannot
@@ -882,12 +940,114 @@ impl GuildOwner {
                     return Err(GuildError::UnknownChannel);
                 }
                 let row = self.channels.remove(index);
+                // Its threads went with it in the store.
+                let gone: Vec<i64> = self
+                    .threads
+                    .iter()
+                    .filter(|t| t.parent_id == Some(channel_id))
+                    .map(|t| t.id)
+                    .collect();
+                self.threads.retain(|t| t.parent_id != Some(channel_id));
+                for thread_id in gone {
+                    self.thread_members.remove(&thread_id);
+                }
                 let wire = wire_channel(&row, true);
                 self.publish("CHANNEL_DELETE", intents::GUILDS, &wire);
                 if row.kind == 4 {
                     self.orphan_children(channel_id).await;
                 }
                 Ok(Changed::Channel(wire))
+            }
+            GuildChange::CreateThread { thread } => {
+                let index = self.channel_index(thread.parent_id)?;
+                let parent = &self.channels[index];
+                // Text channels hold public and private threads,
+                // announcement channels announcement threads.
+                let fits_parent = match thread.kind {
+                    10 => parent.kind == 5,
+                    11 | 12 => parent.kind == 0,
+                    _ => false,
+                };
+                if !fits_parent {
+                    return Err(GuildError::WrongChannelType);
+                }
+                let need = if thread.kind == 12 {
+                    perm::CREATE_PRIVATE_THREADS
+                } else {
+                    perm::CREATE_PUBLIC_THREADS
+                };
+                let need = if thread.from_message {
+                    need | perm::READ_MESSAGE_HISTORY
+                } else {
+                    need
+                };
+                self.require_in(actor, index, need)?;
+                if self.threads.iter().any(|t| t.id == thread.id) {
+                    return Err(GuildError::ThreadExists);
+                }
+                if self.threads.len() >= self.shared.limits.guild_active_threads_max {
+                    return Err(GuildError::MaxActiveThreads);
+                }
+                let parent = &self.channels[index];
+                let now_ms = guildhall_common::state::now_ms() as i64;
+                let row = ChannelRow {
+                    id: thread.id,
+                    guild_id: Some(guild_id),
+                    kind: thread.kind,
+                    name: thread.name,
+                    nsfw: parent.nsfw,
+                    rate_limit_per_user: thread.rate_limit_per_user,
+                    parent_id: Some(parent.id),
+                    owner_id: Some(actor),
+                    invitable: thread.kind != 12 || thread.invitable,
+                    // Discord's clients default to the parent's choice;
+                    // a day when it has none.
+                    auto_archive_duration: Some(
+                        thread
+                            .auto_archive_duration
+                            .or(parent.default_auto_archive_duration)
+                            .unwrap_or(1_440),
+                    ),
+                    archive_ms: Some(now_ms),
+                    thread_created_ms: Some(now_ms),
+                    member_count: 1,
+                    ..ChannelRow::default()
+                };
+                let first = ThreadMemberRow {
+                    thread_id: row.id,
+                    user_id: actor,
+                    guild_id,
+                    join_ms: now_ms,
+                    flags: 0,
+                };
+                self.threads.push(row.clone());
+                if !self.fits() {
+                    self.threads.pop();
+                    return Err(GuildError::MaxActiveThreads);
+                }
+                match store.create_thread(&row, &first, epoch).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.threads.pop();
+                        return Err(GuildError::ThreadExists);
+                    }
+                    Err(error) => {
+                        self.threads.pop();
+                        return Err(self.store_failed(Some(&error)));
+                    }
+                }
+                self.thread_members
+                    .entry(row.id)
+                    .or_default()
+                    .insert(actor, first);
+                // Who views the thread changed (a private one's member).
+                self.view_generation += 1;
+                let mut wire = wire_channel(&row, true);
+                if let Some(fields) = wire.thread.as_mut() {
+                    fields.newly_created = Some(true);
+                }
+                self.publish_in(row.id, "THREAD_CREATE", intents::GUILDS, &wire);
+                Ok(Changed::Channel(self.wire_thread_for(&row, actor)))
             }
             GuildChange::CreateChannel { channel } => {
                 self.require(actor, perm::MANAGE_CHANNELS)?;
@@ -1966,7 +2126,11 @@ impl GuildOwner {
             voice_states: vec![],
             members: vec![],
             channels,
-            threads: vec![],
+            threads: if with_channels {
+                self.visible_threads(user_id)
+            } else {
+                vec![]
+            },
             presences: vec![],
             stage_instances: vec![],
             guild_scheduled_events: vec![],
@@ -2251,7 +2415,20 @@ impl GuildOwner {
                 })
                 .map(|(user_id, _)| *user_id)
                 .collect(),
-            (Audience::Channel(..), None) => vec![],
+            (Audience::Channel(_, bits), None) => {
+                match self.threads.iter().find(|t| t.id == channel_id) {
+                    // BTreeMap order: ascending ids.
+                    Some(thread) => self
+                        .members
+                        .keys()
+                        .filter(|user_id| {
+                            self.thread_permissions(**user_id, thread).unwrap_or(0) & bits != bits
+                        })
+                        .copied()
+                        .collect(),
+                    None => vec![],
+                }
+            }
             (Audience::Channel(_, bits), Some(channel)) => {
                 let overwrites = perm::Overwrite::parse_stored(&channel.permission_overwrites);
                 // BTreeMap order: ascending ids.
@@ -2614,10 +2791,13 @@ impl GuildOwner {
                 let mut slowmode_s = 0;
                 let bits = if channel_id == GUILD_WIDE {
                     Some(self.permissions(user_id))
+                } else if let Some(c) = self.channels.iter().find(|c| c.id == channel_id) {
+                    slowmode_s = c.rate_limit_per_user;
+                    Some(self.channel_permissions(user_id, c))
                 } else {
-                    self.channels.iter().find(|c| c.id == channel_id).map(|c| {
-                        slowmode_s = c.rate_limit_per_user;
-                        self.channel_permissions(user_id, c)
+                    self.threads.iter().find(|t| t.id == channel_id).map(|t| {
+                        slowmode_s = t.rate_limit_per_user;
+                        self.thread_permissions(user_id, t)
                     })
                 };
                 // Not a member: no access, whichever channel is named.
@@ -2679,6 +2859,16 @@ impl GuildOwner {
             }
             GuildCall::Publish(event) => {
                 let id = event.publish_id;
+                if event.name == "MESSAGE_CREATE"
+                    && !self.published.iter().any(|(known, _)| *known == id)
+                    && !self.unconfirmed.contains_key(&id)
+                    && let Some(thread) = self.threads.iter_mut().find(|t| t.id == event.channel_id)
+                {
+                    // The store counted it with the message; this copy
+                    // answers GUILD_CREATE and the active list.
+                    thread.message_count += 1;
+                    thread.total_message_sent += 1;
+                }
                 if id != 0 && self.unconfirmed.contains_key(&id) {
                     // A retry of a fanout still partly unsent: try the
                     // bus again, never fan out twice.
@@ -2919,6 +3109,11 @@ impl GuildOwner {
                 };
                 Some(result)
             }
+            GuildCall::ActiveThreads { user_id } => Some(if self.members.contains_key(&user_id) {
+                Ok(GuildAnswer::Channels(self.visible_threads(user_id)))
+            } else {
+                Err(GuildError::MissingAccess)
+            }),
             GuildCall::Channels { user_id } => {
                 let result = if self.members.contains_key(&user_id) {
                     Ok(GuildAnswer::Channels(
@@ -3339,6 +3534,17 @@ impl GuildDirectory {
             subscriptions: 0,
             guild,
             channels: state.channels,
+            threads: state.threads,
+            thread_members: {
+                let mut by_thread: HashMap<i64, BTreeMap<i64, ThreadMemberRow>> = HashMap::new();
+                for member in state.thread_members {
+                    by_thread
+                        .entry(member.thread_id)
+                        .or_default()
+                        .insert(member.user_id, member);
+                }
+                by_thread
+            },
             roles: state.roles,
             members,
             voice: BTreeMap::new(),

@@ -1033,6 +1033,11 @@ pub const GUILD_VIEW_CACHE_CHANNELS_MAX: usize = 64;
 /// flood of members cannot grow the owner's memory.
 pub const GUILD_SLOWMODE_CLOCKS_MAX: usize = 100_000;
 
+/// Active (unarchived) threads one guild holds, Discord's cap. Its owner
+/// keeps them in memory with their members. When hit: starting another
+/// is refused with 160006 (maximum number of active threads reached).
+pub const GUILD_ACTIVE_THREADS_MAX: usize = 1_000;
+
 /// Audit log entries one guild keeps. When hit: the oldest are forgotten
 /// as new ones are written (one delete in the same transaction).
 pub const AUDIT_LOG_ENTRIES_MAX: usize = 10_000;
@@ -1603,6 +1608,8 @@ pub struct Limits {
     pub guild_channels_max: usize,
     /// See [`GUILD_SLOWMODE_CLOCKS_MAX`].
     pub guild_slowmode_clocks_max: usize,
+    /// See [`GUILD_ACTIVE_THREADS_MAX`].
+    pub guild_active_threads_max: usize,
     /// See [`CHANNEL_OVERWRITES_MAX`].
     pub channel_overwrites_max: usize,
     /// See [`GUILD_VIEW_CACHE_CHANNELS_MAX`].
@@ -1914,6 +1921,7 @@ impl Default for Limits {
             interaction_autocomplete_choices_max: INTERACTION_AUTOCOMPLETE_CHOICES_MAX,
             guild_roles_max: GUILD_ROLES_MAX,
             guild_slowmode_clocks_max: GUILD_SLOWMODE_CLOCKS_MAX,
+            guild_active_threads_max: GUILD_ACTIVE_THREADS_MAX,
             guild_channels_max: GUILD_CHANNELS_MAX,
             channel_overwrites_max: CHANNEL_OVERWRITES_MAX,
             ban_delete_messages_max: BAN_DELETE_MESSAGES_MAX,
@@ -2554,6 +2562,7 @@ impl Limits {
             ),
             (self.guild_channels_max, "guild_channels_max"),
             (self.guild_slowmode_clocks_max, "guild_slowmode_clocks_max"),
+            (self.guild_active_threads_max, "guild_active_threads_max"),
             (self.guild_create_members_max, "guild_create_members_max"),
         ] {
             check(value >= 2, field, "must be at least 2");
@@ -3319,6 +3328,7 @@ mod tests {
             "guild_roles_max",
             "guild_channels_max",
             "guild_slowmode_clocks_max",
+            "guild_active_threads_max",
             "channel_overwrites_max",
             "ban_delete_messages_max",
             "audit_log_entries_max",
@@ -3542,6 +3552,7 @@ mod tests {
             "guild_roles_max" => l.guild_roles_max = 0,
             "guild_channels_max" => l.guild_channels_max = 0,
             "guild_slowmode_clocks_max" => l.guild_slowmode_clocks_max = 0,
+            "guild_active_threads_max" => l.guild_active_threads_max = 0,
             "channel_overwrites_max" => l.channel_overwrites_max = 0,
             "ban_delete_messages_max" => l.ban_delete_messages_max = 0,
             "audit_log_entries_max" => l.audit_log_entries_max = 0,

@@ -37,6 +37,12 @@ pub enum ErrorCode {
     MaxGuildRoles,
     /// 30013 Maximum number of guild channels reached (500).
     MaxGuildChannels,
+    /// 50024 Cannot execute action on this channel type.
+    WrongChannelType,
+    /// 160004 A thread has already been created for this message.
+    ThreadExists,
+    /// 160006 Maximum number of active threads reached.
+    MaxActiveThreads,
     /// 50034 A message provided was too old to bulk delete.
     BulkDeleteTooOld,
     /// 50001 Missing access.
@@ -107,6 +113,9 @@ impl ErrorCode {
             ErrorCode::EntityTooLarge => 40005,
             ErrorCode::MaxGuildRoles => 30005,
             ErrorCode::MaxGuildChannels => 30013,
+            ErrorCode::WrongChannelType => 50024,
+            ErrorCode::ThreadExists => 160004,
+            ErrorCode::MaxActiveThreads => 160006,
             ErrorCode::BulkDeleteTooOld => 50034,
             ErrorCode::MissingAccess => 50001,
             ErrorCode::EmptyMessage => 50006,
@@ -151,6 +160,9 @@ impl ErrorCode {
             ErrorCode::EntityTooLarge => "Request entity too large",
             ErrorCode::MaxGuildRoles => "Maximum number of guild roles reached (250)",
             ErrorCode::MaxGuildChannels => "Maximum number of guild channels reached (500)",
+            ErrorCode::WrongChannelType => "Cannot execute action on this channel type",
+            ErrorCode::ThreadExists => "A thread has already been created for this message",
+            ErrorCode::MaxActiveThreads => "Maximum number of active threads reached",
             ErrorCode::BulkDeleteTooOld => "A message provided was too old to bulk delete",
             ErrorCode::MissingAccess => "Missing Access",
             ErrorCode::EmptyMessage => "Cannot send an empty message",
@@ -217,6 +229,9 @@ impl ErrorCode {
             | ErrorCode::MaxApplicationCommands
             | ErrorCode::MaxGuildRoles
             | ErrorCode::MaxGuildChannels
+            | ErrorCode::WrongChannelType
+            | ErrorCode::ThreadExists
+            | ErrorCode::MaxActiveThreads
             | ErrorCode::BulkDeleteTooOld
             | ErrorCode::MaxWebhooks
             | ErrorCode::MaxGuildWebhooks

@@ -38,6 +38,29 @@ pub struct ChannelRecord {
     pub settings: ChannelSettings,
 }
 
+/// A new thread as `GuildChange::CreateThread` carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadRecord {
+    /// Id: a fresh one, or the message it starts from (a message starts
+    /// at most one thread, which shares its id).
+    pub id: i64,
+    /// The channel it is started in.
+    pub parent_id: i64,
+    /// 10 (announcement), 11 (public) or 12 (private).
+    pub kind: i64,
+    /// Name (1 to 100 characters, checked by the caller).
+    pub name: String,
+    /// Minutes of inactivity before it leaves the channel list (None: the
+    /// parent's default).
+    pub auto_archive_duration: Option<i64>,
+    /// Slowmode seconds.
+    pub rate_limit_per_user: i64,
+    /// Non-moderators may add others (private threads).
+    pub invitable: bool,
+    /// Started from this message of the parent.
+    pub from_message: bool,
+}
+
 /// One entry of a bulk channel move.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelMove {
@@ -170,6 +193,17 @@ pub enum GuildError {
     /// The user is banned from the guild (40007).
     #[error("banned")]
     Banned,
+    /// The action does not apply to the channel's type, e.g. a thread
+    /// of a kind its parent cannot hold (50024).
+    #[error("wrong channel type")]
+    WrongChannelType,
+    /// A thread was started from this message already (160004).
+    #[error("thread exists")]
+    ThreadExists,
+    /// The guild holds `guild_active_threads_max` active threads
+    /// (160006).
+    #[error("maximum number of active threads")]
+    MaxActiveThreads,
     /// No such ban (10026).
     #[error("unknown ban")]
     UnknownBan,
@@ -448,6 +482,12 @@ pub enum GuildCall {
         /// Who asks (must be a member).
         user_id: i64,
     },
+    /// The guild's active threads that `user_id` can view, each with
+    /// their thread member where they joined (answered `Channels`).
+    ActiveThreads {
+        /// Who asks (must be a member).
+        user_id: i64,
+    },
 }
 
 /// What a guild owner answers.
@@ -483,6 +523,12 @@ pub enum GuildChange {
     CreateChannel {
         /// The channel.
         channel: ChannelRecord,
+    },
+    /// Start a thread in a channel of the guild; the actor is its owner
+    /// and first member.
+    CreateThread {
+        /// The thread.
+        thread: ThreadRecord,
     },
     /// Move channels (`PATCH /guilds/{id}/channels`): positions,
     /// categories, overwrites synced with the new category.

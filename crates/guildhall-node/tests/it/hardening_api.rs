@@ -286,6 +286,11 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("GET", "/guilds/{id}/invites", vec![bg], None, 403, 50001),
         ("PATCH", "/guilds/{id}/channels", vec![bg], Some(json!([])), 403, 50001),
         ("PATCH", "/guilds/{id}/roles", vec![bg], Some(json!([])), 403, 50001),
+        // A thread from B's message through A's channel: not A's message.
+        ("POST", "/channels/{id}/messages/{message}/threads", vec![ac, bm], Some(json!({"name": "x"})), 404, 10008),
+        ("POST", "/channels/{id}/messages/{message}/threads", vec![bc, bm], Some(json!({"name": "x"})), 403, 50001),
+        ("POST", "/channels/{id}/threads", vec![bc], Some(json!({"name": "x", "type": 11})), 403, 50001),
+        ("GET", "/guilds/{id}/threads/active", vec![bg], None, 403, 50001),
     ];
 
     // Every route of api::routes() with an id of a guild's is in the table.

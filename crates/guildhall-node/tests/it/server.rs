@@ -3406,3 +3406,288 @@ async fn members_are_searched_by_username_and_nickname() {
         .await;
     assert_eq!((status, &error["code"]), (403, &json!(50001)));
 }
+
+/// Threads: started with and without a message, kept apart from the
+/// guild's channels, talked in by SEND_MESSAGES_IN_THREADS (not
+/// SEND_MESSAGES), and a private one seen only by its members and
+/// moderators: in events, GUILD_CREATE, REST and the active list.
+#[tokio::test]
+async fn threads_are_started_talked_in_and_private_ones_kept_private() {
+    use guildhall_proto::permissions as perm;
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (carol, _) = node.register("carol").await;
+    let (guild_id, general) = node.guild(&owner, "Threads").await;
+    let code = node.invite(&owner, &general).await;
+    for token in [&bob, &carol] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let start = |token: String, body: serde_json::Value| {
+        let node = &node;
+        let general = general.clone();
+        async move {
+            node.call(
+                "POST",
+                &format!("/channels/{general}/threads"),
+                Some(&token),
+                Some(body),
+            )
+            .await
+        }
+    };
+    // @everyone holds no thread bit by default: only the owner starts one.
+    let (status, error) = start(bob.clone(), json!({"name": "talk", "type": 11})).await;
+    assert_eq!((status, &error["code"]), (403, &json!(50013)), "{error}");
+    let (status, public) = start(
+        owner.clone(),
+        json!({"name": "talk", "type": 11, "auto_archive_duration": 60}),
+    )
+    .await;
+    assert_eq!(status, 201, "{public}");
+    let public_id = public["id"].as_str().unwrap().to_owned();
+    assert_eq!(public["type"], 11);
+    assert_eq!(public["parent_id"], json!(general));
+    assert_eq!(public["guild_id"], json!(guild_id));
+    assert_eq!(public["member_count"], 1);
+    assert_eq!(public["message_count"], 0);
+    assert_eq!(public["thread_metadata"]["archived"], false);
+    assert_eq!(public["thread_metadata"]["auto_archive_duration"], 60);
+    assert!(public["thread_metadata"]["create_timestamp"].is_string());
+    assert!(public["member"]["join_timestamp"].is_string(), "{public}");
+    // SEND_MESSAGES alone does not talk in a thread.
+    let (status, error) = node
+        .post_message(&bob, &public_id, json!({"content": "hi"}))
+        .await;
+    assert_eq!((status, &error["code"]), (403, &json!(50013)), "{error}");
+    let bits = perm::EVERYONE_DEFAULT
+        | perm::CREATE_PUBLIC_THREADS
+        | perm::CREATE_PRIVATE_THREADS
+        | perm::SEND_MESSAGES_IN_THREADS;
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}/roles/{guild_id}"),
+            Some(&owner),
+            Some(json!({"permissions": bits.to_string()})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let intents = intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT;
+    let mut carol_client = Client::connect(&node.ws).await;
+    carol_client.identify(&carol, intents).await;
+    let guild = carol_client.dispatch("GUILD_CREATE").await;
+    let ids = |list: &serde_json::Value| -> Vec<String> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&guild["d"]["threads"]), vec![public_id.clone()]);
+    assert!(!ids(&guild["d"]["channels"]).contains(&public_id));
+    let (status, _) = node
+        .post_message(&bob, &public_id, json!({"content": "in thread"}))
+        .await;
+    assert_eq!(status, 200);
+    let heard = carol_client.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(heard["d"]["channel_id"], json!(public_id));
+
+    // Bob's private thread (type 12 by default) and what is said in it
+    // reach neither carol's session nor her REST calls.
+    let (status, private) = start(bob.clone(), json!({"name": "secret"})).await;
+    assert_eq!(status, 201, "{private}");
+    assert_eq!(private["type"], 12);
+    assert_eq!(private["thread_metadata"]["invitable"], true);
+    let private_id = private["id"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .post_message(&bob, &private_id, json!({"content": "psst"}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = node
+        .post_message(&owner, &general, json!({"content": "marker"}))
+        .await;
+    assert_eq!(status, 200);
+    loop {
+        let frame = carol_client.next().await.unwrap();
+        assert!(!frame.to_string().contains(&private_id), "{frame}");
+        if frame["t"] == "MESSAGE_CREATE" && frame["d"]["content"] == "marker" {
+            break;
+        }
+    }
+    let (status, error) = node
+        .call(
+            "GET",
+            &format!("/channels/{private_id}"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (403, &json!(50001)));
+    let (status, error) = node
+        .post_message(&carol, &private_id, json!({"content": "let me in"}))
+        .await;
+    assert_eq!((status, &error["code"]), (403, &json!(50001)));
+    // The owner moderates (MANAGE_THREADS): she sees it.
+    let (status, seen) = node
+        .call(
+            "GET",
+            &format!("/channels/{private_id}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!((status, seen["message_count"].as_u64()), (200, Some(1)));
+    let active = |token: String| {
+        let node = &node;
+        let guild_id = guild_id.clone();
+        async move {
+            let (status, list) = node
+                .call(
+                    "GET",
+                    &format!("/guilds/{guild_id}/threads/active"),
+                    Some(&token),
+                    None,
+                )
+                .await;
+            assert_eq!(status, 200, "{list}");
+            list
+        }
+    };
+    let list = active(carol.clone()).await;
+    assert_eq!(ids(&list["threads"]), vec![public_id.clone()]);
+    assert_eq!(list["members"], json!([]));
+    let list = active(bob.clone()).await;
+    assert_eq!(
+        ids(&list["threads"]),
+        vec![private_id.clone(), public_id.clone()]
+    );
+    assert_eq!(list["members"][0]["user_id"], json!(bob_id));
+    assert_eq!(list["members"][0]["id"], json!(private_id));
+    assert_eq!(list["threads"][1]["message_count"], 1);
+
+    // From a message: the thread shares its id; a second start is 160004.
+    let (_, message) = node
+        .post_message(&owner, &general, json!({"content": "start here"}))
+        .await;
+    let message_id = message["id"].as_str().unwrap().to_owned();
+    let from_message = format!("/channels/{general}/messages/{message_id}/threads");
+    let (status, thread) = node
+        .call(
+            "POST",
+            &from_message,
+            Some(&bob),
+            Some(json!({"name": "about that"})),
+        )
+        .await;
+    assert_eq!(
+        (status, thread["id"].as_str()),
+        (201, Some(message_id.as_str()))
+    );
+    assert_eq!(thread["type"], 11);
+    let (status, error) = node
+        .call(
+            "POST",
+            &from_message,
+            Some(&carol),
+            Some(json!({"name": "again"})),
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(160004)), "{error}");
+
+    // A webhook of the parent posts into the thread with `thread_id`;
+    // a thread of no channel of its is an unknown channel.
+    let (status, hook) = node
+        .call(
+            "POST",
+            &format!("/channels/{general}/webhooks"),
+            Some(&owner),
+            Some(json!({"name": "hook"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{hook}");
+    let hook_path = format!(
+        "/webhooks/{}/{}",
+        hook["id"].as_str().unwrap(),
+        hook["token"].as_str().unwrap()
+    );
+    let (status, posted) = node
+        .call(
+            "POST",
+            &format!("{hook_path}?wait=true&thread_id={public_id}"),
+            None,
+            Some(json!({"content": "from the hook"})),
+        )
+        .await;
+    assert_eq!(
+        (status, &posted["channel_id"]),
+        (200, &json!(public_id)),
+        "{posted}"
+    );
+    loop {
+        let heard = carol_client.dispatch("MESSAGE_CREATE").await;
+        if heard["d"]["content"] == "from the hook" {
+            assert_eq!(heard["d"]["channel_id"], json!(public_id));
+            break;
+        }
+    }
+    let posted_id = posted["id"].as_str().unwrap();
+    let (status, _) = node
+        .call(
+            "GET",
+            &format!("{hook_path}/messages/{posted_id}?thread_id={public_id}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, error) = node
+        .call(
+            "POST",
+            &format!("{hook_path}?thread_id={general}"),
+            None,
+            Some(json!({"content": "x"})),
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (404, &json!(10003)));
+
+    // Refused with nothing started.
+    for (body, code) in [
+        (json!({"name": "x", "type": 10}), 50024),
+        (
+            json!({"name": "x", "type": 11, "auto_archive_duration": 61}),
+            50035,
+        ),
+        (json!({"type": 11}), 50035),
+        (json!({"name": "x", "type": 9}), 50035),
+        (json!({"name": "x", "type": 11, "invitable": false}), 50035),
+    ] {
+        let (status, error) = start(owner.clone(), body.clone()).await;
+        assert_eq!(
+            (status, &error["code"]),
+            (400, &json!(code)),
+            "{body}: {error}"
+        );
+    }
+    let (_, channels) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(channels.as_array().map(Vec::len), Some(1), "{channels}");
+    // A fresh session of carol's: the public threads, not the private one.
+    let mut again = Client::connect(&node.ws).await;
+    again.identify(&carol, intents).await;
+    let guild = again.dispatch("GUILD_CREATE").await;
+    let mut seen = ids(&guild["d"]["threads"]);
+    seen.sort();
+    let mut expected = vec![public_id, message_id];
+    expected.sort();
+    assert_eq!(seen, expected);
+}

@@ -640,7 +640,7 @@ async fn bad_input_gets_discords_errors_and_stores_nothing() {
     let (status, body) =
         execute(json!({"content": "x", "embeds": [{"description": "y".repeat(70_000)}]})).await;
     assert_error(status, &body, 413, 40005);
-    // Threads do not exist here: an unknown channel.
+    // A thread that does not exist: an unknown channel.
     let (status, body) = node
         .call(
             "POST",
