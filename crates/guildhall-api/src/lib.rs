@@ -1614,6 +1614,186 @@ async fn start_thread_from_message(
     start_thread_at_owner(&node, guild_id, caller.id, thread).await
 }
 
+/// Joins, leaves, adds or removes a thread member at the guild's owner
+/// (`PUT`/`DELETE /channels/{id}/thread-members/@me` and `/{user.id}`):
+/// 204, and 204 again when nothing changes, as Discord answers.
+async fn thread_member_change(
+    node: &ApiState,
+    caller: i64,
+    thread: &str,
+    user: Option<&str>,
+    add: bool,
+) -> ApiResult {
+    let (thread, guild_id) = guild_channel(node, thread).await?;
+    let user_id = match user {
+        None => caller,
+        Some(raw) => parse_id(raw)?,
+    };
+    change(
+        node,
+        guild_id,
+        caller,
+        GuildChange::ThreadMember {
+            thread_id: thread.id,
+            user_id,
+            add,
+        },
+    )
+    .await
+}
+
+async fn join_thread(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    thread_member_change(&node, caller.id, &id, None, true).await
+}
+
+async fn leave_thread(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult {
+    thread_member_change(&node, caller.id, &id, None, false).await
+}
+
+async fn add_thread_member(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, user)): Path<(String, String)>,
+) -> ApiResult {
+    thread_member_change(&node, caller.id, &id, Some(&user), true).await
+}
+
+async fn remove_thread_member(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, user)): Path<(String, String)>,
+) -> ApiResult {
+    thread_member_change(&node, caller.id, &id, Some(&user), false).await
+}
+
+#[derive(Deserialize)]
+struct ThreadMembersQuery {
+    with_member: Option<String>,
+    after: Option<String>,
+    limit: Option<String>,
+}
+
+/// A thread the caller may view, read from the store: (row, guild); a
+/// channel that is not a thread is 50024.
+async fn viewed_thread(
+    node: &ApiState,
+    caller: i64,
+    id: &str,
+) -> Result<(ChannelRow, i64), ApiError> {
+    let (thread, guild_id) = guild_channel(node, id).await?;
+    authorize(node, caller, &thread, guild_id, perm::VIEW_CHANNEL).await?;
+    if !guildhall_store::THREAD_KINDS.contains(&thread.kind) {
+        return Err(ApiError::Code(ErrorCode::WrongChannelType));
+    }
+    Ok((thread, guild_id))
+}
+
+/// Thread member rows as the wire has them, with their guild member
+/// objects when asked (`with_member`; one call to the guild's owner).
+async fn wire_thread_members(
+    node: &ApiState,
+    caller: i64,
+    guild_id: i64,
+    rows: &[guildhall_store::ThreadMemberRow],
+    with_member: bool,
+) -> Result<Vec<guildhall_proto::model::ThreadMember>, ApiError> {
+    let mut members = HashMap::new();
+    if with_member && !rows.is_empty() {
+        let ids: Vec<i64> = rows.iter().map(|r| r.user_id).collect();
+        let page = node
+            .guilds
+            .members(guild_id, caller, String::new(), ids, 0, rows.len())
+            .await?;
+        for member in page.members {
+            if let Some(user) = &member.user {
+                members.insert(user.id.get() as i64, member);
+            }
+        }
+    }
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let mut wire = guildhall_common::wire::wire_thread_member(row, true);
+            wire.member = members.remove(&row.user_id).map(Box::new);
+            wire
+        })
+        .collect())
+}
+
+fn truthy(value: Option<&str>) -> bool {
+    matches!(value, Some("true" | "True" | "1"))
+}
+
+/// `GET /channels/{id}/thread-members/{user.id}`: their thread member
+/// (with `with_member`, their guild member), or 10007.
+async fn get_thread_member(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path((id, user)): Path<(String, String)>,
+    Query(query): Query<ThreadMembersQuery>,
+) -> ApiResult {
+    let (thread, guild_id) = viewed_thread(&node, caller.id, &id).await?;
+    let user_id = parse_id(&user)?;
+    let rows: Vec<_> = node
+        .shared
+        .store
+        .thread_members(thread.id, user_id - 1, 1)
+        .await?
+        .into_iter()
+        .filter(|r| r.user_id == user_id)
+        .collect();
+    let with_member = truthy(query.with_member.as_deref());
+    let mut members = wire_thread_members(&node, caller.id, guild_id, &rows, with_member).await?;
+    members
+        .pop()
+        .map_or(Err(ApiError::Code(ErrorCode::UnknownMember)), |m| ok(&m))
+}
+
+/// `GET /channels/{id}/thread-members`: by user id above `after`, at most
+/// `limit` (1 to `thread_members_page_max`, default that).
+async fn list_thread_members(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<ThreadMembersQuery>,
+) -> ApiResult {
+    let (thread, guild_id) = viewed_thread(&node, caller.id, &id).await?;
+    let bad = |field: &'static str, message: String| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(field, "NUMBER_TYPE_COERCE", message)
+    };
+    let max = node.shared.limits.thread_members_page_max;
+    let limit = match query.limit.as_deref() {
+        None => max,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=max).contains(l))
+            .ok_or_else(|| bad("limit", format!("Must be between 1 and {max}.")))?,
+    };
+    let after = match query.after.as_deref() {
+        None => 0,
+        Some(raw) => parse_id(raw).map_err(|_| bad("after", "Value is not snowflake.".into()))?,
+    };
+    let rows = node
+        .shared
+        .store
+        .thread_members(thread.id, after, limit as i64)
+        .await?;
+    let with_member = truthy(query.with_member.as_deref());
+    ok(&wire_thread_members(&node, caller.id, guild_id, &rows, with_member).await?)
+}
+
 /// `GET /guilds/{id}/threads/active`: the guild's active threads the
 /// caller can view (private ones they joined or moderate), newest first,
 /// and the caller's thread member of each they joined.
@@ -6125,6 +6305,17 @@ pub fn routes() -> Router<AppState> {
         .route("/guilds/{id}/members/search", get(search_guild_members))
         .route("/guilds/{id}/threads/active", get(active_threads))
         .route("/channels/{id}/threads", post(start_thread))
+        .route("/channels/{id}/thread-members", get(list_thread_members))
+        .route(
+            "/channels/{id}/thread-members/@me",
+            axum::routing::put(join_thread).delete(leave_thread),
+        )
+        .route(
+            "/channels/{id}/thread-members/{user}",
+            get(get_thread_member)
+                .put(add_thread_member)
+                .delete(remove_thread_member),
+        )
         .route(
             "/channels/{id}/messages/{message}/threads",
             post(start_thread_from_message),

@@ -1049,6 +1049,126 @@ impl GuildOwner {
                 self.publish_in(row.id, "THREAD_CREATE", intents::GUILDS, &wire);
                 Ok(Changed::Channel(self.wire_thread_for(&row, actor)))
             }
+            GuildChange::ThreadMember {
+                thread_id,
+                user_id,
+                add,
+            } => {
+                let actor_bits = self
+                    .threads
+                    .iter()
+                    .find(|t| t.id == thread_id)
+                    .map(|t| self.thread_permissions(actor, t));
+                let (thread_owner, kind) = match actor_bits {
+                    // Not a member of the guild: nothing to see here.
+                    Some(None) | None if !self.members.contains_key(&actor) => {
+                        return Err(GuildError::MissingAccess);
+                    }
+                    None => return Err(GuildError::UnknownChannel),
+                    Some(bits) if bits.unwrap_or(0) & perm::VIEW_CHANNEL == 0 => {
+                        return Err(GuildError::MissingAccess);
+                    }
+                    Some(_) => self
+                        .threads
+                        .iter()
+                        .find(|t| t.id == thread_id)
+                        .map_or((None, 0), |t| (t.owner_id, t.kind)),
+                };
+                let bits = actor_bits.flatten().unwrap_or(0);
+                let moderator = bits & perm::MANAGE_THREADS != 0;
+                let joined = self
+                    .thread_members
+                    .get(&thread_id)
+                    .is_some_and(|m| m.contains_key(&user_id));
+                if user_id != actor {
+                    if !self.members.contains_key(&user_id) {
+                        return Err(GuildError::UnknownMember);
+                    }
+                    if add {
+                        // Adding needs the right to talk there; a private
+                        // thread that is not invitable takes a moderator.
+                        let invitable = self
+                            .threads
+                            .iter()
+                            .find(|t| t.id == thread_id)
+                            .is_some_and(|t| t.invitable);
+                        if bits & perm::SEND_MESSAGES == 0
+                            || (kind == 12 && !invitable && !moderator)
+                        {
+                            return Err(GuildError::MissingPermissions);
+                        }
+                        // Whom they add must see the channel it is in.
+                        let parent_bits = self
+                            .threads
+                            .iter()
+                            .find(|t| t.id == thread_id)
+                            .and_then(|t| t.parent_id)
+                            .and_then(|p| self.channels.iter().find(|c| c.id == p))
+                            .and_then(|c| self.channel_permissions(user_id, c))
+                            .unwrap_or(0);
+                        if parent_bits & perm::VIEW_CHANNEL == 0 {
+                            return Err(GuildError::MissingAccess);
+                        }
+                    } else if !(moderator || (kind == 12 && thread_owner == Some(actor))) {
+                        return Err(GuildError::MissingPermissions);
+                    }
+                }
+                if add == joined {
+                    // Already in (or already out): 204, nothing announced.
+                    return Ok(Changed::Nothing);
+                }
+                if add {
+                    let row = ThreadMemberRow {
+                        thread_id,
+                        user_id,
+                        guild_id,
+                        join_ms: guildhall_common::state::now_ms() as i64,
+                        flags: 0,
+                    };
+                    match store.add_thread_member(&row, epoch).await {
+                        Ok(_) => {}
+                        Err(error) => return Err(self.store_failed(Some(&error))),
+                    }
+                    self.thread_members
+                        .entry(thread_id)
+                        .or_default()
+                        .insert(user_id, row.clone());
+                    if let Some(thread) = self.threads.iter_mut().find(|t| t.id == thread_id) {
+                        thread.member_count += 1;
+                    }
+                    self.view_generation += 1;
+                    // Whoever is added learns of the thread first, as
+                    // Discord's gateway does for any thread.
+                    if let Some(thread) = self.threads.iter().find(|t| t.id == thread_id) {
+                        let wire = self.wire_thread_for(thread, user_id);
+                        let others: Vec<i64> = self
+                            .members
+                            .keys()
+                            .copied()
+                            .filter(|id| *id != user_id)
+                            .collect();
+                        self.publish_hidden(others, "THREAD_CREATE", intents::GUILDS, &wire);
+                    }
+                    self.announce_thread_member(thread_id, user_id, Some(&row));
+                } else {
+                    match store
+                        .remove_thread_member(guild_id, thread_id, user_id, epoch)
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(error) => return Err(self.store_failed(Some(&error))),
+                    }
+                    if let Some(members) = self.thread_members.get_mut(&thread_id) {
+                        members.remove(&user_id);
+                    }
+                    if let Some(thread) = self.threads.iter_mut().find(|t| t.id == thread_id) {
+                        thread.member_count -= 1;
+                    }
+                    self.view_generation += 1;
+                    self.announce_thread_member(thread_id, user_id, None);
+                }
+                Ok(Changed::Nothing)
+            }
             GuildChange::CreateChannel { channel } => {
                 self.require(actor, perm::MANAGE_CHANNELS)?;
                 if self.channels.len() >= self.shared.limits.guild_channels_max {
@@ -1911,6 +2031,14 @@ impl GuildOwner {
         );
         self.members.remove(&user.id);
         self.statuses.remove(&user.id);
+        // The store took them out of the guild's threads with them.
+        for (thread_id, members) in &mut self.thread_members {
+            if members.remove(&user.id).is_some()
+                && let Some(thread) = self.threads.iter_mut().find(|t| t.id == *thread_id)
+            {
+                thread.member_count -= 1;
+            }
+        }
         self.remove_users(vec![user.id]);
         self.drop_managed_role(user.id).await;
     }
@@ -2466,9 +2594,18 @@ impl GuildOwner {
         publish_id: u64,
         audience: Option<Audience>,
     ) -> usize {
-        let hidden = audience
-            .map(|audience| self.hidden_from(audience))
-            .filter(|h| !h.is_empty());
+        let hidden = audience.map(|audience| self.hidden_from(audience));
+        self.fanout_hidden(body, publish_id, hidden)
+    }
+
+    /// [`Self::fanout_for`] with the hidden members (ascending) given.
+    fn fanout_hidden(
+        &mut self,
+        body: &StreamBody,
+        publish_id: u64,
+        hidden: Option<std::sync::Arc<Vec<i64>>>,
+    ) -> usize {
+        let hidden = hidden.filter(|h| !h.is_empty());
         let nodes: Vec<(String, Vec<i64>)> = self
             .streams
             .iter()
@@ -2708,6 +2845,82 @@ impl GuildOwner {
         let audience =
             (channel_id != 0).then_some(Audience::Channel(channel_id, perm::VIEW_CHANNEL));
         self.publish_to(audience, name, required_intent, data);
+    }
+
+    /// Publishes an event to the sessions of every member but `hidden`
+    /// (ascending).
+    fn publish_hidden(
+        &mut self,
+        hidden: Vec<i64>,
+        name: &str,
+        required_intent: u64,
+        data: &impl serde::Serialize,
+    ) {
+        if let Some(data) = Self::encode(name, data) {
+            self.fanout_hidden(
+                &StreamBody::Dispatch {
+                    name: name.to_owned(),
+                    required_intent,
+                    data,
+                    blanked: None,
+                    content_exempt: vec![],
+                    hidden_from: vec![],
+                },
+                0,
+                Some(std::sync::Arc::new(hidden)),
+            );
+        }
+    }
+
+    /// THREAD_MEMBERS_UPDATE of `thread` for `user_id` added (with their
+    /// thread member) or removed, as documented: to the thread's viewers
+    /// whose sessions hold GUILD_MEMBERS, and to the user themself
+    /// whatever their intents (once: their sessions are left out of the
+    /// first).
+    fn announce_thread_member(
+        &mut self,
+        thread_id: i64,
+        user_id: i64,
+        added: Option<&ThreadMemberRow>,
+    ) {
+        let Some(thread) = self.threads.iter().find(|t| t.id == thread_id) else {
+            return;
+        };
+        let mut data = serde_json::json!({
+            "id": thread_id.to_string(),
+            "guild_id": self.guild.id.to_string(),
+            "member_count": thread.member_count.clamp(0, 50),
+        });
+        match added {
+            Some(row) => {
+                let mut member = serde_json::to_value(wire_thread_member(row, true))
+                    .unwrap_or(serde_json::Value::Null);
+                if let Some(entry) = self.members.get(&user_id) {
+                    member["member"] = serde_json::to_value(wire_member(entry, true))
+                        .unwrap_or(serde_json::Value::Null);
+                }
+                member["presence"] = serde_json::Value::Null;
+                data["added_members"] = serde_json::json!([member]);
+            }
+            None => data["removed_member_ids"] = serde_json::json!([user_id.to_string()]),
+        }
+        let viewers_hidden = self.hidden_from(Audience::Channel(thread_id, perm::VIEW_CHANNEL));
+        let mut hidden: Vec<i64> = viewers_hidden.iter().copied().chain([user_id]).collect();
+        hidden.sort_unstable();
+        hidden.dedup();
+        self.publish_hidden(
+            hidden,
+            "THREAD_MEMBERS_UPDATE",
+            intents::GUILD_MEMBERS,
+            &data,
+        );
+        let others: Vec<i64> = self
+            .members
+            .keys()
+            .copied()
+            .filter(|id| *id != user_id)
+            .collect();
+        self.publish_hidden(others, "THREAD_MEMBERS_UPDATE", intents::GUILDS, &data);
     }
 
     /// Publishes an event to the sessions of the members in `audience`

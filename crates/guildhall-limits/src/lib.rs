@@ -1038,6 +1038,11 @@ pub const GUILD_SLOWMODE_CLOCKS_MAX: usize = 100_000;
 /// is refused with 160006 (maximum number of active threads reached).
 pub const GUILD_ACTIVE_THREADS_MAX: usize = 1_000;
 
+/// Thread members one `GET /channels/{id}/thread-members` answers (its
+/// `limit`'s bound and default, Discord's 100). When hit: the caller pages
+/// on with `after`; a larger `limit` is 50035.
+pub const THREAD_MEMBERS_PAGE_MAX: usize = 100;
+
 /// Audit log entries one guild keeps. When hit: the oldest are forgotten
 /// as new ones are written (one delete in the same transaction).
 pub const AUDIT_LOG_ENTRIES_MAX: usize = 10_000;
@@ -1610,6 +1615,8 @@ pub struct Limits {
     pub guild_slowmode_clocks_max: usize,
     /// See [`GUILD_ACTIVE_THREADS_MAX`].
     pub guild_active_threads_max: usize,
+    /// See [`THREAD_MEMBERS_PAGE_MAX`].
+    pub thread_members_page_max: usize,
     /// See [`CHANNEL_OVERWRITES_MAX`].
     pub channel_overwrites_max: usize,
     /// See [`GUILD_VIEW_CACHE_CHANNELS_MAX`].
@@ -1922,6 +1929,7 @@ impl Default for Limits {
             guild_roles_max: GUILD_ROLES_MAX,
             guild_slowmode_clocks_max: GUILD_SLOWMODE_CLOCKS_MAX,
             guild_active_threads_max: GUILD_ACTIVE_THREADS_MAX,
+            thread_members_page_max: THREAD_MEMBERS_PAGE_MAX,
             guild_channels_max: GUILD_CHANNELS_MAX,
             channel_overwrites_max: CHANNEL_OVERWRITES_MAX,
             ban_delete_messages_max: BAN_DELETE_MESSAGES_MAX,
@@ -2563,6 +2571,7 @@ impl Limits {
             (self.guild_channels_max, "guild_channels_max"),
             (self.guild_slowmode_clocks_max, "guild_slowmode_clocks_max"),
             (self.guild_active_threads_max, "guild_active_threads_max"),
+            (self.thread_members_page_max, "thread_members_page_max"),
             (self.guild_create_members_max, "guild_create_members_max"),
         ] {
             check(value >= 2, field, "must be at least 2");
@@ -3329,6 +3338,7 @@ mod tests {
             "guild_channels_max",
             "guild_slowmode_clocks_max",
             "guild_active_threads_max",
+            "thread_members_page_max",
             "channel_overwrites_max",
             "ban_delete_messages_max",
             "audit_log_entries_max",
@@ -3553,6 +3563,7 @@ mod tests {
             "guild_channels_max" => l.guild_channels_max = 0,
             "guild_slowmode_clocks_max" => l.guild_slowmode_clocks_max = 0,
             "guild_active_threads_max" => l.guild_active_threads_max = 0,
+            "thread_members_page_max" => l.thread_members_page_max = 0,
             "channel_overwrites_max" => l.channel_overwrites_max = 0,
             "ban_delete_messages_max" => l.ban_delete_messages_max = 0,
             "audit_log_entries_max" => l.audit_log_entries_max = 0,

@@ -530,6 +530,16 @@ pub enum GuildChange {
         /// The thread.
         thread: ThreadRecord,
     },
+    /// Add a member to an active thread or remove one (the actor
+    /// themself: join or leave).
+    ThreadMember {
+        /// The thread.
+        thread_id: i64,
+        /// Who joins or leaves.
+        user_id: i64,
+        /// Add (true) or remove.
+        add: bool,
+    },
     /// Move channels (`PATCH /guilds/{id}/channels`): positions,
     /// categories, overwrites synced with the new category.
     ChannelPositions {

@@ -291,6 +291,12 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("POST", "/channels/{id}/messages/{message}/threads", vec![bc, bm], Some(json!({"name": "x"})), 403, 50001),
         ("POST", "/channels/{id}/threads", vec![bc], Some(json!({"name": "x", "type": 11})), 403, 50001),
         ("GET", "/guilds/{id}/threads/active", vec![bg], None, 403, 50001),
+        ("GET", "/channels/{id}/thread-members", vec![bc], None, 403, 50001),
+        ("PUT", "/channels/{id}/thread-members/@me", vec![bc], None, 403, 50001),
+        ("DELETE", "/channels/{id}/thread-members/@me", vec![bc], None, 403, 50001),
+        ("GET", "/channels/{id}/thread-members/{user}", vec![bc, bu], None, 403, 50001),
+        ("PUT", "/channels/{id}/thread-members/{user}", vec![bc, bu], None, 403, 50001),
+        ("DELETE", "/channels/{id}/thread-members/{user}", vec![bc, bu], None, 403, 50001),
     ];
 
     // Every route of api::routes() with an id of a guild's is in the table.

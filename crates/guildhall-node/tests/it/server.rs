@@ -3691,3 +3691,191 @@ async fn threads_are_started_talked_in_and_private_ones_kept_private() {
     expected.sort();
     assert_eq!(seen, expected);
 }
+
+/// Thread members: joining and leaving, adding and removing (who may),
+/// THREAD_CREATE and THREAD_MEMBERS_UPDATE to whom they are for (the
+/// user added or removed whatever their intents; the thread's viewers
+/// with GUILD_MEMBERS), and the member list with its guild members.
+#[tokio::test]
+async fn thread_members_join_leave_and_are_announced() {
+    use guildhall_proto::permissions as perm;
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (carol, carol_id) = node.register("carol").await;
+    let (dave, dave_id) = node.register("dave").await;
+    let (guild_id, general) = node.guild(&owner, "Members").await;
+    let code = node.invite(&owner, &general).await;
+    for token in [&bob, &carol, &dave] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let bits = perm::EVERYONE_DEFAULT
+        | perm::CREATE_PUBLIC_THREADS
+        | perm::CREATE_PRIVATE_THREADS
+        | perm::SEND_MESSAGES_IN_THREADS;
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}/roles/{guild_id}"),
+            Some(&owner),
+            Some(json!({"permissions": bits.to_string()})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, club) = node
+        .call(
+            "POST",
+            &format!("/channels/{general}/threads"),
+            Some(&bob),
+            Some(json!({"name": "club", "type": 12})),
+        )
+        .await;
+    assert_eq!(status, 201, "{club}");
+    let club = club["id"].as_str().unwrap().to_owned();
+    let mut carol_client = Client::connect(&node.ws).await;
+    carol_client.identify(&carol, intents::GUILDS).await;
+    carol_client.dispatch("GUILD_CREATE").await;
+    let mut owner_client = Client::connect(&node.ws).await;
+    owner_client
+        .identify(&owner, intents::GUILDS | intents::GUILD_MEMBERS)
+        .await;
+    owner_client.dispatch("GUILD_CREATE").await;
+    let member_path =
+        |thread: &str, user: &str| format!("/channels/{thread}/thread-members/{user}");
+
+    // Bob adds carol: she learns of the thread, then of her membership.
+    let (status, _) = node
+        .call("PUT", &member_path(&club, &carol_id), Some(&bob), None)
+        .await;
+    assert_eq!(status, 204);
+    let created = carol_client.dispatch("THREAD_CREATE").await;
+    assert_eq!(created["d"]["id"], json!(club));
+    assert!(
+        created["d"]["member"]["join_timestamp"].is_string(),
+        "{created}"
+    );
+    let update = carol_client.dispatch("THREAD_MEMBERS_UPDATE").await;
+    assert_eq!(update["d"]["added_members"][0]["user_id"], json!(carol_id));
+    assert_eq!(update["d"]["member_count"], 2);
+    let seen = owner_client.dispatch("THREAD_MEMBERS_UPDATE").await;
+    assert_eq!(seen["d"]["added_members"][0]["user_id"], json!(carol_id));
+    assert_eq!(
+        seen["d"]["added_members"][0]["member"]["user"]["id"],
+        json!(carol_id)
+    );
+    // Again: 204, nothing changes.
+    let (status, _) = node
+        .call("PUT", &member_path(&club, &carol_id), Some(&bob), None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = node
+        .call("GET", &format!("/channels/{club}"), Some(&carol), None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, list) = node
+        .call(
+            "GET",
+            &format!("/channels/{club}/thread-members"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{list}");
+    let users: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["user_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, vec![bob_id.as_str(), carol_id.as_str()]);
+    assert_eq!(list[0]["id"], json!(club));
+    let (status, one) = node
+        .call(
+            "GET",
+            &format!("{}?with_member=true", member_path(&club, &carol_id)),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, &one["member"]["user"]["id"]),
+        (200, &json!(carol_id))
+    );
+    let (status, error) = node
+        .call("GET", &member_path(&club, &dave_id), Some(&carol), None)
+        .await;
+    assert_eq!((status, &error["code"]), (404, &json!(10007)));
+    let (status, error) = node
+        .call(
+            "GET",
+            &format!("/channels/{club}/thread-members?limit=0"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50035)));
+
+    // Who may not: dave cannot see the private thread; carol neither
+    // moderates nor started it.
+    let (status, error) = node
+        .call("PUT", &member_path(&club, "@me"), Some(&dave), None)
+        .await;
+    assert_eq!((status, &error["code"]), (403, &json!(50001)));
+    let (status, error) = node
+        .call("DELETE", &member_path(&club, &bob_id), Some(&carol), None)
+        .await;
+    assert_eq!((status, &error["code"]), (403, &json!(50013)));
+
+    // Carol leaves: she hears it, and no longer sees the thread.
+    let (status, _) = node
+        .call("DELETE", &member_path(&club, "@me"), Some(&carol), None)
+        .await;
+    assert_eq!(status, 204);
+    let update = carol_client.dispatch("THREAD_MEMBERS_UPDATE").await;
+    assert_eq!(update["d"]["removed_member_ids"], json!([carol_id]));
+    let (status, error) = node
+        .call("GET", &format!("/channels/{club}"), Some(&carol), None)
+        .await;
+    assert_eq!((status, &error["code"]), (403, &json!(50001)));
+
+    // A public thread: anyone who sees it joins.
+    let (_, open) = node
+        .call(
+            "POST",
+            &format!("/channels/{general}/threads"),
+            Some(&owner),
+            Some(json!({"name": "open", "type": 11})),
+        )
+        .await;
+    let open = open["id"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .call("PUT", &member_path(&open, "@me"), Some(&dave), None)
+        .await;
+    assert_eq!(status, 204);
+    let (_, list) = node
+        .call(
+            "GET",
+            &format!("/channels/{open}/thread-members"),
+            Some(&dave),
+            None,
+        )
+        .await;
+    assert_eq!(list.as_array().map(Vec::len), Some(2), "{list}");
+    // A channel that is no thread.
+    let (status, error) = node
+        .call("PUT", &member_path(&general, "@me"), Some(&dave), None)
+        .await;
+    assert_eq!((status, &error["code"]), (404, &json!(10003)));
+    let (status, error) = node
+        .call(
+            "GET",
+            &format!("/channels/{general}/thread-members"),
+            Some(&dave),
+            None,
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50024)));
+}
