@@ -422,30 +422,77 @@ impl Client {
 
     /// The next text frame as JSON, or the close code.
     pub async fn next(&mut self) -> Result<Value, Option<u16>> {
+        self.next_within().await.expect("gateway answered")
+    }
+
+    /// [`Self::next`], or None when nothing came for 10 s.
+    async fn next_within(&mut self) -> Option<Result<Value, Option<u16>>> {
         loop {
             let frame = tokio::time::timeout(Duration::from_secs(10), self.ws.next())
                 .await
-                .expect("gateway answered");
-            match frame {
-                Some(Ok(Message::Text(text))) => return Ok(serde_json::from_str(&text).unwrap()),
-                Some(Ok(Message::Close(frame))) => return Err(frame.map(|f| u16::from(f.code))),
+                .ok()?;
+            return Some(match frame {
+                Some(Ok(Message::Text(text))) => Ok(serde_json::from_str(&text).unwrap()),
+                Some(Ok(Message::Close(frame))) => Err(frame.map(|f| u16::from(f.code))),
                 Some(Ok(_)) => continue,
-                Some(Err(_)) | None => return Err(None),
-            }
+                Some(Err(_)) | None => Err(None),
+            });
         }
     }
 
-    /// The next dispatch named `t` (skipping others).
+    /// The next dispatch named `t` (skipping others; a wait that ends
+    /// says which frames it skipped, e.g. an INVALID_SESSION).
     pub async fn dispatch(&mut self, t: &str) -> Value {
+        let mut skipped: Vec<String> = vec![];
         loop {
-            let frame = self
-                .next()
-                .await
-                .unwrap_or_else(|code| panic!("closed with {code:?} waiting for {t}"));
+            let Some(frame) = self.next_within().await else {
+                panic!("nothing for 10 s waiting for {t}; skipped (op, t): {skipped:?}");
+            };
+            let frame = frame.unwrap_or_else(|code| panic!("closed with {code:?} waiting for {t}"));
             if frame["t"] == t {
                 return frame;
             }
+            skipped.push(format!("({}, {})", frame["op"], frame["t"]));
         }
+    }
+
+    /// A new connection that IDENTIFYs until READY, as a library does:
+    /// an INVALID_SESSION (op 9, the server's "try again", e.g. while a
+    /// lookup it needs is overloaded on a loaded machine) is answered by
+    /// identifying again on a new connection a second later, at most
+    /// `attempts` times. Returns the client and READY.
+    pub async fn ready_with_retries(
+        url: &str,
+        token: &str,
+        intents: u64,
+        attempts: u32,
+    ) -> (Self, Value) {
+        for attempt in 1..=attempts {
+            let mut client = Self::connect(url).await;
+            let hello = client.next().await.unwrap();
+            assert_eq!(hello["op"], 10);
+            client
+                .send(
+                    json!({"op": 2, "d": {"token": format!("Bot {token}"), "intents": intents,
+                "properties": {"os": "linux", "browser": "test", "device": "test"}}}),
+                )
+                .await;
+            loop {
+                let frame = client
+                    .next()
+                    .await
+                    .unwrap_or_else(|code| panic!("closed with {code:?} waiting for READY"));
+                if frame["t"] == "READY" {
+                    return (client, frame);
+                }
+                if frame["op"] == 9 {
+                    break;
+                }
+            }
+            assert!(attempt < attempts, "INVALID_SESSION {attempts} times");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        unreachable!("attempts is at least 1")
     }
 
     /// HELLO then IDENTIFY with `intents`; returns READY.
