@@ -1054,27 +1054,25 @@ impl GuildOwner {
                 user_id,
                 add,
             } => {
-                let actor_bits = self
+                // Not a member of the guild: nothing to see here.
+                if !self.members.contains_key(&actor) {
+                    return Err(GuildError::MissingAccess);
+                }
+                let thread = self
                     .threads
                     .iter()
                     .find(|t| t.id == thread_id)
-                    .map(|t| self.thread_permissions(actor, t));
-                let (thread_owner, kind) = match actor_bits {
-                    // Not a member of the guild: nothing to see here.
-                    Some(None) | None if !self.members.contains_key(&actor) => {
-                        return Err(GuildError::MissingAccess);
-                    }
-                    None => return Err(GuildError::UnknownChannel),
-                    Some(bits) if bits.unwrap_or(0) & perm::VIEW_CHANNEL == 0 => {
-                        return Err(GuildError::MissingAccess);
-                    }
-                    Some(_) => self
-                        .threads
-                        .iter()
-                        .find(|t| t.id == thread_id)
-                        .map_or((None, 0), |t| (t.owner_id, t.kind)),
-                };
-                let bits = actor_bits.flatten().unwrap_or(0);
+                    .ok_or(GuildError::UnknownChannel)?;
+                let (kind, thread_owner, invitable, parent_id) = (
+                    thread.kind,
+                    thread.owner_id,
+                    thread.invitable,
+                    thread.parent_id,
+                );
+                let bits = self.thread_permissions(actor, thread).unwrap_or(0);
+                if bits & perm::VIEW_CHANNEL == 0 {
+                    return Err(GuildError::MissingAccess);
+                }
                 let moderator = bits & perm::MANAGE_THREADS != 0;
                 let joined = self
                     .thread_members
@@ -1087,22 +1085,13 @@ impl GuildOwner {
                     if add {
                         // Adding needs the right to talk there; a private
                         // thread that is not invitable takes a moderator.
-                        let invitable = self
-                            .threads
-                            .iter()
-                            .find(|t| t.id == thread_id)
-                            .is_some_and(|t| t.invitable);
                         if bits & perm::SEND_MESSAGES == 0
                             || (kind == 12 && !invitable && !moderator)
                         {
                             return Err(GuildError::MissingPermissions);
                         }
                         // Whom they add must see the channel it is in.
-                        let parent_bits = self
-                            .threads
-                            .iter()
-                            .find(|t| t.id == thread_id)
-                            .and_then(|t| t.parent_id)
+                        let parent_bits = parent_id
                             .and_then(|p| self.channels.iter().find(|c| c.id == p))
                             .and_then(|c| self.channel_permissions(user_id, c))
                             .unwrap_or(0);
@@ -3072,16 +3061,6 @@ impl GuildOwner {
             }
             GuildCall::Publish(event) => {
                 let id = event.publish_id;
-                if event.name == "MESSAGE_CREATE"
-                    && !self.published.iter().any(|(known, _)| *known == id)
-                    && !self.unconfirmed.contains_key(&id)
-                    && let Some(thread) = self.threads.iter_mut().find(|t| t.id == event.channel_id)
-                {
-                    // The store counted it with the message; this copy
-                    // answers GUILD_CREATE and the active list.
-                    thread.message_count += 1;
-                    thread.total_message_sent += 1;
-                }
                 if id != 0 && self.unconfirmed.contains_key(&id) {
                     // A retry of a fanout still partly unsent: try the
                     // bus again, never fan out twice.
@@ -3098,6 +3077,15 @@ impl GuildOwner {
                         .publish_unconfirmed_total
                         .fetch_add(1, Ordering::Relaxed);
                     return Some(Err(GuildError::Overloaded));
+                }
+                // A first publish (repeats returned above): a message in a
+                // thread counts in this copy, which answers GUILD_CREATE
+                // and the active list (the store counted it already).
+                if event.name == "MESSAGE_CREATE"
+                    && let Some(thread) = self.threads.iter_mut().find(|t| t.id == event.channel_id)
+                {
+                    thread.message_count += 1;
+                    thread.total_message_sent += 1;
                 }
                 let waiting = self.fanout_for(
                     &StreamBody::Dispatch {
