@@ -572,6 +572,13 @@ pub struct DroppingBus {
     lose_requests: std::sync::Mutex<Option<Vec<u8>>>,
     /// Requests this wrapper lost.
     pub requests_lost_total: AtomicU64,
+    /// Requests that wait before delivery until the hold is lifted (see
+    /// [`DroppingBus::set_hold_requests`]).
+    hold_requests: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Woken when the hold changes.
+    hold_lifted: tokio::sync::Notify,
+    /// Requests this wrapper held (counted as each starts waiting).
+    pub requests_held_total: AtomicU64,
 }
 
 impl DroppingBus {
@@ -592,7 +599,22 @@ impl DroppingBus {
             answers_lost_total: AtomicU64::new(0),
             lose_requests: std::sync::Mutex::new(None),
             requests_lost_total: AtomicU64::new(0),
+            hold_requests: std::sync::Mutex::new(None),
+            hold_lifted: tokio::sync::Notify::new(),
+            requests_held_total: AtomicU64::new(0),
         }
+    }
+
+    /// While `Some(needle)`: a request to the prefix whose payload contains
+    /// `needle` waits before it is delivered, until the hold is lifted
+    /// (`None`, or another needle) or its own timeout passes: a request
+    /// slow in transit, so a test can act between two protocol steps.
+    pub fn set_hold_requests(&self, needle: Option<Vec<u8>>) {
+        *self
+            .hold_requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = needle;
+        self.hold_lifted.notify_waiters();
     }
 
     /// While `Some(needle)`: a request to the prefix whose payload contains
@@ -734,6 +756,22 @@ impl Bus for DroppingBus {
             self.requests_lost_total.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(timeout).await;
             return Err(BusError::Timeout);
+        }
+        if self.matches(&self.hold_requests, subject, &payload) {
+            self.requests_held_total.fetch_add(1, Ordering::Relaxed);
+            let deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                // Created before the check: a lift between the two wakes it.
+                let lifted = self.hold_lifted.notified();
+                if !self.matches(&self.hold_requests, subject, &payload) {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, lifted).await.is_err() {
+                    return Err(BusError::Timeout);
+                }
+            }
+            let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+            return self.inner.request(subject, payload, timeout).await;
         }
         if self.matches(&self.lose_answers, subject, &payload) {
             let deadline = tokio::time::Instant::now() + timeout;

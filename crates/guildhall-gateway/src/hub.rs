@@ -747,7 +747,11 @@ impl Hub {
     /// The owner moved a session's subscription here (an `Adopt` in the
     /// guild's stream): deliver the guild's events to it from now on.
     pub fn adopt_guild(&self, guild_id: i64, session_id: &str) -> bool {
-        let Some(slot) = self.get(session_id) else {
+        // A guild of another shard stays out, as in `want`.
+        let Some(slot) = self
+            .get(session_id)
+            .filter(|slot| slot.receives(Some(guild_id)))
+        else {
             return false;
         };
         write(&self.wanted)

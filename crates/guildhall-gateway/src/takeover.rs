@@ -415,11 +415,15 @@ impl Takeovers {
                 guildhall_common::state::now_ms(),
             )
             .ok_or(TakeoverRefusal::Busy)?;
-        for guild_id in &guilds {
-            // The holder's list was filtered by the same shard; a guild of
-            // another shard is left out here as well.
-            self.hub.want(*guild_id, &slot);
-        }
+        // The session's guilds are not recorded here as wanted before the
+        // commit: until an owner moves the session here (`Adopt` in the
+        // guild's stream) or the handoff names a guild to subscribe
+        // afresh, the holder alone speaks for it. A new owner that asks
+        // every gateway node which sessions follow its guild meanwhile
+        // then hears of it once; had both nodes answered, it would
+        // subscribe the session on both, the holder would record the
+        // guild's events and this node hold them too, and the RESUME would
+        // replay each twice.
         request.step = TakeoverStep::Commit;
         let answer = self.ask(holder, &request).await;
         let adopted = match answer {
@@ -428,9 +432,16 @@ impl Takeovers {
             _ => Err(TakeoverRefusal::Unknown),
         };
         if adopted.is_err() {
-            // The owners may already send the session here: tell them it
-            // is gone, and forget it.
-            for guild_id in self.hub.forget(session_id) {
+            // The owners may already send the session here (an `Adopt`
+            // came): tell them it is gone, and forget it.
+            let mut gone = self.hub.forget(session_id);
+            gone.extend(
+                guilds
+                    .iter()
+                    .filter(|g| !gone.contains(g))
+                    .collect::<Vec<_>>(),
+            );
+            for guild_id in gone {
                 self.subscriptions
                     .unsubscribe(guild_id, session_id.to_owned())
                     .await;

@@ -2737,12 +2737,18 @@ impl GuildOwner {
                 .fetch_add(1, Ordering::Relaxed);
             return;
         }
-        self.streams
+        // Counted once: the session may be subscribed there already (its
+        // new node subscribed it while the move ran).
+        let fresh = self
+            .streams
             .entry(to.clone())
             .or_default()
             .sessions
-            .insert(session_id.clone(), user_id);
-        self.subscriptions += 1;
+            .insert(session_id.clone(), user_id)
+            .is_none();
+        if fresh {
+            self.subscriptions += 1;
+        }
         self.send(&to, StreamBody::Adopt { session_id });
     }
 

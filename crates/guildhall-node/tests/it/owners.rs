@@ -1466,3 +1466,154 @@ async fn a_private_channels_events_skip_members_on_every_gateway() {
     gw2.stop().await;
     cluster.stop().await;
 }
+
+/// Finding 8: a guild's owner changes while a session moves between two
+/// gateway nodes. The taker (gw2) has asked the holder (the front) to
+/// prepare and its commit is slow in transit (held on gw2's bus) when the
+/// guild's owner dies; the new owner asks every gateway node which
+/// sessions follow the guild. Before, the taker already listed the
+/// session (it registered the session's guilds before the commit), so the
+/// new owner subscribed it on both nodes: the holder recorded the guild's
+/// events and the taker held them too, and the RESUME replayed each twice
+/// (`[m2, m2, m3]`). Now only the holder speaks for a session until the
+/// owner moves it: each event once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_change_during_a_takeover_delivers_each_event_once() {
+    let limits = Limits {
+        // The commit waits in transit while the owner changes.
+        session_takeover_timeout_ms: 30_000,
+        ..limits()
+    };
+    let cluster = Cluster::start_with(&["g1", "g2"], limits.clone()).await;
+    let (token, _) = cluster.front.register("alice").await;
+    let mut guilds = Vec::new();
+    for i in 0..4 {
+        guilds.push(cluster.front.guild(&token, &format!("guild {i}")).await);
+    }
+    cluster.wait_placed(guilds.len()).await;
+    touch_all(&cluster.front, &token, &guilds).await;
+    let ids: Vec<String> = guilds.iter().map(|g| g.0.clone()).collect();
+    let placed = expected(&["g1", "g2"], &ids);
+    let (guild_id, channel_id) = guilds
+        .iter()
+        .find(|(g, _)| placed[g] == "g1")
+        .cloned()
+        .expect("a guild on g1");
+    let slow = Arc::new(guildhall_cluster::bus::DroppingBus::new(
+        cluster.bus.clone(),
+        "gw.",
+        0,
+        1,
+    ));
+    let gw2 = TestNode::member_roles_with(
+        "gw2",
+        40,
+        cluster.dir.path(),
+        cluster.registry.clone(),
+        slow.clone(),
+        &[Role::Gateway, Role::Api],
+        limits,
+        None,
+    )
+    .await;
+    gw2.metric("guildhall_ring_members").await;
+
+    let mut session = Client::connect(&cluster.front.ws).await;
+    let ready = session.identify(&token, WANTED).await;
+    let session_id = ready["d"]["session_id"].as_str().unwrap().to_owned();
+    for _ in 0..guilds.len() {
+        session.dispatch("GUILD_CREATE").await;
+    }
+    let (status, body) = cluster
+        .front
+        .post_message(&token, &channel_id, json!({"content": "m1"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let m1 = session.dispatch("MESSAGE_CREATE").await;
+    let seen = m1["s"].as_u64().unwrap();
+    drop(session);
+    let mut polls = 0;
+    while cluster.front.metric("guildhall_sockets_open").await > 0 {
+        polls += 1;
+        assert!(polls < POLLS_MAX, "the socket never closed");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // The RESUME reaches gw2; its commit is held on the way to the front.
+    slow.set_hold_requests(Some(b"\"step\":\"commit\"".to_vec()));
+    let mut session = Client::connect(&gw2.ws).await;
+    let hello = session.next().await.unwrap();
+    assert_eq!(hello["op"], 10);
+    session
+        .send(json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": session_id, "seq": seen}}))
+        .await;
+    let mut polls = 0;
+    while slow
+        .requests_held_total
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+    {
+        polls += 1;
+        assert!(polls < POLLS_MAX, "the commit was never sent");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // g1 dies; a post loads the guild at g2, which asks both gateways.
+    kill_together(&cluster, &["g1"]).await;
+    cluster.wait_ring(1).await;
+    let mut posted = false;
+    for _ in 0..POLLS_MAX {
+        let (status, _) = cluster
+            .front
+            .post_message(&token, &channel_id, json!({"content": "m2"}))
+            .await;
+        if status == 200 {
+            posted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(posted, "the guild never came back");
+    slow.set_hold_requests(None);
+
+    let mut frames = Vec::new();
+    loop {
+        let frame = session.next().await.expect("the session lives on gw2");
+        if frame["op"] != 0 {
+            continue;
+        }
+        if frame["t"] == "RESUMED" {
+            let (status, body) = cluster
+                .front
+                .post_message(&token, &channel_id, json!({"content": "m3"}))
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
+        let last = frame["t"] == "MESSAGE_CREATE" && frame["d"]["content"] == "m3";
+        frames.push(frame);
+        if last {
+            break;
+        }
+    }
+    let seqs: Vec<u64> = frames.iter().map(|f| f["s"].as_u64().unwrap()).collect();
+    let numbered: Vec<u64> = (seen + 1..=seen + frames.len() as u64).collect();
+    assert_eq!(
+        seqs, numbered,
+        "numbering continues without a gap or a repeat"
+    );
+    let contents: Vec<&str> = frames
+        .iter()
+        .filter(|f| f["t"] == "MESSAGE_CREATE")
+        .map(|f| f["d"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["m2", "m3"], "each message once, in order");
+    let creates = frames
+        .iter()
+        .filter(|f| f["t"] == "GUILD_CREATE" && f["d"]["id"] == guild_id.as_str())
+        .count();
+    assert!(creates <= 1, "the guild's GUILD_CREATE {creates} times");
+    assert_eq!(gw2.metric("guildhall_sessions_taken_total").await, 1);
+    drop(session);
+    gw2.stop().await;
+    cluster.stop().await;
+}
