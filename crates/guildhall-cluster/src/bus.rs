@@ -572,6 +572,11 @@ pub struct DroppingBus {
     lose_requests: std::sync::Mutex<Option<Vec<u8>>>,
     /// Requests this wrapper lost.
     pub requests_lost_total: AtomicU64,
+    /// Publishes that are lost in transit (see
+    /// [`DroppingBus::set_lose_publishes`]).
+    lose_publishes: std::sync::Mutex<Option<Vec<u8>>>,
+    /// Publishes this wrapper lost by their content.
+    pub publishes_lost_total: AtomicU64,
     /// Requests that wait before delivery until the hold is lifted (see
     /// [`DroppingBus::set_hold_requests`]).
     hold_requests: std::sync::Mutex<Option<Vec<u8>>>,
@@ -599,10 +604,21 @@ impl DroppingBus {
             answers_lost_total: AtomicU64::new(0),
             lose_requests: std::sync::Mutex::new(None),
             requests_lost_total: AtomicU64::new(0),
+            lose_publishes: std::sync::Mutex::new(None),
+            publishes_lost_total: AtomicU64::new(0),
             hold_requests: std::sync::Mutex::new(None),
             hold_lifted: tokio::sync::Notify::new(),
             requests_held_total: AtomicU64::new(0),
         }
+    }
+
+    /// While `Some(needle)`: a publish to the prefix whose payload contains
+    /// `needle` is lost in transit (the publisher is told it went out).
+    pub fn set_lose_publishes(&self, needle: Option<Vec<u8>>) {
+        *self
+            .lose_publishes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = needle;
     }
 
     /// While `Some(needle)`: a request to the prefix whose payload contains
@@ -709,6 +725,10 @@ impl Bus for DroppingBus {
         if self.refuse.load(Ordering::Relaxed) && subject.starts_with(&self.prefix) {
             self.refused_total.fetch_add(1, Ordering::Relaxed);
             return Err(BusError::Disconnected);
+        }
+        if self.matches(&self.lose_publishes, subject, &payload) {
+            self.publishes_lost_total.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
         }
         if self.drops(subject) {
             // Lost in transit: the publisher cannot tell.

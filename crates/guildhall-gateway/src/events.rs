@@ -68,6 +68,9 @@ pub struct EventCounters {
     pub gaps_total: AtomicU64,
     /// Events the gaps skipped over.
     pub missed_total: AtomicU64,
+    /// Of the gaps, those a stream's tail revealed (the stream's last
+    /// messages were lost and no later event came).
+    pub tail_gaps_total: AtomicU64,
     /// Resyncs performed (each re-subscribes a guild's sessions here).
     pub resyncs_total: AtomicU64,
     /// Duplicates and stragglers skipped.
@@ -254,6 +257,11 @@ impl Partition {
     async fn apply(&mut self, body: NodeEventBody) {
         match body {
             NodeEventBody::Stream(event) => self.stream(event),
+            NodeEventBody::StreamTail {
+                guild_id,
+                epoch,
+                seq,
+            } => self.tail(guild_id, epoch, seq),
             NodeEventBody::Users {
                 user_ids,
                 guild_id,
@@ -345,36 +353,7 @@ impl Partition {
                 }
                 return;
             }
-            StreamCheck::Gap { missing } => {
-                self.counters.gaps_total.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .missed_total
-                    .fetch_add(missing, Ordering::Relaxed);
-                guildhall_common::throttled!(
-                    warn,
-                    "events.gap",
-                    guild_id,
-                    missing,
-                    "guild stream gap; resynchronising"
-                );
-                // Nobody here hears more of this guild until it is
-                // re-subscribed.
-                self.hub.stop(guild_id);
-                let now = Instant::now();
-                let interval = self.resync_interval;
-                let when = match stream.resync_at {
-                    // One is still to come: it re-subscribes everyone.
-                    Some(at) if now < at => None,
-                    Some(at) if now < at + interval => Some(at + interval),
-                    _ => Some(now),
-                };
-                if let Some(when) = when {
-                    stream.resync_at = Some(when);
-                    self.resync_at(guild_id, when);
-                }
-                // Whatever was due, everyone re-subscribes now.
-                self.awaiting_only.remove(&guild_id);
-            }
+            StreamCheck::Gap { missing } => self.gap(guild_id, missing),
         }
         self.counters.applied_total.fetch_add(1, Ordering::Relaxed);
         match event.body {
@@ -410,6 +389,78 @@ impl Partition {
                 let event = EncodedDispatch::new("GUILD_DELETE", &data).ok();
                 self.hub.removed(guild_id, &user_ids, event.as_ref());
             }
+        }
+    }
+
+    /// Events of `guild_id`'s stream were lost: nobody here hears more of
+    /// the guild until its sessions are re-subscribed (a fresh
+    /// GUILD_CREATE each), at once unless a resync is due within an
+    /// interval.
+    fn gap(&mut self, guild_id: i64, missing: u64) {
+        self.counters.gaps_total.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .missed_total
+            .fetch_add(missing, Ordering::Relaxed);
+        guildhall_common::throttled!(
+            warn,
+            "events.gap",
+            guild_id,
+            missing,
+            "guild stream gap; resynchronising"
+        );
+        self.hub.stop(guild_id);
+        let now = Instant::now();
+        let interval = self.resync_interval;
+        let Some(stream) = self.streams.get_mut(&guild_id) else {
+            return;
+        };
+        let when = match stream.resync_at {
+            // One is still to come: it re-subscribes everyone.
+            Some(at) if now < at => None,
+            Some(at) if now < at + interval => Some(at + interval),
+            _ => Some(now),
+        };
+        if let Some(when) = when {
+            stream.resync_at = Some(when);
+            self.resync_at(guild_id, when);
+        }
+        // Whatever was due, everyone re-subscribes now.
+        self.awaiting_only.remove(&guild_id);
+    }
+
+    /// The owner's tail of `guild_id`'s stream: if this node's position is
+    /// behind it, the stream's last messages were lost in transit (the bus
+    /// is at most once) and the guild is resynchronised now rather than at
+    /// its next event. A guild nobody here follows is left alone (no
+    /// position is kept for it).
+    fn tail(&mut self, guild_id: i64, epoch: u64, seq: u64) {
+        if !self.hub.follows(guild_id) {
+            return;
+        }
+        let Some(stream) = self.streams.get_mut(&guild_id) else {
+            // Followed, but no event of the guild ever reached this
+            // partition: everything so far was lost.
+            if self.streams.len() >= self.streams_max {
+                return;
+            }
+            self.streams.insert(
+                guild_id,
+                Stream {
+                    position: StreamPosition { epoch, seq },
+                    resync_at: None,
+                },
+            );
+            self.counters
+                .tail_gaps_total
+                .fetch_add(1, Ordering::Relaxed);
+            self.gap(guild_id, seq);
+            return;
+        };
+        if let Some(missing) = stream.position.behind_tail(epoch, seq) {
+            self.counters
+                .tail_gaps_total
+                .fetch_add(1, Ordering::Relaxed);
+            self.gap(guild_id, missing);
         }
     }
 

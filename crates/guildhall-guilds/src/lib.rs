@@ -106,6 +106,8 @@ fn parse_overwrites(
 pub struct FanoutCounters {
     /// Stream messages published to gateway nodes.
     pub stream_messages_total: AtomicU64,
+    /// Stream tails sent (see [`GuildOwner::send_tails`]).
+    pub stream_tails_total: AtomicU64,
     /// Stream messages the bus refused (disconnected, subscriber full, no
     /// responders); each is kept in its stream's unsent queue and published
     /// again, in order, before anything later on that stream.
@@ -288,6 +290,11 @@ struct NodeStream {
     /// without a gap once the bus takes them (at most
     /// `guild_stream_unsent_max`).
     unsent: VecDeque<Unsent>,
+    /// When the stream's tail is next due (see [`GuildOwner::send_tails`]);
+    /// `None`: the stream is quiet and its tails were sent.
+    tail_due_at: Option<tokio::time::Instant>,
+    /// Tails sent in this quiet spell (at most `guild_stream_tails_max`).
+    tails_sent: u32,
 }
 
 /// A stream message waiting for the bus.
@@ -2346,6 +2353,11 @@ impl GuildOwner {
             return true;
         };
         stream.seq += 1;
+        stream.tail_due_at = Some(
+            tokio::time::Instant::now()
+                + Duration::from_millis(self.shared.limits.guild_stream_tail_after_ms),
+        );
+        stream.tails_sent = 0;
         let event = NodeEvent::new(NodeEventBody::Stream(StreamEvent {
             guild_id,
             epoch: self.epoch,
@@ -2477,6 +2489,64 @@ impl GuildOwner {
     /// Stream messages waiting for the bus, over every stream.
     fn unsent(&self) -> usize {
         self.streams.values().map(|s| s.unsent.len()).sum()
+    }
+
+    /// When the first stream's tail is due.
+    fn next_tail_at(&self) -> Option<tokio::time::Instant> {
+        self.streams.values().filter_map(|s| s.tail_due_at).min()
+    }
+
+    /// Sends the tails due at `now`: the epoch and last sequence of each
+    /// stream quiet for `guild_stream_tail_after_ms`, so a gateway node
+    /// that lost the stream's last messages in transit (the bus is at most
+    /// once) finds the gap now, not at the guild's next event there, which
+    /// may never come. A quiet spell gets at most `guild_stream_tails_max`
+    /// tails, each twice as far from the last, so an idle guild costs the
+    /// bus nothing once they are sent. A tail is not numbered and not
+    /// retried: a lost one is covered by the next. A stream with unsent
+    /// messages waits for them (a tail would overtake them), and a stopped
+    /// owner sends none.
+    fn send_tails(&mut self, now: tokio::time::Instant) {
+        let after_ms = self.shared.limits.guild_stream_tail_after_ms;
+        let tails_max = self.shared.limits.guild_stream_tails_max;
+        let stopped = self.fenced || self.stop.load(Ordering::Relaxed);
+        let partitions = self.shared.limits.gateway_event_partitions;
+        let guild_id = self.guild.id;
+        for (node, stream) in &mut self.streams {
+            let Some(due) = stream.tail_due_at else {
+                continue;
+            };
+            if due > now {
+                continue;
+            }
+            if stopped || stream.sessions.is_empty() {
+                stream.tail_due_at = None;
+                continue;
+            }
+            if !stream.unsent.is_empty() {
+                stream.tail_due_at = Some(now + Duration::from_millis(after_ms));
+                continue;
+            }
+            let tail = NodeEvent::new(NodeEventBody::StreamTail {
+                guild_id,
+                epoch: self.epoch,
+                seq: stream.seq,
+            });
+            if let Ok(bytes) = tail.encode() {
+                let subject = gateway_events_subject(node, partition_of(guild_id, partitions));
+                if self.bus.publish(&subject, None, bytes.into()).is_ok() {
+                    self.counters
+                        .stream_tails_total
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            stream.tails_sent += 1;
+            stream.tail_due_at = (stream.tails_sent < tails_max).then(|| {
+                now + Duration::from_millis(
+                    after_ms.saturating_mul(1u64 << stream.tails_sent.min(20)),
+                )
+            });
+        }
     }
 
     /// Publishes what the streams' unsent queues hold, oldest first, each
@@ -3347,16 +3417,20 @@ impl GuildOwner {
         loop {
             // Only this task changes the unsent queues: counted once a pass.
             let waiting = self.unsent() > 0;
-            let envelope = if waiting {
-                // Stream messages wait for the bus: try again every
-                // `guild_stream_retry_ms` even when nothing else arrives
-                // (the stream may be idle from now on).
+            // Stream messages wait for the bus: try again every
+            // `guild_stream_retry_ms` even when nothing else arrives (the
+            // stream may be idle from now on); quiet streams' tails are
+            // sent when due.
+            let retry_at = waiting.then(|| tokio::time::Instant::now() + retry);
+            let wake_at = retry_at.into_iter().chain(self.next_tail_at()).min();
+            let envelope = if let Some(wake_at) = wake_at {
                 tokio::select! {
                     envelope = mailbox.recv() => envelope,
-                    () = tokio::time::sleep(retry) => {
-                        if !self.stop.load(Ordering::Relaxed) {
+                    () = tokio::time::sleep_until(wake_at) => {
+                        if waiting && !self.stop.load(Ordering::Relaxed) {
                             self.flush_unsent();
                         }
+                        self.send_tails(tokio::time::Instant::now());
                         continue;
                     }
                 }

@@ -630,6 +630,22 @@ pub const GUILD_STREAM_UNSENT_MAX: usize = 1_024;
 /// again when no request arrives (the stream may be idle from then on).
 pub const GUILD_STREAM_RETRY_MS: u64 = 100;
 
+/// How long after a gateway node's stream of a guild falls quiet its owner
+/// sends the stream's tail (epoch and last sequence), so a node that lost
+/// the last messages in transit finds the gap without waiting for the
+/// guild's next event, and resynchronises it. Each further tail of the same
+/// quiet spell waits twice as long. Smaller finds a lost tail sooner for
+/// more bus messages.
+pub const GUILD_STREAM_TAIL_AFTER_MS: u64 = 1_000;
+
+/// Tails sent per quiet spell of a stream (see
+/// [`GUILD_STREAM_TAIL_AFTER_MS`]): an idle guild costs nothing once they
+/// are sent, so the bus carries at most this many extra messages per burst
+/// of events. When hit: the stream sends no more tails until its next
+/// event (a lost message and every tail after it lost too stays unnoticed
+/// until then).
+pub const GUILD_STREAM_TAILS_MAX: u32 = 3;
+
 /// Sessions whose READY subscriptions are being watched for retries at
 /// once: one small sleeping task each, and a herd's worth of READYs is a
 /// node's whole session cap. When hit: that session's subscriptions are sent
@@ -1671,6 +1687,10 @@ pub struct Limits {
     pub guild_stream_unsent_max: usize,
     /// See [`GUILD_STREAM_RETRY_MS`].
     pub guild_stream_retry_ms: u64,
+    /// See [`GUILD_STREAM_TAIL_AFTER_MS`].
+    pub guild_stream_tail_after_ms: u64,
+    /// See [`GUILD_STREAM_TAILS_MAX`].
+    pub guild_stream_tails_max: u32,
     /// See [`SESSION_WRITE_STALL_MS_MAX`].
     pub session_write_stall_ms_max: u64,
     /// See [`GATEWAY_CLOSE_LINGER_MS`].
@@ -1969,6 +1989,8 @@ impl Default for Limits {
             guild_publish_ids_remembered_max: GUILD_PUBLISH_IDS_REMEMBERED_MAX,
             guild_stream_unsent_max: GUILD_STREAM_UNSENT_MAX,
             guild_stream_retry_ms: GUILD_STREAM_RETRY_MS,
+            guild_stream_tail_after_ms: GUILD_STREAM_TAIL_AFTER_MS,
+            guild_stream_tails_max: GUILD_STREAM_TAILS_MAX,
             session_write_stall_ms_max: SESSION_WRITE_STALL_MS_MAX,
             gateway_close_linger_ms: GATEWAY_CLOSE_LINGER_MS,
             gateway_identify_timeout_ms: GATEWAY_IDENTIFY_TIMEOUT_MS,
@@ -2839,6 +2861,16 @@ impl Limits {
             "guild_stream_retry_ms",
             "must be at least 1",
         );
+        check(
+            self.guild_stream_tail_after_ms >= 1,
+            "guild_stream_tail_after_ms",
+            "must be at least 1",
+        );
+        check(
+            self.guild_stream_tails_max >= 1,
+            "guild_stream_tails_max",
+            "must be at least 1",
+        );
         // HTTP edge, password hashing and REST callers.
         for (value, field) in [
             (
@@ -3281,6 +3313,8 @@ mod tests {
             "guild_publish_ids_remembered_max",
             "guild_stream_unsent_max",
             "guild_stream_retry_ms",
+            "guild_stream_tail_after_ms",
+            "guild_stream_tails_max",
             "session_write_stall_ms_max",
             "gateway_close_linger_ms",
             "gateway_identify_timeout_ms",
@@ -3504,6 +3538,8 @@ mod tests {
             "guild_publish_ids_remembered_max" => l.guild_publish_ids_remembered_max = 0,
             "guild_stream_unsent_max" => l.guild_stream_unsent_max = 0,
             "guild_stream_retry_ms" => l.guild_stream_retry_ms = 0,
+            "guild_stream_tail_after_ms" => l.guild_stream_tail_after_ms = 0,
+            "guild_stream_tails_max" => l.guild_stream_tails_max = 0,
             "session_write_stall_ms_max" => l.session_write_stall_ms_max = 0,
             "gateway_close_linger_ms" => l.gateway_close_linger_ms = 0,
             "gateway_identify_timeout_ms" => l.gateway_identify_timeout_ms = 0,

@@ -801,6 +801,11 @@ async fn metrics(
             &node.guild_owners.counters.stream_messages_total,
         ),
         (
+            "guildhall_guild_stream_tails_total",
+            "Stream tails (epoch and last sequence) sent on quiet guild streams.",
+            &node.guild_owners.counters.stream_tails_total,
+        ),
+        (
             "guildhall_guild_stream_publish_failed_total",
             "Guild stream messages the bus refused (kept unsent and published again in order).",
             &node.guild_owners.counters.stream_publish_failed_total,
@@ -869,6 +874,11 @@ async fn metrics(
             "guildhall_stream_gaps_total",
             "Gaps detected in guild streams (events lost on the bus).",
             &node.events.gaps_total,
+        ),
+        (
+            "guildhall_stream_tail_gaps_total",
+            "Of the stream gaps, those a quiet stream's tail revealed.",
+            &node.events.tail_gaps_total,
         ),
         (
             "guildhall_stream_missed_events_total",

@@ -90,6 +90,20 @@ pub enum NodeEventBody {
         /// The user.
         user_id: i64,
     },
+    /// The tail of a guild's stream to this node: the owner's epoch and the
+    /// last sequence it sent, sent once the stream has been quiet for
+    /// `guild_stream_tail_after_ms` (a few times, further apart). Numbered
+    /// like nothing: a node whose position is behind it lost the stream's
+    /// last messages in transit and resynchronises the guild now, instead
+    /// of at the guild's next event (which may never come).
+    StreamTail {
+        /// The guild.
+        guild_id: i64,
+        /// The owner's incarnation.
+        epoch: u64,
+        /// The last sequence sent on this node's stream.
+        seq: u64,
+    },
     /// Every session of `user_id` ends for good: its socket is closed with
     /// 4004 (its token no longer authenticates) and it is not resumable
     /// (a bot that hit its session start limit, as Discord documents).
@@ -522,6 +536,34 @@ impl StreamPosition {
         };
         *self = Self { epoch, seq };
         verdict
+    }
+
+    /// The stream's owner says its last event is (`epoch`, `seq`): how
+    /// many events this position missed (a newer epoch: all of its `seq`),
+    /// advancing to that tail, or `None` when nothing is missing (a tail
+    /// already reached, or an older epoch's).
+    ///
+    /// ```
+    /// use guildhall_proto::bus::{StreamCheck, StreamPosition};
+    /// let mut at = StreamPosition::default();
+    /// assert_eq!(at.check(5, 1), StreamCheck::Next);
+    /// assert_eq!(at.behind_tail(5, 1), None);
+    /// assert_eq!(at.behind_tail(4, 9), None);
+    /// assert_eq!(at.behind_tail(5, 3), Some(2));
+    /// assert_eq!(at.check(5, 4), StreamCheck::Next);
+    /// assert_eq!(at.behind_tail(6, 2), Some(2));
+    /// assert_eq!(at.check(6, 3), StreamCheck::Next);
+    /// ```
+    pub fn behind_tail(&mut self, epoch: u64, seq: u64) -> Option<u64> {
+        let missing = if epoch < self.epoch || (epoch == self.epoch && seq <= self.seq) {
+            return None;
+        } else if epoch > self.epoch {
+            seq
+        } else {
+            seq - self.seq
+        };
+        *self = Self { epoch, seq };
+        Some(missing)
     }
 }
 

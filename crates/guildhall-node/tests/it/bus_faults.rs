@@ -688,3 +688,48 @@ async fn a_lost_subscription_after_a_join_is_asked_again() {
     assert!(node.metric("guildhall_guild_subscribe_retries_total").await >= 1);
     node.stop().await;
 }
+
+/// Idle streams are checked: the last message of a guild's stream is lost
+/// in transit and nothing follows it. The owner sends the quiet stream's
+/// tail (epoch and last sequence) `guild_stream_tail_after_ms` later; the
+/// gateway finds itself behind it and resynchronises the guild. Before,
+/// the gap was noticed only at the guild's next event there, which never
+/// came: the session did not know it had missed m2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_last_message_is_found_by_the_streams_tail() {
+    let (node, lossy, token, channel, mut client) = faulty_node(
+        quick_retries(Limits::default().guild_reply_timeout_ms),
+        "gw.",
+        "quiet",
+    )
+    .await;
+    let message = |content: &str| json!({ "content": content });
+    let (status, body) = node.post_message(&token, &channel, message("m1")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        client.dispatch("MESSAGE_CREATE").await["d"]["content"],
+        "m1"
+    );
+
+    lossy.set_lose_publishes(Some(b"lost in transit".to_vec()));
+    let (status, body) = node
+        .post_message(&token, &channel, message("lost in transit"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // The fanout precedes the answer: the message is already lost.
+    assert_eq!(lossy.publishes_lost_total.load(Ordering::Relaxed), 1);
+    lossy.set_lose_publishes(None);
+
+    // Nothing else happens in the guild: the tail alone finds the gap.
+    let create = client.dispatch("GUILD_CREATE").await;
+    assert_eq!(create["d"]["name"], "quiet");
+    assert_eq!(node.metric("guildhall_stream_tail_gaps_total").await, 1);
+    assert!(node.metric("guildhall_guild_stream_tails_total").await >= 1);
+    let (status, body) = node.post_message(&token, &channel, message("m3")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        client.dispatch("MESSAGE_CREATE").await["d"]["content"],
+        "m3"
+    );
+    node.stop().await;
+}
