@@ -108,6 +108,9 @@ pub struct FanoutCounters {
     pub stream_messages_total: AtomicU64,
     /// Stream tails sent (see [`GuildOwner::send_tails`]).
     pub stream_tails_total: AtomicU64,
+    /// Publishes fanned out by an owner that then found a newer owner's
+    /// claim: not confirmed, and the owner stopped.
+    pub superseded_publishes_total: AtomicU64,
     /// Stream messages the bus refused (disconnected, subscriber full, no
     /// responders); each is kept in its stream's unsent queue and published
     /// again, in order, before anything later on that stream.
@@ -3188,6 +3191,27 @@ impl GuildOwner {
                         .publish_unconfirmed_total
                         .fetch_add(1, Ordering::Relaxed);
                     return Some(Err(GuildError::Overloaded));
+                }
+                // Confirmed only while no newer owner has claimed the
+                // guild: gateway nodes that saw a newer epoch refuse this
+                // owner's stream messages, and a confirmed event would be
+                // lost live there. Read after the fanout, so a claim made
+                // before it is seen; a superseded owner stops and the
+                // caller, still holding the event, offers it to the new
+                // one (a session that heard this copy too may hear it
+                // twice: at least once across an owner change).
+                match self.shared.store.owner_epoch(self.guild.id).await {
+                    Ok(Some(epoch)) if epoch == self.epoch as i64 => {}
+                    Ok(_) => {
+                        self.counters
+                            .superseded_publishes_total
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Some(Err(
+                            self.store_failed(Some(&guildhall_store::StoreError::StaleEpoch))
+                        ));
+                    }
+                    // Unknown: not confirmed; the caller asks again.
+                    Err(_) => return Some(Err(GuildError::Overloaded)),
                 }
                 self.remember_published(id);
                 Some(Ok(GuildAnswer::Published))

@@ -801,6 +801,11 @@ async fn metrics(
             &node.guild_owners.counters.stream_messages_total,
         ),
         (
+            "guildhall_guild_superseded_publishes_total",
+            "Publishes fanned out by an owner a newer one had superseded: not confirmed.",
+            &node.guild_owners.counters.superseded_publishes_total,
+        ),
+        (
             "guildhall_guild_stream_tails_total",
             "Stream tails (epoch and last sequence) sent on quiet guild streams.",
             &node.guild_owners.counters.stream_tails_total,

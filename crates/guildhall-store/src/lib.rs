@@ -2504,6 +2504,17 @@ where
         Ok(row.map(|(epoch,)| epoch))
     }
 
+    /// The epoch of `guild_id`'s current owner (its last claim); `None` if
+    /// there is no such guild. An owner that reads another than its own
+    /// was superseded.
+    pub async fn owner_epoch(&self, guild_id: i64) -> Result<Option<i64>> {
+        let row: Option<(i64,)> = sqlx::query_as("SELECT owner_epoch FROM guilds WHERE id = $1")
+            .bind(guild_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|(epoch,)| epoch))
+    }
+
     /// Guild ids above `after`, ascending, at most `limit` (placement's
     /// input: every node pages through the same list).
     pub async fn guild_ids_after(&self, after: i64, limit: i64) -> Result<Vec<i64>> {
@@ -3620,6 +3631,8 @@ store_api! {
     fn rename_guild<'a>(&'a self, id: i64, name: &'a str, epoch: i64) -> ();
     /// Claims a guild for a new owner: its next epoch.
     fn claim_guild<'a>(&'a self, guild_id: i64) -> Option<i64>;
+    /// The epoch of a guild's current owner (its last claim).
+    fn owner_epoch<'a>(&'a self, guild_id: i64) -> Option<i64>;
     /// Guild ids above `after`, ascending, at most `limit`.
     fn guild_ids_after<'a>(&'a self, after: i64, limit: i64) -> Vec<i64>;
     /// Deletes a guild and everything in it, in one transaction.
@@ -4444,6 +4457,8 @@ mod tests {
         assert_eq!(store.claim_guild(a).await.unwrap(), Some(1));
         assert_eq!(store.claim_guild(a).await.unwrap(), Some(2));
         assert_eq!(store.claim_guild(999_999).await.unwrap(), None);
+        assert_eq!(store.owner_epoch(a).await.unwrap(), Some(2));
+        assert_eq!(store.owner_epoch(999_999).await.unwrap(), None);
         assert!(matches!(
             store.rename_guild(a, "stale", 1).await,
             Err(StoreError::StaleEpoch)

@@ -738,19 +738,30 @@ async fn a_stale_owner_is_refused_by_gateways_and_the_store() {
     );
 
     // The stale owner fans out an event (as a router with a stale view
-    // would make it): the gateway refuses it.
+    // would make it): the gateway refuses it, and the owner, finding the
+    // newer claim, does not confirm it (before, it answered Published and
+    // the caller let go of an event no session heard).
     let stale_event = json!({"v": 1, "guild_id": guild_id.parse::<i64>().unwrap(), "call": {"Publish": {
         "name": "MESSAGE_CREATE", "required_intent": intents::GUILD_MESSAGES,
         "data": {"id": "1", "channel_id": channel_id, "guild_id": guild_id, "content": "from the stale owner"},
-        "blanked": null, "content_exempt": []}}});
-    cluster
+        "blanked": null, "content_exempt": [], "publish_id": 77}}});
+    let answer = cluster
         .bus
-        .publish(
+        .request(
             "guilds.g2.requests",
-            None,
             serde_json::to_vec(&stale_event).unwrap().into(),
+            Duration::from_secs(5),
         )
+        .await
         .unwrap();
+    let answer: Value = serde_json::from_slice(&answer.payload).unwrap();
+    assert_eq!(answer["result"]["Err"], "Overloaded", "{answer}");
+    let g2 = &cluster.guilds["g2"].0;
+    assert_eq!(
+        g2.metric("guildhall_guild_superseded_publishes_total")
+            .await,
+        1
+    );
     let mut polls = 0;
     while cluster
         .front
@@ -786,7 +797,6 @@ async fn a_stale_owner_is_refused_by_gateways_and_the_store() {
         .unwrap();
     let answer: Value = serde_json::from_slice(&answer.payload).unwrap();
     assert_eq!(answer["result"]["Err"], "Overloaded", "{answer}");
-    let g2 = &cluster.guilds["g2"].0;
     assert_eq!(g2.metric("guildhall_guild_owners_fenced_total").await, 1);
     let (status, guild) = cluster
         .front
