@@ -71,6 +71,9 @@ pub struct EventCounters {
     /// Of the gaps, those a stream's tail revealed (the stream's last
     /// messages were lost and no later event came).
     pub tail_gaps_total: AtomicU64,
+    /// Dispatches of a publish delivered here lately, dropped (a new
+    /// owner fanned out again what a dead one had sent unconfirmed).
+    pub publish_repeats_dropped_total: AtomicU64,
     /// Resyncs performed (each re-subscribes a guild's sessions here).
     pub resyncs_total: AtomicU64,
     /// Duplicates and stragglers skipped.
@@ -102,6 +105,9 @@ struct Stream {
     position: StreamPosition,
     /// When the latest re-subscription runs (or ran).
     resync_at: Option<Instant>,
+    /// The publish ids of the guild's latest dispatches here, oldest first
+    /// (at most `gateway_publish_ids_remembered_max`).
+    delivered: std::collections::VecDeque<u64>,
 }
 
 struct Partition {
@@ -110,6 +116,8 @@ struct Partition {
     counters: Arc<EventCounters>,
     streams: HashMap<i64, Stream>,
     streams_max: usize,
+    /// See `gateway_publish_ids_remembered_max`.
+    publish_ids_max: usize,
     resync_interval: Duration,
     /// Resyncs still to run, by when (at most one per guild: `due_at`).
     due: BTreeSet<(Instant, i64)>,
@@ -157,6 +165,7 @@ pub async fn start(
             counters: counters.clone(),
             streams: HashMap::new(),
             streams_max: limits.guild_owners_max,
+            publish_ids_max: limits.gateway_publish_ids_remembered_max,
             resync_interval: Duration::from_millis(limits.stream_resync_interval_ms),
             due: BTreeSet::new(),
             due_at: HashMap::new(),
@@ -328,6 +337,7 @@ impl Partition {
         let stream = self.streams.entry(guild_id).or_insert(Stream {
             position: StreamPosition::default(),
             resync_at: None,
+            delivered: std::collections::VecDeque::new(),
         });
         let newest_epoch = stream.position.epoch;
         match stream.position.check(event.epoch, event.seq) {
@@ -364,14 +374,20 @@ impl Partition {
                 blanked,
                 content_exempt,
                 hidden_from,
-            } => self.hub.dispatch_guild_event(&GuildEvent {
-                guild_id,
-                required_intent,
-                full: EncodedDispatch::from_json(&name, data.get()),
-                blanked: blanked.map(|b| EncodedDispatch::from_json(&name, b.get())),
-                content_exempt,
-                hidden_from,
-            }),
+                publish_id,
+            } => {
+                if !self.first_delivery(guild_id, publish_id) {
+                    return;
+                }
+                self.hub.dispatch_guild_event(&GuildEvent {
+                    guild_id,
+                    required_intent,
+                    full: EncodedDispatch::from_json(&name, data.get()),
+                    blanked: blanked.map(|b| EncodedDispatch::from_json(&name, b.get())),
+                    content_exempt,
+                    hidden_from,
+                });
+            }
             StreamBody::Subscribe {
                 session_id,
                 guild_create,
@@ -390,6 +406,32 @@ impl Partition {
                 self.hub.removed(guild_id, &user_ids, event.as_ref());
             }
         }
+    }
+
+    /// Whether the dispatch of `publish_id` is the first here among the
+    /// guild's latest `gateway_publish_ids_remembered_max` (0: an owner's
+    /// own event, always). An owner that died after fanning out a publish
+    /// and before confirming it leaves it in its api node's outbox, which
+    /// offers it to the next owner: without this, the guild's sessions here
+    /// would hear it twice, under two sequence numbers.
+    fn first_delivery(&mut self, guild_id: i64, publish_id: u64) -> bool {
+        if publish_id == 0 {
+            return true;
+        }
+        let Some(stream) = self.streams.get_mut(&guild_id) else {
+            return true;
+        };
+        if stream.delivered.contains(&publish_id) {
+            self.counters
+                .publish_repeats_dropped_total
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if stream.delivered.len() >= self.publish_ids_max {
+            stream.delivered.pop_front();
+        }
+        stream.delivered.push_back(publish_id);
+        true
     }
 
     /// Events of `guild_id`'s stream were lost: nobody here hears more of
@@ -448,6 +490,7 @@ impl Partition {
                 Stream {
                     position: StreamPosition { epoch, seq },
                     resync_at: None,
+                    delivered: std::collections::VecDeque::new(),
                 },
             );
             self.counters
@@ -596,6 +639,7 @@ mod tests {
             counters: Arc::new(EventCounters::default()),
             streams: HashMap::new(),
             streams_max: 16,
+            publish_ids_max: 4,
             resync_interval: Duration::from_millis(500),
             due: BTreeSet::new(),
             due_at: HashMap::new(),
@@ -606,6 +650,37 @@ mod tests {
             regained: tokio::sync::watch::channel(0).1,
             regained_open: false,
         }
+    }
+
+    /// A new owner fans out again what a dead one sent unconfirmed: the
+    /// repeat is dropped while the guild's latest dispatches here hold its
+    /// publish id (4 in this partition), and an owner's own events (0)
+    /// always pass.
+    #[tokio::test]
+    async fn a_publish_fanned_out_again_is_dropped_within_the_window() {
+        let mut partition = partition(1).await;
+        partition.streams.insert(
+            7,
+            Stream {
+                position: StreamPosition::default(),
+                resync_at: None,
+                delivered: std::collections::VecDeque::new(),
+            },
+        );
+        assert!(partition.first_delivery(7, 11));
+        assert!(!partition.first_delivery(7, 11));
+        assert!(partition.first_delivery(7, 0) && partition.first_delivery(7, 0));
+        for id in 12..16 {
+            assert!(partition.first_delivery(7, id));
+        }
+        assert!(partition.first_delivery(7, 11), "forgotten past the window");
+        assert_eq!(
+            partition
+                .counters
+                .publish_repeats_dropped_total
+                .load(Ordering::Relaxed),
+            1
+        );
     }
 
     #[tokio::test]

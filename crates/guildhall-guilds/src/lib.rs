@@ -2933,6 +2933,7 @@ impl GuildOwner {
                     blanked: None,
                     content_exempt: vec![],
                     hidden_from: vec![],
+                    publish_id: 0,
                 },
                 0,
                 Some(std::sync::Arc::new(hidden)),
@@ -3009,6 +3010,7 @@ impl GuildOwner {
                     blanked: None,
                     content_exempt: vec![],
                     hidden_from: vec![],
+                    publish_id: 0,
                 },
                 0,
                 audience,
@@ -3174,6 +3176,7 @@ impl GuildOwner {
                         blanked: event.blanked,
                         content_exempt: event.content_exempt,
                         hidden_from: vec![],
+                        publish_id: id,
                     },
                     id,
                     (event.channel_id != 0).then_some(Audience::Channel(

@@ -646,6 +646,14 @@ pub const GUILD_STREAM_TAIL_AFTER_MS: u64 = 1_000;
 /// until then).
 pub const GUILD_STREAM_TAILS_MAX: u32 = 3;
 
+/// Publish ids a gateway node remembers per guild stream (its latest
+/// dispatches), 8 bytes each: a new owner after a crash fans out again the
+/// events its predecessor sent but had not confirmed, which the api nodes'
+/// outboxes offer it first, so the repeats come within a few events of
+/// the originals. When hit: the oldest is forgotten; a repeat of it would
+/// be delivered twice (the campaign's history checker reports it).
+pub const GATEWAY_PUBLISH_IDS_REMEMBERED_MAX: usize = 64;
+
 /// Sessions whose READY subscriptions are being watched for retries at
 /// once: one small sleeping task each, and a herd's worth of READYs is a
 /// node's whole session cap. When hit: that session's subscriptions are sent
@@ -1691,6 +1699,8 @@ pub struct Limits {
     pub guild_stream_tail_after_ms: u64,
     /// See [`GUILD_STREAM_TAILS_MAX`].
     pub guild_stream_tails_max: u32,
+    /// See [`GATEWAY_PUBLISH_IDS_REMEMBERED_MAX`].
+    pub gateway_publish_ids_remembered_max: usize,
     /// See [`SESSION_WRITE_STALL_MS_MAX`].
     pub session_write_stall_ms_max: u64,
     /// See [`GATEWAY_CLOSE_LINGER_MS`].
@@ -1991,6 +2001,7 @@ impl Default for Limits {
             guild_stream_retry_ms: GUILD_STREAM_RETRY_MS,
             guild_stream_tail_after_ms: GUILD_STREAM_TAIL_AFTER_MS,
             guild_stream_tails_max: GUILD_STREAM_TAILS_MAX,
+            gateway_publish_ids_remembered_max: GATEWAY_PUBLISH_IDS_REMEMBERED_MAX,
             session_write_stall_ms_max: SESSION_WRITE_STALL_MS_MAX,
             gateway_close_linger_ms: GATEWAY_CLOSE_LINGER_MS,
             gateway_identify_timeout_ms: GATEWAY_IDENTIFY_TIMEOUT_MS,
@@ -2871,6 +2882,11 @@ impl Limits {
             "guild_stream_tails_max",
             "must be at least 1",
         );
+        check(
+            self.gateway_publish_ids_remembered_max >= 1,
+            "gateway_publish_ids_remembered_max",
+            "must be at least 1",
+        );
         // HTTP edge, password hashing and REST callers.
         for (value, field) in [
             (
@@ -3315,6 +3331,7 @@ mod tests {
             "guild_stream_retry_ms",
             "guild_stream_tail_after_ms",
             "guild_stream_tails_max",
+            "gateway_publish_ids_remembered_max",
             "session_write_stall_ms_max",
             "gateway_close_linger_ms",
             "gateway_identify_timeout_ms",
@@ -3540,6 +3557,7 @@ mod tests {
             "guild_stream_retry_ms" => l.guild_stream_retry_ms = 0,
             "guild_stream_tail_after_ms" => l.guild_stream_tail_after_ms = 0,
             "guild_stream_tails_max" => l.guild_stream_tails_max = 0,
+            "gateway_publish_ids_remembered_max" => l.gateway_publish_ids_remembered_max = 0,
             "session_write_stall_ms_max" => l.session_write_stall_ms_max = 0,
             "gateway_close_linger_ms" => l.gateway_close_linger_ms = 0,
             "gateway_identify_timeout_ms" => l.gateway_identify_timeout_ms = 0,

@@ -881,6 +881,11 @@ async fn metrics(
             &node.events.gaps_total,
         ),
         (
+            "guildhall_stream_publish_repeats_dropped_total",
+            "Dispatches of a publish this gateway delivered lately, dropped (fanned out again by a new owner).",
+            &node.events.publish_repeats_dropped_total,
+        ),
+        (
             "guildhall_stream_tail_gaps_total",
             "Of the stream gaps, those a quiet stream's tail revealed.",
             &node.events.tail_gaps_total,

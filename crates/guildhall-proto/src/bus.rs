@@ -126,6 +126,10 @@ pub struct StreamEvent {
     pub body: StreamBody,
 }
 
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
 /// What a guild stream carries.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 // Externally tagged: raw JSON data cannot pass through the buffering an
@@ -150,6 +154,13 @@ pub enum StreamBody {
         /// Absent from an older owner: nobody is hidden.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         hidden_from: Vec<i64>,
+        /// The publish this dispatch fans out (0: an event of the owner's
+        /// own). A new owner after a crash may fan out again an event its
+        /// dead predecessor had sent but not confirmed; the gateway drops
+        /// a publish id it delivered lately for the guild. Absent from an
+        /// older owner: 0.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        publish_id: u64,
     },
     /// Subscribe a session: its GUILD_CREATE first (when it holds GUILDS).
     Subscribe {
@@ -613,6 +624,7 @@ mod tests {
             seq: 1,
             body: StreamBody::Dispatch {
                 hidden_from: vec![],
+                publish_id: 9,
                 name: "MESSAGE_CREATE".into(),
                 required_intent: 1 << 9,
                 data,

@@ -839,6 +839,7 @@ async fn a_seeded_lossy_run_passes_the_history_checker() {
                     at_us: now_us(),
                     guild,
                     key: key.clone(),
+                    via: String::new(),
                 });
                 let answer = http
                     .post(&url)
