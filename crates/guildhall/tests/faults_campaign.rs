@@ -4,13 +4,15 @@
 //! into several guilds, a session on each gateway recording every
 //! GUILD_CREATE and message it hears, and a nemesis applying a seeded
 //! schedule of `kill -9` (and restart) and SIGSTOP/SIGCONT to the guilds
-//! processes, one at a time (the ring's removal budget). The whole history
+//! processes, a pause of nats-server and a restart of etcd, one fault at
+//! a time. The whole history
 //! is then judged by `guildhall_faults::history::check`.
 //!
 //! Sizes: `GUILDHALL_TEST_SEED` picks the schedule (printed first, with the
 //! schedule); `GUILDHALL_TEST_FAULTS_SECONDS` how long the nemesis runs
-//! (CI's smoke size by default). A long run:
-//! `GUILDHALL_TEST_FAULTS_SECONDS=3600 cargo nextest run -p guildhall --test faults_campaign`.
+//! (CI's smoke size by default). A long run (through `cargo test`: the
+//! nextest profile ends a test after 5 minutes):
+//! `GUILDHALL_TEST_FAULTS_SECONDS=3600 cargo test -p guildhall --test faults_campaign -- --nocapture`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -56,6 +58,12 @@ enum Fault {
     Kill { victim: usize, down_ms: u64 },
     /// SIGSTOP it, SIGCONT after `stopped_ms` (past the lease TTL or not).
     Stop { victim: usize, stopped_ms: u64 },
+    /// SIGSTOP nats-server, SIGCONT after `paused_ms`: every process's bus
+    /// stalls at once (publishes buffer or are refused, requests time out).
+    PauseNats { paused_ms: u64 },
+    /// `kill -9` etcd and start it again on the same ports and data: every
+    /// lease renewal and watch breaks and reconnects.
+    RestartEtcd,
 }
 
 /// SplitMix64 over the seed and a counter: the schedule is a function of
@@ -79,20 +87,26 @@ fn schedule(seed: u64, seconds: u64, processes: usize) -> Vec<(u64, Fault)> {
         };
         let pause_ms = 500 + next() % 2_500;
         let victim = (next() % processes as u64) as usize;
-        let fault = if next() % 2 == 0 {
-            Fault::Kill {
+        // Process faults three times as often as service faults.
+        let fault = match next() % 8 {
+            0..=2 => Fault::Kill {
                 victim,
                 down_ms: 500 + next() % 4_000,
-            }
-        } else {
-            Fault::Stop {
+            },
+            3..=5 => Fault::Stop {
                 victim,
                 stopped_ms: 200 + next() % 4_000,
-            }
+            },
+            6 => Fault::PauseNats {
+                paused_ms: 200 + next() % 2_000,
+            },
+            _ => Fault::RestartEtcd,
         };
         let length_ms = match fault {
             Fault::Kill { down_ms, .. } => down_ms,
             Fault::Stop { stopped_ms, .. } => stopped_ms,
+            Fault::PauseNats { paused_ms } => paused_ms,
+            Fault::RestartEtcd => 1_000,
         };
         total_ms += pause_ms + length_ms;
         faults.push((pause_ms, fault));
@@ -352,6 +366,19 @@ async fn a_seeded_fault_campaign_loses_nothing_acknowledged() {
                 tokio::time::sleep(Duration::from_millis(stopped_ms)).await;
                 node.signal("CONT");
             }
+            Fault::PauseNats { paused_ms } => {
+                let pid = services.pid(Service::Nats).unwrap().to_string();
+                let signal = |name: &str| {
+                    std::process::Command::new("kill")
+                        .args([name, &pid])
+                        .status()
+                        .unwrap()
+                };
+                signal("-STOP");
+                tokio::time::sleep(Duration::from_millis(paused_ms)).await;
+                signal("-CONT");
+            }
+            Fault::RestartEtcd => services.restart_etcd().unwrap_or_else(|e| panic!("{e}")),
         }
         applied.push(*fault);
         // One fault at a time: the ring's removal budget lets one member
