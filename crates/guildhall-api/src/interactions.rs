@@ -817,7 +817,7 @@ async fn check_command(
                 .user(message.author_id)
                 .await?
                 .ok_or(ApiError::Internal)?;
-            let mut wire = wire_message(&message, &author, None);
+            let mut wire = wire_message(&node.files, &message, &author, None);
             wire.pinned = is_pinned(node, &message).await?;
             resolved.messages.insert(target.to_string(), wire);
             extra.target_message_id = Some(target);
@@ -1104,7 +1104,7 @@ async fn check_component(
         .user(row.author_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    let mut message = wire_message(&row, &author, None);
+    let mut message = wire_message(&node.files, &row, &author, None);
     message.pinned = is_pinned(node, &row).await?;
     Ok(Checked {
         data: InteractionData::Component(ComponentData {
@@ -1195,7 +1195,7 @@ async fn check_modal(
             .filter(|m| m.visible_to.is_none_or(|reader| reader == caller.id))
         {
             let author = store.user(row.author_id).await?.ok_or(ApiError::Internal)?;
-            let mut wire = wire_message(&row, &author, None);
+            let mut wire = wire_message(&node.files, &row, &author, None);
             wire.pinned = is_pinned(node, &row).await?;
             message = Some(Box::new(wire));
         }
@@ -1250,7 +1250,7 @@ pub(crate) fn message_parts(
     stored_flags: u64,
     root: &[&str],
 ) -> Result<Parts, ApiError> {
-    let extras = check_extras(node, body)?;
+    let extras = check_extras(node, body, false)?;
     let content = match body.get("content") {
         Some(Value::Null) if !creating => Some(String::new()),
         _ => string_field(node, body, "content")?,
@@ -1278,11 +1278,12 @@ pub(crate) fn message_parts(
             content.as_deref().unwrap_or_default(),
             extras.embeds > 0,
             has_components,
+            false,
         )?;
     } else if let Some(content) = &content {
         // An edit: what it sets must fit the message it edits.
         if v2 {
-            crate::check_message_state(node, surface, content, extras.embeds > 0, true)?;
+            crate::check_message_state(node, surface, content, extras.embeds > 0, true, false)?;
         } else {
             check_content(node, content, extras.embeds > 0 || has_components)
                 .map_err(|e| refused(node, e))?;
@@ -1393,7 +1394,7 @@ async fn post_message(
     };
     store_message(node, &row).await?;
     let bot = bot_of(node, entry).await?;
-    let message = wire_message(&row, &bot, None);
+    let message = wire_message(&node.files, &row, &bot, None);
     announce(node, entry, &row, "MESSAGE_CREATE", &message).await;
     Ok((row, message))
 }
@@ -1448,7 +1449,7 @@ async fn update_message(
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
     let bot = store.user(row.author_id).await?.ok_or(ApiError::Internal)?;
-    let mut message = wire_message(&row, &bot, None);
+    let mut message = wire_message(&node.files, &row, &bot, None);
     // An edit leaves a pin as it was, and the update says so.
     message.pinned = is_pinned(node, &row).await?;
     announce(node, entry, &row, "MESSAGE_UPDATE", &message).await;
@@ -1746,7 +1747,7 @@ pub(crate) async fn get(node: &crate::ApiState, entry: &Entry, raw: &str) -> Api
         .user(row.author_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    let mut message = wire_message(&row, &author, None);
+    let mut message = wire_message(&node.files, &row, &author, None);
     message.pinned = is_pinned(node, &row).await?;
     ok(&message)
 }

@@ -15,6 +15,7 @@
 //! the users role and sessions only through its clients and the bus.
 
 pub mod commands;
+pub mod files;
 pub mod interaction_forward;
 pub mod interactions;
 pub mod ratelimit;
@@ -87,6 +88,8 @@ pub struct ApiState {
     pub interactions: crate::interactions::Interactions,
     /// Interaction requests passed between api nodes.
     pub forwards: crate::interaction_forward::Forwards,
+    /// The blob store files are kept in, and where they are served.
+    pub files: crate::files::Files,
 }
 
 impl ApiState {
@@ -294,6 +297,21 @@ pub async fn read_json<T: DeserializeOwned>(
         } else {
             ApiError::Field("body", "BASE_TYPE_BAD", error.to_string())
         }
+    })
+}
+
+/// `value` as a `T`: 50035 at `body` when it has the wrong shape
+/// (counted as a bad request), as [`read_json`] answers.
+pub(crate) fn from_json_value<T: DeserializeOwned>(
+    state: &ApiState,
+    value: Value,
+) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|error| {
+        state
+            .counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field("body", "BASE_TYPE_BAD", error.to_string())
     })
 }
 
@@ -2003,6 +2021,8 @@ pub(crate) struct Edit {
     pub(crate) components: Option<Option<String>>,
     /// The flags as they will stand ([`edited_flags`]).
     pub(crate) flags: Option<u64>,
+    /// The attachments as they will stand, stored (`files::stored`).
+    pub(crate) attachments: Option<Option<String>>,
 }
 
 /// Applies `edit` to `row` and stores it, if the edit changes anything.
@@ -2019,6 +2039,7 @@ pub(crate) async fn edit_row(
     if edit.content.is_none()
         && edit.embeds.is_none()
         && edit.components.is_none()
+        && edit.attachments.is_none()
         && !flags_changed
     {
         return Ok(());
@@ -2039,13 +2060,18 @@ pub(crate) async fn edit_row(
     if let Some(components) = edit.components {
         row.components = components;
     }
+    if let Some(attachments) = edit.attachments {
+        row.attachments = attachments;
+    }
     check_message_state(
         node,
         row.flags as u64,
         &row.content,
         row.embeds.is_some(),
         row.components.is_some(),
+        row.attachments.is_some(),
     )?;
+    check_stored_embed_refs(node, row)?;
     if text_changed && let Some(mentioning) = mentioning {
         // A reply's author stays mentioned if they were.
         let replied = row
@@ -2062,6 +2088,22 @@ pub(crate) async fn edit_row(
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
     Ok(())
+}
+
+/// Refuses a message whose embeds show `attachment://` names it has no
+/// file of (50035 at the embed's field).
+pub(crate) fn check_stored_embed_refs(node: &ApiState, row: &MessageRow) -> Result<(), ApiError> {
+    let Some(embeds) = row.embeds.as_deref() else {
+        return Ok(());
+    };
+    let embeds: Vec<Value> = serde_json::from_str(embeds).unwrap_or_default();
+    let attachments: Vec<guildhall_proto::model::Attachment> = row
+        .attachments
+        .as_deref()
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or_default();
+    let names: Vec<&str> = attachments.iter().map(|a| a.filename.as_str()).collect();
+    crate::files::check_embed_refs(&embeds, &names).map_err(|error| invalid_form(node, &error))
 }
 
 // ----- flags and components, as every message route takes them --------------
@@ -2183,9 +2225,10 @@ pub(crate) fn check_message_state(
     content: &str,
     has_embeds: bool,
     has_components: bool,
+    has_files: bool,
 ) -> Result<(), ApiError> {
     if flags & FLAG_IS_COMPONENTS_V2 == 0 {
-        return check_content(node, content, has_embeds || has_components);
+        return check_content(node, content, has_embeds || has_components || has_files);
     }
     let legacy = if !content.is_empty() {
         Some("content")
@@ -2241,6 +2284,7 @@ pub(crate) fn check_content(
 }
 
 pub(crate) fn wire_message(
+    files: &crate::files::Files,
     row: &MessageRow,
     author: &UserRow,
     member: Option<guildhall_proto::model::Member>,
@@ -2261,12 +2305,13 @@ pub(crate) fn wire_message(
         ),
         None => (wire_user(author), member),
     };
-    wire_row(row, author, member)
+    wire_row(files, row, author, member)
 }
 
 /// The message of `row` with `author` (a user's, or a webhook's) and
 /// `member`.
 pub(crate) fn wire_row(
+    files: &crate::files::Files,
     row: &MessageRow,
     author: guildhall_proto::model::User,
     member: Option<guildhall_proto::model::Member>,
@@ -2276,6 +2321,15 @@ pub(crate) fn wire_row(
         .as_deref()
         .and_then(|m| serde_json::from_str(m).ok())
         .unwrap_or_default();
+    let attachments = crate::files::shown(files, row.channel_id, row.attachments.as_deref());
+    let mut embeds: Vec<Value> = row
+        .embeds
+        .as_deref()
+        .and_then(|e| serde_json::from_str(e).ok())
+        .unwrap_or_default();
+    if !attachments.is_empty() {
+        crate::files::resolve_embed_refs(&mut embeds, &attachments);
+    }
     Message {
         id: sf(row.id),
         channel_id: sf(row.channel_id),
@@ -2289,12 +2343,8 @@ pub(crate) fn wire_row(
         mention_everyone: mentioned.everyone,
         mentions: mentioned.users,
         mention_roles: mentioned.roles,
-        attachments: vec![],
-        embeds: row
-            .embeds
-            .as_deref()
-            .and_then(|e| serde_json::from_str(e).ok())
-            .unwrap_or_default(),
+        attachments,
+        embeds,
         // A pin is a fact about the channel, not the row: readers that
         // render a stored message set it from the store (`pinned_in`).
         pinned: false,
@@ -2405,7 +2455,7 @@ pub(crate) async fn with_referenced(
             author_of(node, authors, target.author_id)
                 .await?
                 .map(|author| {
-                    let mut referenced = wire_message(&target, author, None);
+                    let mut referenced = wire_message(&node.files, &target, author, None);
                     referenced.pinned = pinned;
                     Box::new(referenced)
                 })
@@ -2601,12 +2651,23 @@ async fn publish_holding(
     }
 }
 
+/// The bounds a message's attachments are planned under.
+pub(crate) fn plan_limits(node: &ApiState) -> crate::files::PlanLimits {
+    let limits = &node.shared.limits;
+    crate::files::PlanLimits {
+        attachments_max: limits.message_attachments_max,
+        filename_bytes_max: limits.attachment_filename_bytes_max,
+        text_chars_max: limits.attachment_text_chars_max,
+    }
+}
+
 async fn create_message(
     State(node): State<AppState>,
     Caller(author): Caller,
     Path(id): Path<String>,
-    JsonBody(body): JsonBody<NewMessage>,
+    form: crate::files::MessageBody<NewMessage>,
 ) -> ApiResult {
+    let body = form.body;
     let channel = node
         .shared
         .store
@@ -2629,12 +2690,22 @@ async fn create_message(
         mentions::Context::Message,
     )?;
     let components = authored_components(&node, &author, &Value::Array(body.components), flags)?;
+    let planned = crate::files::plan(
+        form.attachments.as_ref(),
+        &form.uploads,
+        &[],
+        plan_limits(&node),
+    )
+    .map_err(|error| invalid_form(&node, &error))?;
+    crate::files::check_embed_refs(&body.embeds, &crate::files::planned_names(&planned))
+        .map_err(|error| invalid_form(&node, &error))?;
     check_message_state(
         &node,
         flags,
         &body.content,
         embeds.is_some(),
         components.is_some(),
+        !planned.is_empty(),
     )?;
     // A components-v2 message mentions whom its text displays mention.
     let text = match &components {
@@ -2668,12 +2739,15 @@ async fn create_message(
         Guild(i64),
         Dm(Vec<i64>),
     }
-    // Discord: replying needs READ_MESSAGE_HISTORY as well.
-    let need = if reference.is_some() {
-        perm::SEND_MESSAGES | perm::READ_MESSAGE_HISTORY
-    } else {
-        perm::SEND_MESSAGES
-    };
+    // Discord: replying needs READ_MESSAGE_HISTORY as well, and a file
+    // ATTACH_FILES.
+    let mut need = perm::SEND_MESSAGES;
+    if reference.is_some() {
+        need |= perm::READ_MESSAGE_HISTORY;
+    }
+    if !planned.is_empty() {
+        need |= perm::ATTACH_FILES;
+    }
     let (audience, member, rights) = match channel.guild_id {
         Some(guild_id) => {
             let grant = node
@@ -2709,6 +2783,9 @@ async fn create_message(
     };
     let mentioned =
         mentions_of(&node, channel.guild_id, &text, &mentioning, replied_author).await?;
+    // The files are durable before the row that names them is written.
+    let attachments =
+        crate::files::store_planned(&node, channel.id, planned, &form.uploads).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
         channel_id: channel.id,
@@ -2740,6 +2817,7 @@ async fn create_message(
         reference_channel_id: target.as_ref().map(|t| t.channel_id),
         reference_guild_id: target.as_ref().and_then(|t| t.guild_id),
         mentions: mentioned,
+        attachments: crate::files::stored(&attachments),
     };
     store_message(&node, &row).await?;
     if guildhall_store::THREAD_KINDS.contains(&channel.kind) {
@@ -2747,7 +2825,7 @@ async fn create_message(
         // the count one short, never the message lost.
         node.shared.store.count_thread_message(channel.id).await?;
     }
-    let mut message = wire_message(&row, &author, member);
+    let mut message = wire_message(&node.files, &row, &author, member);
     if let Some(target) = target {
         // The target as just read, not read again: the reply shows what
         // was replied to.
@@ -2854,7 +2932,7 @@ async fn list_messages(
     for row in &rows {
         let Some(mut message) = author_of(&node, &mut authors, row.author_id)
             .await?
-            .map(|author| wire_message(row, author, None))
+            .map(|author| wire_message(&node.files, row, author, None))
         else {
             continue;
         };
@@ -2916,7 +2994,7 @@ async fn get_message(
         .user(row.author_id)
         .await?
         .ok_or(ApiError::Internal)?;
-    let mut message = wire_message(&row, &author, None);
+    let mut message = wire_message(&node.files, &row, &author, None);
     message.pinned = is_pinned(&node, &row).await?;
     message.reactions = reactions_in(&node, row.channel_id, &[row.id], caller.id)
         .await?
@@ -2953,10 +3031,16 @@ async fn edit_message(
     State(node): State<AppState>,
     Caller(caller): Caller,
     Path((channel, message)): Path<(String, String)>,
-    JsonBody(body): JsonBody<EditMessage>,
+    form: crate::files::MessageBody<EditMessage>,
 ) -> ApiResult {
-    let (_, audience, mut row) =
-        message_of(&node, &caller, &channel, &message, perm::VIEW_CHANNEL).await?;
+    let body = form.body;
+    // New files need ATTACH_FILES, as on a new message.
+    let need = if form.uploads.is_empty() {
+        perm::VIEW_CHANNEL
+    } else {
+        perm::VIEW_CHANNEL | perm::ATTACH_FILES
+    };
+    let (_, audience, mut row) = message_of(&node, &caller, &channel, &message, need).await?;
     // A webhook's message is stored with its creator as `author_id`, but
     // only the webhook edits it (through its token).
     if row.author_id != caller.id || row.webhook_id.is_some() {
@@ -3008,6 +3092,8 @@ async fn edit_message(
         },
         actor_id: caller.id,
     };
+    let attachments =
+        crate::files::edited(&node, &row, form.attachments.as_ref(), &form.uploads).await?;
     edit_row(
         &node,
         &mut row,
@@ -3016,11 +3102,12 @@ async fn edit_message(
             embeds,
             components,
             flags: Some(flags),
+            attachments,
         },
         Some(&mentioning),
     )
     .await?;
-    let mut message = wire_message(&row, &caller, None);
+    let mut message = wire_message(&node.files, &row, &caller, None);
     // An edit leaves a pin as it was, and the update says so.
     message.pinned = is_pinned(&node, &row).await?;
     // An edited reply still shows what it replies to.
@@ -5214,7 +5301,7 @@ async fn publish_pins_update(
     if let Ok(Some(row)) = node.shared.store.message(channel.id, message_id).await
         && let Ok(Some(author)) = node.shared.store.user(row.author_id).await
     {
-        let mut message = wire_message(&row, &author, None);
+        let mut message = wire_message(&node.files, &row, &author, None);
         // As the store has it now, not as this request left it: a pin and
         // an unpin that race each announce the state that stands.
         message.pinned = is_pinned(node, &row).await.unwrap_or(pinned);
@@ -5303,7 +5390,7 @@ async fn pin_notice(
         ChannelAudience::Guild { member, .. } => Some((**member).clone()),
         ChannelAudience::Dm(_) => None,
     };
-    let message = wire_message(&row, caller, member);
+    let message = wire_message(&node.files, &row, caller, member);
     audience
         .announce_message(node, "MESSAGE_CREATE", &message, caller.id)
         .await;
@@ -5456,7 +5543,7 @@ async fn pins_page(
     for pin in pins {
         let Some(mut message) = author_of(node, &mut authors, pin.message.author_id)
             .await?
-            .map(|author| wire_message(&pin.message, author, None))
+            .map(|author| wire_message(&node.files, &pin.message, author, None))
         else {
             continue;
         };

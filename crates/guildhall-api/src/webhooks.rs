@@ -767,15 +767,21 @@ pub(crate) struct Extras {
 pub(crate) fn check_extras(
     node: &crate::ApiState,
     body: &Map<String, Value>,
+    takes_files: bool,
 ) -> Result<Extras, ApiError> {
     let limits = &node.shared.limits;
-    for field in [
-        "poll",
-        "thread_name",
-        "applied_tags",
-        "attachments",
-        "payload_json",
-    ] {
+    let refused_fields: &[&'static str] = if takes_files {
+        &["poll", "thread_name", "applied_tags"]
+    } else {
+        &[
+            "poll",
+            "thread_name",
+            "applied_tags",
+            "attachments",
+            "payload_json",
+        ]
+    };
+    for &field in refused_fields {
         let present = match body.get(field) {
             None | Some(Value::Null) => false,
             Some(Value::Array(items)) => !items.is_empty(),
@@ -846,12 +852,17 @@ async fn execute(
     let webhook = by_token(&node, &id, &token).await?;
     let thread = query.thread(&node, &webhook).await?;
     let limits = &node.shared.limits;
-    let body = object_body(
-        &node,
-        read_json(req, &node, limits.rest_body_bytes_max).await?,
-    )?;
+    let mut form = crate::files::read_message_body::<Value>(req, &node).await?;
+    let body = object_body(&node, std::mem::take(&mut form.body))?;
     let content = string_field(&node, &body, "content")?.unwrap_or_default();
-    let extras = check_extras(&node, &body)?;
+    let extras = check_extras(&node, &body, true)?;
+    let planned = crate::files::plan(
+        form.attachments.as_ref(),
+        &form.uploads,
+        &[],
+        crate::plan_limits(&node),
+    )
+    .map_err(|error| crate::invalid_form(&node, &error))?;
     let flags = crate::flags_field(
         &node,
         body.get("flags"),
@@ -866,7 +877,12 @@ async fn execute(
         &content,
         extras.embeds > 0,
         components.is_some(),
+        !planned.is_empty(),
     )?;
+    if let Some(Value::Array(embeds)) = body.get("embeds") {
+        crate::files::check_embed_refs(embeds, &crate::files::planned_names(&planned))
+            .map_err(|error| crate::invalid_form(&node, &error))?;
+    }
     // A components-v2 message mentions whom its text displays mention.
     let text = match &components {
         Some(kept) if flags & guildhall_proto::components::FLAG_IS_COMPONENTS_V2 != 0 => {
@@ -909,9 +925,13 @@ async fn execute(
     };
     let mentioned =
         crate::mentions_of(&node, Some(webhook.guild_id), &text, &mentioning, None).await?;
+    let channel_id = thread.unwrap_or(webhook.channel_id);
+    // The files are durable before the row that names them is written.
+    let attachments =
+        crate::files::store_planned(&node, channel_id, planned, &form.uploads).await?;
     let row = MessageRow {
         id: node.shared.next_id().get() as i64,
-        channel_id: thread.unwrap_or(webhook.channel_id),
+        channel_id,
         guild_id: Some(webhook.guild_id),
         author_id: webhook.creator_id,
         content,
@@ -934,12 +954,13 @@ async fn execute(
         reference_channel_id: None,
         reference_guild_id: None,
         mentions: mentioned,
+        attachments: crate::files::stored(&attachments),
     };
     store_message(&node, &row).await?;
     if let Some(thread) = thread {
         node.shared.store.count_thread_message(thread).await?;
     }
-    let message = webhook_message(&row);
+    let message = webhook_message(&node.files, &row);
     // The webhook's id as the "author" exempt from content blanking: no
     // session belongs to it, so nobody gets the content through it.
     publish_message(
@@ -957,13 +978,16 @@ async fn execute(
     }
 }
 
-fn webhook_message(row: &MessageRow) -> guildhall_proto::model::Message {
+fn webhook_message(
+    files: &crate::files::Files,
+    row: &MessageRow,
+) -> guildhall_proto::model::Message {
     let author = User::webhook(
         sf(row.webhook_id.unwrap_or(row.author_id)),
         row.author_name.clone().unwrap_or_default(),
         row.author_avatar.clone(),
     );
-    wire_row(row, author, None)
+    wire_row(files, row, author, None)
 }
 
 /// A message `webhook` sent: any other message (of another webhook, of a
@@ -1000,7 +1024,7 @@ async fn get_message(
     }
     let webhook = by_token(&node, &id, &token).await?;
     let row = query.message(&node, &webhook, &message).await?;
-    let mut message = webhook_message(&row);
+    let mut message = webhook_message(&node.files, &row);
     message.pinned = crate::is_pinned(&node, &row).await?;
     ok(&message)
 }
@@ -1025,11 +1049,9 @@ async fn edit_message(
     }
     let webhook = by_token(&node, &id, &token).await?;
     let mut row = query.message(&node, &webhook, &message).await?;
-    let body = object_body(
-        &node,
-        read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?,
-    )?;
-    let extras = check_extras(&node, &body)?;
+    let mut form = crate::files::read_message_body::<Value>(req, &node).await?;
+    let body = object_body(&node, std::mem::take(&mut form.body))?;
+    let extras = check_extras(&node, &body, true)?;
     // Null clears the content, as every field of this route is nullable.
     let content = match body.get("content") {
         None => None,
@@ -1060,6 +1082,8 @@ async fn edit_message(
         rights: crate::MentionRights::Webhook,
         actor_id: webhook.creator_id,
     };
+    let attachments =
+        crate::files::edited(&node, &row, form.attachments.as_ref(), &form.uploads).await?;
     crate::edit_row(
         &node,
         &mut row,
@@ -1068,11 +1092,12 @@ async fn edit_message(
             embeds: extras.embeds_json,
             components,
             flags: Some(flags),
+            attachments,
         },
         Some(&mentioning),
     )
     .await?;
-    let mut message = webhook_message(&row);
+    let mut message = webhook_message(&node.files, &row);
     // An edit leaves a pin as it was, and the update says so.
     message.pinned = crate::is_pinned(&node, &row).await?;
     publish_message(

@@ -305,6 +305,35 @@ pub const REST_BODY_BYTES_MAX: usize = 64 * 1024;
 /// then see the reset). 4 MiB covers the bodies clients really send.
 pub const REST_BODY_DRAIN_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// Largest file attached to a message, in bytes (Discord's 10 MiB for an
+/// unboosted guild). When hit: 413 with code 40005, nothing stored.
+pub const ATTACHMENT_BYTES_MAX: usize = 10 * 1024 * 1024;
+
+/// Largest `multipart/form-data` request (files, `payload_json` and the
+/// multipart framing together). When hit: 413 with code 40005, the
+/// overrun drained as a JSON body's is (`rest_body_drain_bytes_max`).
+pub const UPLOAD_REQUEST_BYTES_MAX: usize = 25 * 1024 * 1024;
+
+/// Most files on one message (Discord's 10). When hit: 400 with code
+/// 50035 at `attachments`.
+pub const MESSAGE_ATTACHMENTS_MAX: usize = 10;
+
+/// Longest stored file name, in bytes after sanitising; a longer one is
+/// shortened from the end of its stem, keeping its extension.
+pub const ATTACHMENT_FILENAME_BYTES_MAX: usize = 256;
+
+/// Longest alt text (`description`) and `title` of an attachment, in
+/// characters (Discord's 1,024). When hit: 50035 at the field.
+pub const ATTACHMENT_TEXT_CHARS_MAX: usize = 1_024;
+
+/// Upload bytes this api node holds in memory at once, over every request
+/// in flight: each request takes its share as its body arrives and gives
+/// it back when it is answered. When hit: the request that would pass it
+/// is answered 503 with `Retry-After` (nothing stored) and counted in
+/// `guildhall_uploads_refused_total`, so many concurrent uploads cannot
+/// exhaust the node's memory.
+pub const UPLOAD_MEMORY_BYTES_MAX: usize = 256 * 1024 * 1024;
+
 /// Longest message content, in characters (Discord's 2,000). When hit: 400
 /// with code 50035 (invalid form body).
 pub const MESSAGE_CONTENT_CHARS_MAX: usize = 2_000;
@@ -1473,6 +1502,18 @@ pub struct Limits {
     pub rest_body_bytes_max: usize,
     /// See [`REST_BODY_DRAIN_BYTES_MAX`].
     pub rest_body_drain_bytes_max: usize,
+    /// See [`ATTACHMENT_BYTES_MAX`].
+    pub attachment_bytes_max: usize,
+    /// See [`UPLOAD_REQUEST_BYTES_MAX`].
+    pub upload_request_bytes_max: usize,
+    /// See [`MESSAGE_ATTACHMENTS_MAX`].
+    pub message_attachments_max: usize,
+    /// See [`ATTACHMENT_FILENAME_BYTES_MAX`].
+    pub attachment_filename_bytes_max: usize,
+    /// See [`ATTACHMENT_TEXT_CHARS_MAX`].
+    pub attachment_text_chars_max: usize,
+    /// See [`UPLOAD_MEMORY_BYTES_MAX`].
+    pub upload_memory_bytes_max: usize,
     /// See [`MESSAGE_CONTENT_CHARS_MAX`].
     pub message_content_chars_max: usize,
     /// See [`MESSAGES_PER_PAGE_MAX`].
@@ -1888,6 +1929,12 @@ impl Default for Limits {
             handshake_hold_ms_max: HANDSHAKE_HOLD_MS_MAX,
             rest_body_bytes_max: REST_BODY_BYTES_MAX,
             rest_body_drain_bytes_max: REST_BODY_DRAIN_BYTES_MAX,
+            attachment_bytes_max: ATTACHMENT_BYTES_MAX,
+            upload_request_bytes_max: UPLOAD_REQUEST_BYTES_MAX,
+            message_attachments_max: MESSAGE_ATTACHMENTS_MAX,
+            attachment_filename_bytes_max: ATTACHMENT_FILENAME_BYTES_MAX,
+            attachment_text_chars_max: ATTACHMENT_TEXT_CHARS_MAX,
+            upload_memory_bytes_max: UPLOAD_MEMORY_BYTES_MAX,
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
@@ -2335,6 +2382,35 @@ impl Limits {
             self.handshake_hold_ms_max >= 1,
             "handshake_hold_ms_max",
             "must be at least 1",
+        );
+        for (value, field) in [
+            (self.attachment_bytes_max, "attachment_bytes_max"),
+            (self.upload_request_bytes_max, "upload_request_bytes_max"),
+            (self.message_attachments_max, "message_attachments_max"),
+            (
+                self.attachment_filename_bytes_max,
+                "attachment_filename_bytes_max",
+            ),
+            (self.attachment_text_chars_max, "attachment_text_chars_max"),
+            (self.upload_memory_bytes_max, "upload_memory_bytes_max"),
+        ] {
+            check(value >= 1, field, "must be at least 1");
+        }
+        check(
+            self.upload_request_bytes_max >= self.attachment_bytes_max,
+            "upload_request_bytes_max",
+            "must be at least attachment_bytes_max",
+        );
+        check(
+            self.upload_memory_bytes_max >= self.upload_request_bytes_max,
+            "upload_memory_bytes_max",
+            "must be at least upload_request_bytes_max",
+        );
+        // A file name needs room for "unknown" and an extension.
+        check(
+            self.attachment_filename_bytes_max >= 16,
+            "attachment_filename_bytes_max",
+            "must be at least 16",
         );
         check(
             self.rest_body_bytes_max >= 1,
@@ -3266,6 +3342,12 @@ mod tests {
             "sessions_per_node_max",
             "handshake_rate_per_s",
             "handshake_hold_ms_max",
+            "attachment_bytes_max",
+            "upload_request_bytes_max",
+            "message_attachments_max",
+            "attachment_filename_bytes_max",
+            "attachment_text_chars_max",
+            "upload_memory_bytes_max",
             "rest_body_bytes_max",
             "message_content_chars_max",
             "messages_per_page_max",
@@ -3492,6 +3574,12 @@ mod tests {
             "sessions_per_node_max" => l.sessions_per_node_max = 0,
             "handshake_rate_per_s" => l.handshake_rate_per_s = 0,
             "handshake_hold_ms_max" => l.handshake_hold_ms_max = 0,
+            "attachment_bytes_max" => l.attachment_bytes_max = 0,
+            "upload_request_bytes_max" => l.upload_request_bytes_max = 0,
+            "message_attachments_max" => l.message_attachments_max = 0,
+            "attachment_filename_bytes_max" => l.attachment_filename_bytes_max = 0,
+            "attachment_text_chars_max" => l.attachment_text_chars_max = 0,
+            "upload_memory_bytes_max" => l.upload_memory_bytes_max = 0,
             "rest_body_bytes_max" => l.rest_body_bytes_max = 0,
             "message_content_chars_max" => l.message_content_chars_max = 0,
             "messages_per_page_max" => l.messages_per_page_max = 0,

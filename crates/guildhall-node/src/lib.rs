@@ -72,6 +72,17 @@ pub struct NodeConfig {
     pub cluster_state: Option<Arc<cluster::ClusterState>>,
     /// Where the SFU role takes media and serves its voice gateway.
     pub voice: VoiceSettings,
+    /// Where the api role keeps files and where they are served.
+    pub files: FileSettings,
+}
+
+/// The api role's files (see the binary's config for the keys).
+#[derive(Clone, Debug, Default)]
+pub struct FileSettings {
+    /// The directory files are kept in; `None`: `DATA_DIR/blobs`.
+    pub blob_dir: Option<PathBuf>,
+    /// The base of file URLs (a CDN's); `None`: this node's listener.
+    pub public_cdn_url: Option<String>,
 }
 
 /// The SFU role's addresses (see the binary's config for the keys).
@@ -131,6 +142,7 @@ impl NodeConfig {
             database_url: None,
             cluster_state: None,
             voice: VoiceSettings::default(),
+            files: FileSettings::default(),
         }
     }
 
@@ -616,6 +628,36 @@ async fn metrics(
         "Interactions held.",
         node.api.interactions.with(|t| t.len()) as u64,
     );
+    let files = &node.api.files.counters;
+    for (name, help, value) in [
+        (
+            "guildhall_uploads_refused_total",
+            "Upload requests answered 503: the node's upload memory (upload_memory_bytes_max) was taken.",
+            &files.uploads_refused_total,
+        ),
+        (
+            "guildhall_files_stored_total",
+            "Files stored in the blob store.",
+            &files.files_stored_total,
+        ),
+        (
+            "guildhall_file_bytes_stored_total",
+            "Bytes of files stored in the blob store.",
+            &files.file_bytes_stored_total,
+        ),
+        (
+            "guildhall_blob_errors_total",
+            "Blob store operations that failed (answered 503).",
+            &files.blob_errors_total,
+        ),
+        (
+            "guildhall_files_served_total",
+            "Files served at the CDN paths.",
+            &files.files_served_total,
+        ),
+    ] {
+        line(name, "counter", help, value.load(Ordering::Relaxed));
+    }
     line(
         "guildhall_fanout_failed_total",
         "counter",
@@ -1651,6 +1693,20 @@ pub async fn run(
         node_name: config.node_name.clone(),
         interactions: interactions::Interactions::new(&config.limits),
         forwards: interaction_forward::Forwards::new(&config.limits),
+        files: {
+            let dir = config
+                .files
+                .blob_dir
+                .clone()
+                .unwrap_or_else(|| config.data_dir.join("blobs"));
+            let base = config
+                .files
+                .public_cdn_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{addr}"));
+            api::files::Files::local(&dir, base, &config.limits)
+                .map_err(|source| NodeError::DataDir { path: dir, source })?
+        },
     });
     let node = Arc::new(Node {
         shared,
@@ -1710,6 +1766,16 @@ pub async fn run(
     let mut app = axum::Router::new();
     if config.runs(Role::Api) {
         app = app.nest("/api/v10", rest.clone()).nest("/api/v9", rest);
+        // Files, at the paths of Discord's CDN (the URLs name this node
+        // or the configured CDN in front of the api nodes).
+        app = app.merge(
+            axum::Router::new()
+                .route(
+                    "/attachments/{channel}/{attachment}/{filename}",
+                    axum::routing::get(api::files::serve_attachment),
+                )
+                .with_state(node.api.clone()),
+        );
         // The interaction requests other api nodes pass on: the same
         // routes without the edge (the passing node applied it).
         let passed_on = axum::Router::new()

@@ -457,6 +457,43 @@ pub struct Guild {
     pub soundboard_sounds: Empty,
 }
 
+/// A file attached to a message (Discord's Attachment object). The api
+/// fills `url` and `proxy_url` when it shows the message, from where its
+/// files are served; what is stored with the message is the rest.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Attachment {
+    /// Id (its upload time is in it).
+    pub id: Snowflake,
+    /// The file's name, as sanitised at upload.
+    pub filename: String,
+    /// Its title, as the uploader gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Alt text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Media type, sniffed from the bytes (never the client's word).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where the file is served.
+    #[serde(default)]
+    pub url: String,
+    /// The same, through the media proxy (here the same server).
+    #[serde(default)]
+    pub proxy_url: String,
+    /// Height in pixels (images only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
+    /// Width in pixels (images only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    /// Attachment flags (IS_REMIX and the like); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flags: Option<u64>,
+}
+
 /// A message.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Message {
@@ -487,7 +524,7 @@ pub struct Message {
     /// Mentioned roles.
     pub mention_roles: Vec<Snowflake>,
     /// Attachments.
-    pub attachments: Empty,
+    pub attachments: Vec<Attachment>,
     /// Embeds.
     pub embeds: Empty,
     /// Pinned.

@@ -478,6 +478,9 @@ pub struct MessageRow {
     /// Who it mentions (`guildhall_proto::mentions::Stored` as JSON);
     /// `None`: nobody.
     pub mentions: Option<String>,
+    /// Its files (`guildhall_proto::model::Attachment`s without URLs, as
+    /// JSON); `None`: none.
+    pub attachments: Option<String>,
 }
 
 impl MessageRow {
@@ -513,6 +516,7 @@ impl MessageRow {
             reference_channel_id: None,
             reference_guild_id: None,
             mentions: None,
+            attachments: None,
         }
     }
 }
@@ -906,7 +910,7 @@ pub type SqliteStore = SqlStore<sqlx::Sqlite>;
 /// The PostgreSQL store (cluster mode).
 pub type PgStore = SqlStore<sqlx::Postgres>;
 
-const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to, embeds, reference_kind, reference_message_id, reference_channel_id, reference_guild_id, mentions) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)";
+const INSERT_MESSAGE: &str = "INSERT INTO messages (id, channel_id, guild_id, author_id, content, tts, edited_ms, webhook_id, author_name, author_avatar, kind, flags, components, application_id, interaction_id, interaction_metadata, visible_to, embeds, reference_kind, reference_message_id, reference_channel_id, reference_guild_id, mentions, attachments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)";
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations-postgres");
@@ -1081,6 +1085,7 @@ where
             .bind(m.reference_channel_id)
             .bind(m.reference_guild_id)
             .bind(&m.mentions)
+            .bind(&m.attachments)
             .execute(executor)
             .await?;
         Ok(())
@@ -1941,12 +1946,12 @@ where
         Ok(done.rows_affected() == 1)
     }
 
-    /// Rewrites a message's content, flags, components, embeds and edit
-    /// time (an edit, or an interaction's response updated by its
-    /// application); false if it does not exist.
+    /// Rewrites a message's content, flags, components, embeds,
+    /// attachments and edit time (an edit, or an interaction's response
+    /// updated by its application); false if it does not exist.
     pub async fn update_message(&self, row: &MessageRow) -> Result<bool> {
         let done = sqlx::query(
-            "UPDATE messages SET content = $3, edited_ms = $4, flags = $5, components = $6, embeds = $7, mentions = $8 WHERE channel_id = $1 AND id = $2",
+            "UPDATE messages SET content = $3, edited_ms = $4, flags = $5, components = $6, embeds = $7, mentions = $8, attachments = $9 WHERE channel_id = $1 AND id = $2",
         )
         .bind(row.channel_id)
         .bind(row.id)
@@ -1956,6 +1961,7 @@ where
         .bind(&row.components)
         .bind(&row.embeds)
         .bind(&row.mentions)
+        .bind(&row.attachments)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -3879,6 +3885,7 @@ mod tests {
                 reference_channel_id: None,
                 reference_guild_id: None,
                 mentions: None,
+                attachments: None,
             };
             store.insert_message(&m).await.unwrap();
         }
@@ -3959,6 +3966,7 @@ mod tests {
                     reference_channel_id: None,
                     reference_guild_id: None,
                     mentions: None,
+                    attachments: None,
                 };
                 store.insert_message(&m).await
             }));
@@ -3991,6 +3999,7 @@ mod tests {
             reference_channel_id: None,
             reference_guild_id: None,
             mentions: None,
+            attachments: None,
         };
         let fresh = MessageRow {
             id: 501,
@@ -4070,6 +4079,7 @@ mod tests {
                 reference_channel_id: None,
                 reference_guild_id: None,
                 mentions: None,
+                attachments: None,
             };
             store.insert_message(&message).await.unwrap();
             assert_eq!(
@@ -4743,6 +4753,7 @@ mod tests {
                 reference_channel_id: None,
                 reference_guild_id: None,
                 mentions: None,
+                attachments: None,
             };
             store.insert_message(&m).await.unwrap();
             store.count_thread_message(900).await.unwrap();
@@ -5269,6 +5280,7 @@ mod tests {
             reference_channel_id: None,
             reference_guild_id: None,
             mentions: None,
+            attachments: None,
         };
         store.insert_message(&message).await.unwrap();
         assert!(store.delete_webhook(200).await.unwrap());

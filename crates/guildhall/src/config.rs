@@ -22,6 +22,15 @@
 //! public_gateway_url = "wss://gateway.example.org"
 //! ```
 //!
+//! Files (attachments): where their bytes are kept, and the base of the
+//! URLs they are served at (the api role serves them at Discord's CDN
+//! paths; a CDN or load balancer in front is named here):
+//!
+//! ```toml
+//! blob_dir = "/var/lib/guildhall/blobs"    # [default: DATA_DIR/blobs]
+//! public_cdn_url = "https://cdn.example.org"  # [default: http://LISTEN]
+//! ```
+//!
 //! Voice (the `sfu` role): where the SFU takes media and where voice
 //! clients reach its voice gateway. The libraries connect only to
 //! `wss://{endpoint}`, so either give the SFU a certificate (its own TLS
@@ -87,6 +96,10 @@ pub struct ConfigFile {
     pub worker_id: Option<u16>,
     /// The gateway URL clients are given (a load balancer's).
     pub public_gateway_url: Option<String>,
+    /// The directory files are kept in.
+    pub blob_dir: Option<PathBuf>,
+    /// The base of the URLs files are served at.
+    pub public_cdn_url: Option<String>,
     /// The SFU's UDP media address.
     pub voice_udp: Option<String>,
     /// The IP voice clients send media to (READY's `ip`).
@@ -110,7 +123,7 @@ pub struct ConfigFile {
 }
 
 /// Top-level keys that the environment may set (`GUILDHALL_<KEY>`).
-const TOP_LEVEL_KEYS: [&str; 16] = [
+const TOP_LEVEL_KEYS: [&str; 18] = [
     "listen",
     "data_dir",
     "roles",
@@ -120,6 +133,8 @@ const TOP_LEVEL_KEYS: [&str; 16] = [
     "node_name",
     "worker_id",
     "public_gateway_url",
+    "blob_dir",
+    "public_cdn_url",
     "voice_udp",
     "voice_public_ip",
     "voice_listen",
@@ -215,6 +230,8 @@ fn set_top_level(config: &mut ConfigFile, key: &str, value: &str) -> Result<()> 
         "node_name" => config.node_name = text,
         "worker_id" => config.worker_id = Some(value.trim().parse().context("not a worker id")?),
         "public_gateway_url" => config.public_gateway_url = text,
+        "blob_dir" => config.blob_dir = Some(value.into()),
+        "public_cdn_url" => config.public_cdn_url = text,
         "voice_udp" => config.voice_udp = text,
         "voice_public_ip" => config.voice_public_ip = text,
         "voice_listen" => config.voice_listen = text,

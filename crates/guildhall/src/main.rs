@@ -62,6 +62,12 @@ enum Command {
         /// The gateway URL clients are given (a load balancer's) [default: this listener].
         #[arg(long)]
         public_gateway_url: Option<String>,
+        /// The directory files (attachments) are kept in [default: DATA_DIR/blobs].
+        #[arg(long)]
+        blob_dir: Option<std::path::PathBuf>,
+        /// The base of the URLs files are served at (a CDN's) [default: http://LISTEN].
+        #[arg(long)]
+        public_cdn_url: Option<String>,
         /// The SFU's UDP media address [default: the listen IP, any port].
         #[arg(long)]
         voice_udp: Option<String>,
@@ -441,6 +447,8 @@ fn main() -> Result<()> {
             node_name,
             worker_id,
             public_gateway_url,
+            blob_dir,
+            public_cdn_url,
             voice_udp,
             voice_public_ip,
             voice_listen,
@@ -490,6 +498,10 @@ fn main() -> Result<()> {
                 let mut config = guildhall_node::NodeConfig {
                     roles: cluster.roles.clone(),
                     public_gateway_url: cluster.public_gateway_url.clone(),
+                    files: guildhall_node::FileSettings {
+                        blob_dir: blob_dir.or(file.blob_dir.clone()),
+                        public_cdn_url: public_cdn_url.or(file.public_cdn_url.clone()),
+                    },
                     voice,
                     ..guildhall_node::NodeConfig::embedded(data_dir)
                 };

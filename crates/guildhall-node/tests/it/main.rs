@@ -12,6 +12,7 @@ mod commands;
 mod common;
 mod embeds;
 mod event_tasks;
+mod files;
 mod gateway_compression;
 mod guild_loads;
 mod handshake_admission;
