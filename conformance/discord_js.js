@@ -1,6 +1,6 @@
 // discord.js, unmodified, with only its REST base changed (the gateway URL
 // comes from GET /gateway/bot).
-const { Client, GatewayIntentBits, REST, Routes, SlashCommandBuilder } = require('discord.js');
+const { AttachmentBuilder, Client, GatewayIntentBits, REST, Routes, SlashCommandBuilder } = require('discord.js');
 const [base, token, channelId, ownerToken] = process.argv.slice(2);
 const client = new Client({
   intents: [GatewayIntentBits.Guilds, GatewayIntentBits.GuildMessages, GatewayIntentBits.MessageContent],
@@ -26,6 +26,17 @@ client.once('clientReady', async () => {
   seen.fetched = [...fetched.values()].map((c) => c.name).sort();
   const channel = await client.channels.fetch(channelId);
   seen.sent = (await channel.send('hello from discord.js')).id;
+  // A file, as bots send them (AttachmentBuilder: multipart with
+  // payload_json and files[0]), read back from the URL the message names.
+  const withFile = await channel.send({
+    content: 'a file',
+    files: [new AttachmentBuilder(Buffer.from('hello from js'), { name: 'hello.txt', description: 'js greeting' })],
+  });
+  const attachment = withFile.attachments.first();
+  Object.assign(seen, {
+    file_name: attachment.name, file_size: attachment.size, file_description: attachment.description,
+    file_bytes: await (await fetch(attachment.url)).text(),
+  });
   await fetch(`http://${base}/api/v10/channels/${channelId}/messages`, {
     method: 'POST', headers: { authorization: ownerToken, 'content-type': 'application/json' },
     body: JSON.stringify({ content: '!ping' }),

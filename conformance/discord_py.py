@@ -1,5 +1,6 @@
 """discord.py, unmodified, with only its base URLs changed."""
 import asyncio
+import io
 import json
 import sys
 import urllib.request
@@ -66,6 +67,15 @@ async def on_ready():
                 echo_options=[o.name for o in next(c for c in synced if c.name == "echo").options])
     sent = await client.get_channel(channel_id).send("hello from discord.py")
     seen["sent"] = str(sent.id)
+    # A file, as bots send them (multipart, payload_json, files[0]), read
+    # back from the URL the message names; then edited away.
+    with_file = await client.get_channel(channel_id).send(
+        "a file", file=discord.File(io.BytesIO(b"hello file"), filename="hello file.txt", description="greeting"))
+    attachment = with_file.attachments[0]
+    seen.update(file_name=attachment.filename, file_size=attachment.size, file_type=attachment.content_type,
+                file_description=attachment.description, file_bytes=(await attachment.read()).decode())
+    edited = await with_file.edit(attachments=[])
+    seen.update(file_after_edit=len(edited.attachments))
     await asyncio.get_running_loop().run_in_executor(None, owner_post, "!ping")
 
 

@@ -7,6 +7,7 @@ fetch/edit/delete its message, edit, delete) and parses every answer into
 its models. Prints one JSON line of what it saw.
 """
 import asyncio
+import io
 import json
 import sys
 import urllib.request
@@ -43,6 +44,9 @@ async def main():
         edited = await webhook.edit_message(message.id, content="edited")
         seen.update(fetched_content=again.content, edited_content=edited.content)
         await webhook.delete_message(message.id)
+        with_file = await webhook.send("report", wait=True, file=discord.File(
+            io.BytesIO(b"all good"), filename="report.txt", description="a report"))
+        seen.update(hook_file=[with_file.attachments[0].filename, with_file.attachments[0].description])
         renamed = await fetched.edit(name="renamed hook", prefer_auth=False)
         seen.update(renamed=renamed.name)
         await fetched.delete(prefer_auth=False)

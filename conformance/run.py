@@ -61,11 +61,16 @@ for library, command in [
             and seen.get("reply_resolved") == "!ping" and seen.get("reply_mentions_author") is True \
             and seen.get("reactions") == [["\N{THUMBS UP SIGN}", 1, True]] \
             and seen.get("pins") == [seen.get("pong_id")] and seen.get("pinned_read_back") is True \
-            and seen.get("reactions_after") == 0
+            and seen.get("reactions_after") == 0 \
+            and seen.get("file_name") == "hello_file.txt" and seen.get("file_size") == 10 \
+            and seen.get("file_type") == "text/plain; charset=utf-8" and seen.get("file_description") == "greeting" \
+            and seen.get("file_bytes") == "hello file" and seen.get("file_after_edit") == 0
     elif library == "discord.js":
         ok = ok and seen.get("synced") == ["Profile", "echo"] and seen.get("fetched") == ["Profile", "echo"] \
             and seen.get("reply_type") == 19 and seen.get("reply_to") == seen.get("ping_id") \
-            and seen.get("replied_user") == seen.get("ping_author")
+            and seen.get("replied_user") == seen.get("ping_author") \
+            and seen.get("file_name") == "hello.txt" and seen.get("file_size") == 13 \
+            and seen.get("file_bytes") == "hello from js" and seen.get("file_description") == "js greeting"
     else:
         # Its socket is the one compressing (zlib-stream) while it runs.
         ok = ok and seen.get("unavailable_guilds") == 1 and "general" in seen.get("channels", []) \
@@ -80,7 +85,8 @@ webhook_expected = {
     "discord.py": ("discord_py_webhook.py", lambda seen: seen.get("author") == "Hooky"
                    and seen.get("author_is_webhook") and seen.get("webhook_id")
                    and seen.get("fetched_content") == "waited" and seen.get("edited_content") == "edited"
-                   and seen.get("renamed") == "renamed hook" and seen.get("gone") and seen.get("token_ok")),
+                   and seen.get("renamed") == "renamed hook" and seen.get("gone") and seen.get("token_ok")
+                   and seen.get("hook_file") == ["report.txt", "a report"]),
     "discord.js": ("discord_js_webhook.js", lambda seen: seen.get("author") == "JsHook"
                    and seen.get("webhook_id") == seen.get("created_id") and seen.get("fetched") == "from discord.js"
                    and seen.get("edited") == "edited by discord.js" and seen.get("renamed") == "js renamed"),

@@ -96,11 +96,16 @@ pub fn sanitize_filename(name: &str, max_bytes: usize) -> String {
     format!("{}{extension}", &stem[..stem.len().min(room)])
 }
 
-/// What the bytes are: the media type sniffed from their content (the
-/// client's word is never taken: a `.png` that is an executable is
-/// served as what it is), with width and height for images, read from
-/// their header alone (no decoding, so a decompression bomb costs
-/// nothing here). Text that is UTF-8 is `text/plain; charset=utf-8`;
+/// The bytes of a file's start that decide its type: at upload and when
+/// served (which reads only these), so both always agree.
+pub const SNIFF_BYTES: usize = 8192;
+
+/// What the bytes are: the media type sniffed from their first
+/// [`SNIFF_BYTES`] (the client's word is never taken: a `.png` that is an
+/// executable is served as what it is), with width and height for
+/// images, read from their header alone (no decoding, so a
+/// decompression bomb costs nothing here). A start that is UTF-8 (but
+/// for a character cut at its end) is `text/plain; charset=utf-8`;
 /// anything unrecognised is `application/octet-stream`.
 ///
 /// ```
@@ -109,6 +114,7 @@ pub fn sanitize_filename(name: &str, max_bytes: usize) -> String {
 /// assert_eq!(sniff(&[0xff, 0xfe, 0x00, 0x81]).0, "application/octet-stream");
 /// ```
 pub fn sniff(bytes: &[u8]) -> (String, Option<(u32, u32)>) {
+    let bytes = &bytes[..bytes.len().min(SNIFF_BYTES)];
     if let Some(kind) = infer::get(bytes) {
         let mime = kind.mime_type().to_owned();
         let size = (kind.matcher_type() == infer::MatcherType::Image)
@@ -122,7 +128,12 @@ pub fn sniff(bytes: &[u8]) -> (String, Option<(u32, u32)>) {
             });
         return (mime, size);
     }
-    if std::str::from_utf8(bytes).is_ok() {
+    let text = match std::str::from_utf8(bytes) {
+        Ok(_) => true,
+        // A character cut by the sniff window (at most 3 bytes of it).
+        Err(error) => error.error_len().is_none() && bytes.len() - error.valid_up_to() < 4,
+    };
+    if text {
         return ("text/plain; charset=utf-8".to_owned(), None);
     }
     ("application/octet-stream".to_owned(), None)
@@ -394,6 +405,61 @@ pub fn planned_names(planned: &[Planned]) -> Vec<&str> {
         .collect()
 }
 
+/// A `Range` no byte of the file satisfies (answered 416).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unsatisfiable;
+
+/// The byte range a `Range` header asks of a file of `size` bytes:
+/// `Ok(None)` for the whole file (no header, a unit other than bytes, or
+/// several ranges, which RFC 9110 lets a server answer whole), `Err` when
+/// it cannot be satisfied (416).
+///
+/// ```
+/// use guildhall_api::files::byte_range;
+/// assert_eq!(byte_range(Some("bytes=0-3"), 10), Ok(Some(0..4)));
+/// assert_eq!(byte_range(Some("bytes=7-"), 10), Ok(Some(7..10)));
+/// assert_eq!(byte_range(Some("bytes=-4"), 10), Ok(Some(6..10)));
+/// assert_eq!(byte_range(Some("bytes=5-99"), 10), Ok(Some(5..10)));
+/// assert!(byte_range(Some("bytes=10-"), 10).is_err());
+/// assert_eq!(byte_range(Some("bytes=0-1,4-5"), 10), Ok(None));
+/// ```
+pub fn byte_range(
+    header: Option<&str>,
+    size: u64,
+) -> Result<Option<std::ops::Range<u64>>, Unsatisfiable> {
+    let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let (first, last) = spec.split_once('-').ok_or(Unsatisfiable)?;
+    let (first, last) = (first.trim(), last.trim());
+    let range = if first.is_empty() {
+        let suffix: u64 = last.parse().map_err(|_| Unsatisfiable)?;
+        if suffix == 0 {
+            return Err(Unsatisfiable);
+        }
+        size.saturating_sub(suffix)..size
+    } else {
+        let first: u64 = first.parse().map_err(|_| Unsatisfiable)?;
+        let end = if last.is_empty() {
+            size
+        } else {
+            let last: u64 = last.parse().map_err(|_| Unsatisfiable)?;
+            if last < first {
+                return Err(Unsatisfiable);
+            }
+            last.saturating_add(1).min(size)
+        };
+        first..end
+    };
+    if range.start >= size || range.is_empty() {
+        return Err(Unsatisfiable);
+    }
+    Ok(Some(range))
+}
+
 /// Where a file's bytes are kept: one object per attachment, named by
 /// the same path its CDN URL has.
 pub fn attachment_key(channel_id: i64, attachment_id: u64, filename: &str) -> String {
@@ -495,19 +561,22 @@ impl Files {
         }
     }
 
-    /// The bytes under `key`, `None` if there are none.
-    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, ApiError> {
+    /// The object under `key` (with `range`, that part of it; `head`,
+    /// its metadata only), `None` if there is none.
+    async fn open(
+        &self,
+        key: &str,
+        range: Option<std::ops::Range<u64>>,
+        head: bool,
+    ) -> Result<Option<object_store::GetResult>, ApiError> {
         let path = object_store::path::Path::from(key);
-        let got = match self
-            .blobs
-            .get_opts(&path, object_store::GetOptions::default())
-            .await
-        {
-            Ok(got) => got.bytes().await,
-            Err(error) => Err(error),
+        let options = object_store::GetOptions {
+            range: range.map(object_store::GetRange::from),
+            head,
+            ..Default::default()
         };
-        match got {
-            Ok(bytes) => Ok(Some(bytes)),
+        match self.blobs.get_opts(&path, options).await {
+            Ok(got) => Ok(Some(got)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(error) => {
                 self.counters
@@ -517,6 +586,20 @@ impl Files {
                 Err(ApiError::Overloaded)
             }
         }
+    }
+
+    /// The bytes of `range` under `key`, read whole (small reads only).
+    async fn read(&self, key: &str, range: std::ops::Range<u64>) -> Result<Bytes, ApiError> {
+        let Some(got) = self.open(key, Some(range), false).await? else {
+            return Err(ApiError::Overloaded);
+        };
+        got.bytes().await.map_err(|error| {
+            self.counters
+                .blob_errors_total
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%error, key, "blob store read failed");
+            ApiError::Overloaded
+        })
     }
 }
 
@@ -846,12 +929,16 @@ pub(crate) fn shown(files: &Files, channel_id: i64, stored: Option<&str>) -> Vec
     attachments
 }
 
-/// `GET /attachments/{channel}/{attachment}/{filename}`: a file, as
-/// Discord's CDN serves it (public, like Discord's before signed URLs),
-/// with its sniffed type and an ETag (an attachment never changes).
+/// `GET /attachments/{channel}/{attachment}/{filename}` (and HEAD): a
+/// file, as Discord's CDN serves it (public, like Discord's before signed
+/// URLs), with its sniffed type, an ETag (an attachment never changes),
+/// `Accept-Ranges` and one `Range` honoured (206, or 416 past its end).
+/// The body streams from the blob store: serving a file holds none of it
+/// in memory beyond the blob store's read buffer.
 pub async fn serve_attachment(
     State(node): State<AppState>,
     Path((channel, attachment, filename)): Path<(String, String, String)>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
     let (Ok(channel), Ok(attachment)) = (channel.parse::<i64>(), attachment.parse::<u64>()) else {
         return StatusCode::NOT_FOUND.into_response();
@@ -860,39 +947,98 @@ pub async fn serve_attachment(
     if sanitize_filename(&filename, node.shared.limits.attachment_filename_bytes_max) != filename {
         return StatusCode::NOT_FOUND.into_response();
     }
-    let bytes = match node
-        .files
-        .get(&attachment_key(channel, attachment, &filename))
-        .await
+    match serve(
+        &node,
+        &attachment_key(channel, attachment, &filename),
+        attachment,
+        &headers,
+    )
+    .await
     {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return StatusCode::NOT_FOUND.into_response(),
-        Err(error) => return error.into_response(),
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn serve(
+    node: &ApiState,
+    key: &str,
+    attachment: u64,
+    headers: &axum::http::HeaderMap,
+) -> Result<Response, ApiError> {
+    let files = &node.files;
+    let Some(meta) = files.open(key, None, true).await? else {
+        return Ok(StatusCode::NOT_FOUND.into_response());
     };
-    node.files
-        .counters
-        .files_served_total
-        .fetch_add(1, Ordering::Relaxed);
-    let (content_type, _) = sniff(&bytes);
-    let mut response = Response::new(axum::body::Body::from(bytes));
-    let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(&content_type) {
-        headers.insert(header::CONTENT_TYPE, value);
+    let size = meta.meta.size;
+    let etag = format!("\"{attachment}\"");
+    let mut response = Response::new(axum::body::Body::empty());
+    let out = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        out.insert(header::ETAG, value);
     }
-    if let Ok(value) = HeaderValue::from_str(&format!("\"{attachment}\"")) {
-        headers.insert(header::ETAG, value);
-    }
-    headers.insert(
+    out.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=31536000, immutable"),
     );
+    out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     // A browser shows text and images inline, never as a page of this
     // origin that could run script.
-    headers.insert(
+    out.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    response
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag))
+    {
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        return Ok(response);
+    }
+    let sniffed = if size == 0 {
+        Bytes::new()
+    } else {
+        files.read(key, 0..size.min(SNIFF_BYTES as u64)).await?
+    };
+    let (content_type, _) = sniff(&sniffed);
+    if let Ok(value) = HeaderValue::from_str(&content_type) {
+        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    let asked = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    let range = match byte_range(asked, size) {
+        Ok(range) => range,
+        Err(Unsatisfiable) => {
+            *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+            if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                response.headers_mut().insert(header::CONTENT_RANGE, value);
+            }
+            return Ok(response);
+        }
+    };
+    let body_range = range.clone().unwrap_or(0..size);
+    if let Some(range) = &range {
+        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+        let value = format!("bytes {}-{}/{size}", range.start, range.end - 1);
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(header::CONTENT_RANGE, value);
+        }
+    }
+    response.headers_mut().insert(
+        header::CONTENT_LENGTH,
+        HeaderValue::from(body_range.end - body_range.start),
+    );
+    if size > 0 {
+        let Some(got) = files.open(key, Some(body_range), false).await? else {
+            return Ok(StatusCode::NOT_FOUND.into_response());
+        };
+        *response.body_mut() = axum::body::Body::from_stream(got.into_stream());
+    }
+    files
+        .counters
+        .files_served_total
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(response)
 }
 
 #[cfg(test)]

@@ -165,6 +165,43 @@ async fn files_are_uploaded_announced_served_and_edited_away() {
     let notes_url = notes["url"].as_str().unwrap();
     let served = node.http.get(notes_url).send().await.unwrap();
     assert_eq!(served.text().await.unwrap(), "hello world");
+    // One range of it (206), a range past its end (416), HEAD, and a
+    // revalidation by ETag (304), as browsers and media players ask.
+    let part = node
+        .http
+        .get(notes_url)
+        .header("range", "bytes=6-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), 206);
+    assert_eq!(part.headers()["content-range"], "bytes 6-10/11");
+    assert_eq!(part.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(part.text().await.unwrap(), "world");
+    let past = node
+        .http
+        .get(notes_url)
+        .header("range", "bytes=11-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(past.status(), 416);
+    assert_eq!(past.headers()["content-range"], "bytes */11");
+    let head = node.http.head(cat_url).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(
+        head.headers()["content-length"],
+        png.len().to_string().as_str()
+    );
+    assert_eq!(head.headers()["accept-ranges"], "bytes");
+    let again = node
+        .http
+        .get(cat_url)
+        .header("if-none-match", format!("\"{cat_id}\""))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
     // A name that is not the stored one, or another channel, is nothing.
     let wrong = cat_url.replace("my_cat.png", "other.png");
     assert_eq!(node.http.get(wrong).send().await.unwrap().status(), 404);
