@@ -479,6 +479,10 @@ pub struct FileCounters {
     pub blob_errors_total: AtomicU64,
     /// Files served by the CDN route.
     pub files_served_total: AtomicU64,
+    /// Files deleted from the blob store after their message went.
+    pub blobs_deleted_total: AtomicU64,
+    /// Files left in the blob store: the delete queue was full.
+    pub blob_deletes_dropped_total: AtomicU64,
 }
 
 /// The api role's files: the blob store, the upload memory bound, and
@@ -489,8 +493,10 @@ pub struct Files {
     memory: Arc<tokio::sync::Semaphore>,
     /// `scheme://host[:port]` the CDN routes are reached at.
     cdn_base: String,
+    /// Keys of files whose message is gone (`blob_delete_queue_max`).
+    deletes: tokio::sync::mpsc::Sender<String>,
     /// What the upload path did.
-    pub counters: FileCounters,
+    pub counters: Arc<FileCounters>,
 }
 
 impl Files {
@@ -515,11 +521,37 @@ impl Files {
         cdn_base: String,
         limits: &guildhall_limits::Limits,
     ) -> Self {
+        let counters = Arc::new(FileCounters::default());
+        let (deletes, queue) = tokio::sync::mpsc::channel(limits.blob_delete_queue_max);
+        tokio::spawn(delete_blobs(blobs.clone(), queue, counters.clone()));
         Self {
             blobs,
             memory: Arc::new(tokio::sync::Semaphore::new(limits.upload_memory_bytes_max)),
             cdn_base: cdn_base.trim_end_matches('/').to_owned(),
-            counters: FileCounters::default(),
+            deletes,
+            counters,
+        }
+    }
+
+    /// Deletes, in the background, the files of a message's attachments
+    /// (as stored) once the message (or the attachment) is gone. A full
+    /// queue leaves them, counted.
+    pub fn forget(&self, channel_id: i64, stored: Option<&str>) {
+        let attachments: Vec<Attachment> = stored
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default();
+        self.forget_these(channel_id, &attachments);
+    }
+
+    /// [`Files::forget`] for attachments already read.
+    pub fn forget_these(&self, channel_id: i64, attachments: &[Attachment]) {
+        for attachment in attachments {
+            let key = attachment_key(channel_id, attachment.id.get(), &attachment.filename);
+            if self.deletes.try_send(key).is_err() {
+                self.counters
+                    .blob_deletes_dropped_total
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -600,6 +632,30 @@ impl Files {
             tracing::warn!(%error, key, "blob store read failed");
             ApiError::Overloaded
         })
+    }
+}
+
+/// Deletes the files named on `queue`, one at a time (deletes are never
+/// urgent; one task keeps them from competing with uploads). A file
+/// already gone counts as deleted; a failure is logged and left.
+async fn delete_blobs(
+    blobs: Arc<dyn ObjectStore>,
+    mut queue: tokio::sync::mpsc::Receiver<String>,
+    counters: Arc<FileCounters>,
+) {
+    use futures_util::StreamExt;
+    while let Some(key) = queue.recv().await {
+        let path = object_store::path::Path::from(key.as_str());
+        let mut done = blobs.delete_stream(futures_util::stream::iter([Ok(path)]).boxed());
+        match done.next().await {
+            Some(Ok(_)) | Some(Err(object_store::Error::NotFound { .. })) | None => {
+                counters.blobs_deleted_total.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Err(error)) => {
+                counters.blob_errors_total.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, key, "blob store delete failed");
+            }
+        }
     }
 }
 

@@ -1777,6 +1777,8 @@ pub(crate) async fn delete(node: &crate::ApiState, entry: &Entry, raw: &str) -> 
     {
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
+    node.files
+        .forget(row.channel_id, row.attachments.as_deref());
     if row.visible_to.is_some() {
         let data = json!({"id": row.id.to_string(), "channel_id": row.channel_id.to_string(), "guild_id": entry.guild_id.to_string()});
         node.gateways().to_users_in(

@@ -2060,6 +2060,7 @@ pub(crate) async fn edit_row(
     if let Some(components) = edit.components {
         row.components = components;
     }
+    let before = row.attachments.clone();
     if let Some(attachments) = edit.attachments {
         row.attachments = attachments;
     }
@@ -2086,6 +2087,20 @@ pub(crate) async fn edit_row(
     row.edited_ms = Some(now_ms() as i64);
     if !node.shared.store.update_message(row).await? {
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
+    }
+    if before != row.attachments {
+        // The files the edit dropped, once the row no longer names them.
+        let parse = |stored: Option<&str>| -> Vec<guildhall_proto::model::Attachment> {
+            stored
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or_default()
+        };
+        let kept = parse(row.attachments.as_deref());
+        let dropped: Vec<_> = parse(before.as_deref())
+            .into_iter()
+            .filter(|old| kept.iter().all(|k| k.id != old.id))
+            .collect();
+        node.files.forget_these(row.channel_id, &dropped);
     }
     Ok(())
 }
@@ -3143,6 +3158,8 @@ async fn delete_message(
         .store
         .delete_message(row.channel_id, row.id)
         .await?;
+    node.files
+        .forget(row.channel_id, row.attachments.as_deref());
     match &audience {
         ChannelAudience::Guild { guild_id, .. } => {
             publish_message_delete(&node, *guild_id, row.channel_id, row.id).await;
@@ -5758,11 +5775,18 @@ async fn bulk_delete(
     // Ids that are not messages of this channel (of another channel or
     // guild, or none) count toward the 2-100 but are left alone, as
     // Discord documents; only what was deleted is announced.
-    let deleted = node.shared.store.delete_messages(channel.id, &ids).await?;
+    let deleted = node
+        .shared
+        .store
+        .delete_messages_with_files(channel.id, &ids)
+        .await?;
     if deleted.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let deleted: Vec<String> = deleted.iter().map(ToString::to_string).collect();
+    for (_, attachments) in &deleted {
+        node.files.forget(channel.id, attachments.as_deref());
+    }
+    let deleted: Vec<String> = deleted.iter().map(|(id, _)| id.to_string()).collect();
     let data = json!({"ids": deleted, "channel_id": channel.id.to_string(), "guild_id": guild_id.to_string()});
     publish_plain(
         &node,

@@ -1138,6 +1138,8 @@ async fn delete_message(
     {
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
+    node.files
+        .forget(row.channel_id, row.attachments.as_deref());
     let guild_id = row.guild_id.unwrap_or(webhook.guild_id);
     crate::publish_message_delete(&node, guild_id, row.channel_id, row.id).await;
     Ok(StatusCode::NO_CONTENT.into_response())

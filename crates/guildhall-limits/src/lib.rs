@@ -326,6 +326,13 @@ pub const ATTACHMENT_FILENAME_BYTES_MAX: usize = 256;
 /// characters (Discord's 1,024). When hit: 50035 at the field.
 pub const ATTACHMENT_TEXT_CHARS_MAX: usize = 1_024;
 
+/// Files waiting to be deleted from the blob store after the message that
+/// named them was deleted or edited (one background task deletes them).
+/// When hit: the file is left in the blob store and counted in
+/// `guildhall_blob_deletes_dropped_total` (an unreferenced file costs
+/// disk, never correctness).
+pub const BLOB_DELETE_QUEUE_MAX: usize = 10_000;
+
 /// Upload bytes this api node holds in memory at once, over every request
 /// in flight: each request takes its share as its body arrives and gives
 /// it back when it is answered. When hit: the request that would pass it
@@ -1514,6 +1521,8 @@ pub struct Limits {
     pub attachment_text_chars_max: usize,
     /// See [`UPLOAD_MEMORY_BYTES_MAX`].
     pub upload_memory_bytes_max: usize,
+    /// See [`BLOB_DELETE_QUEUE_MAX`].
+    pub blob_delete_queue_max: usize,
     /// See [`MESSAGE_CONTENT_CHARS_MAX`].
     pub message_content_chars_max: usize,
     /// See [`MESSAGES_PER_PAGE_MAX`].
@@ -1935,6 +1944,7 @@ impl Default for Limits {
             attachment_filename_bytes_max: ATTACHMENT_FILENAME_BYTES_MAX,
             attachment_text_chars_max: ATTACHMENT_TEXT_CHARS_MAX,
             upload_memory_bytes_max: UPLOAD_MEMORY_BYTES_MAX,
+            blob_delete_queue_max: BLOB_DELETE_QUEUE_MAX,
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
@@ -2393,6 +2403,7 @@ impl Limits {
             ),
             (self.attachment_text_chars_max, "attachment_text_chars_max"),
             (self.upload_memory_bytes_max, "upload_memory_bytes_max"),
+            (self.blob_delete_queue_max, "blob_delete_queue_max"),
         ] {
             check(value >= 1, field, "must be at least 1");
         }
@@ -3348,6 +3359,7 @@ mod tests {
             "attachment_filename_bytes_max",
             "attachment_text_chars_max",
             "upload_memory_bytes_max",
+            "blob_delete_queue_max",
             "rest_body_bytes_max",
             "message_content_chars_max",
             "messages_per_page_max",
@@ -3580,6 +3592,7 @@ mod tests {
             "attachment_filename_bytes_max" => l.attachment_filename_bytes_max = 0,
             "attachment_text_chars_max" => l.attachment_text_chars_max = 0,
             "upload_memory_bytes_max" => l.upload_memory_bytes_max = 0,
+            "blob_delete_queue_max" => l.blob_delete_queue_max = 0,
             "rest_body_bytes_max" => l.rest_body_bytes_max = 0,
             "message_content_chars_max" => l.message_content_chars_max = 0,
             "messages_per_page_max" => l.messages_per_page_max = 0,

@@ -655,6 +655,16 @@ async fn metrics(
             "Files served at the CDN paths.",
             &files.files_served_total,
         ),
+        (
+            "guildhall_blobs_deleted_total",
+            "Files deleted from the blob store after their message or attachment went.",
+            &files.blobs_deleted_total,
+        ),
+        (
+            "guildhall_blob_deletes_dropped_total",
+            "Files left in the blob store: the delete queue (blob_delete_queue_max) was full.",
+            &files.blob_deletes_dropped_total,
+        ),
     ] {
         line(name, "counter", help, value.load(Ordering::Relaxed));
     }

@@ -1041,6 +1041,7 @@ where
     for<'r> (String, i64): FromRow<'r, DB::Row>,
     for<'r> (i64, String, i64, i64, Option<i64>): FromRow<'r, DB::Row>,
     for<'r> (i64, String, i64, i64): FromRow<'r, DB::Row>,
+    for<'r> (i64, Option<String>): FromRow<'r, DB::Row>,
 {
     /// Starts the group-commit writer over a migrated pool.
     fn start(pool: sqlx::Pool<DB>, limits: &Limits) -> Self {
@@ -2451,23 +2452,39 @@ where
     /// their reactions; returns the ids it deleted. Ids of other channels
     /// (or guilds) are left alone, reactions included.
     pub async fn delete_messages(&self, channel_id: i64, ids: &[i64]) -> Result<Vec<i64>> {
+        Ok(self
+            .delete_messages_with_files(channel_id, ids)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// [`SqlStore::delete_messages`], answering each deleted message's
+    /// attachments (as stored) with its id, so their files can go too.
+    pub async fn delete_messages_with_files(
+        &self,
+        channel_id: i64,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, Option<String>)>> {
         let mut tx = self.pool.begin().await?;
         let mut deleted = Vec::with_capacity(ids.len());
         for id in ids {
-            let found = sqlx::query("DELETE FROM messages WHERE channel_id = $1 AND id = $2")
-                .bind(channel_id)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let found: Option<(i64, Option<String>)> = sqlx::query_as(
+                "DELETE FROM messages WHERE channel_id = $1 AND id = $2 RETURNING id, attachments",
+            )
+            .bind(channel_id)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
             // Reactions only go with a message of this channel that was
             // really deleted, never by message id alone.
-            if found == 1 {
+            if let Some((_, attachments)) = found {
                 sqlx::query("DELETE FROM reactions WHERE message_id = $1")
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
-                deleted.push(*id);
+                deleted.push((*id, attachments));
             }
         }
         if !deleted.is_empty() {
@@ -3633,6 +3650,8 @@ store_api! {
     /// Deletes those of `ids` that are messages of `channel_id`, with
     /// their reactions; returns the ids it deleted.
     fn delete_messages<'a>(&'a self, channel_id: i64, ids: &'a [i64]) -> Vec<i64>;
+    /// See [`SqlStore::delete_messages_with_files`].
+    fn delete_messages_with_files<'a>(&'a self, channel_id: i64, ids: &'a [i64]) -> Vec<(i64, Option<String>)>;
     /// Renames a guild.
     fn rename_guild<'a>(&'a self, id: i64, name: &'a str, epoch: i64) -> ();
     /// Claims a guild for a new owner: its next epoch.

@@ -231,6 +231,17 @@ async fn files_are_uploaded_announced_served_and_edited_away() {
     assert_eq!(edited["attachments"][0], message["attachments"][0]);
     let update = watcher.dispatch("MESSAGE_UPDATE").await;
     assert_eq!(update["d"]["attachments"], edited["attachments"]);
+    // The file the edit dropped is deleted from the blob store.
+    let notes_gone = notes_url.to_owned();
+    crate::common::until("the dropped file deleted", 200, async || {
+        node.http.get(&notes_gone).send().await.unwrap().status() == 404
+    })
+    .await;
+    assert_eq!(
+        node.http.get(cat_url).send().await.unwrap().status(),
+        200,
+        "the kept file stays"
+    );
     // A JSON edit with `attachments: []` drops them all; content stays.
     let (status, edited) = node
         .call(
@@ -243,6 +254,65 @@ async fn files_are_uploaded_announced_served_and_edited_away() {
     assert_eq!(status, 200, "{edited}");
     assert_eq!(edited["attachments"], json!([]));
     assert_eq!(edited["content"], "look");
+
+    // Deleting a message deletes its files; a bulk delete too.
+    let (status, doomed) = send_form(
+        &node,
+        "POST",
+        &path,
+        Some(&owner),
+        multipart(&[("files[0]", Some("doomed.txt"), b"doomed")]),
+    )
+    .await;
+    assert_eq!(status, 200, "{doomed}");
+    let doomed_url = doomed["attachments"][0]["url"].as_str().unwrap().to_owned();
+    assert_eq!(
+        node.http.get(&doomed_url).send().await.unwrap().status(),
+        200
+    );
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("{path}/{}", doomed["id"].as_str().unwrap()),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    crate::common::until("a deleted message's file deleted", 200, async || {
+        node.http.get(&doomed_url).send().await.unwrap().status() == 404
+    })
+    .await;
+    let mut bulk = Vec::new();
+    for name in ["one.txt", "two.txt"] {
+        let (status, sent) = send_form(
+            &node,
+            "POST",
+            &path,
+            Some(&owner),
+            multipart(&[("files[0]", Some(name), b"bulk")]),
+        )
+        .await;
+        assert_eq!(status, 200, "{sent}");
+        bulk.push(sent);
+    }
+    let (status, _) = node
+        .call(
+            "POST",
+            &format!("{path}/bulk-delete"),
+            Some(&owner),
+            Some(json!({"messages": [bulk[0]["id"], bulk[1]["id"]]})),
+        )
+        .await;
+    assert_eq!(status, 204);
+    for sent in &bulk {
+        let url = sent["attachments"][0]["url"].as_str().unwrap().to_owned();
+        crate::common::until("a bulk-deleted message's file deleted", 200, async || {
+            node.http.get(&url).send().await.unwrap().status() == 404
+        })
+        .await;
+    }
+    assert!(node.metric("guildhall_blobs_deleted_total").await >= 4);
 
     // A message of files alone, as form fields without payload_json.
     let (status, bare) = send_form(
