@@ -460,6 +460,88 @@ pub fn byte_range(
     Ok(Some(range))
 }
 
+/// The `ex`, `is` and `hm` of an attachment URL for `path` (the URL's
+/// path without its leading `/`), as Discord's CDN URLs carry them: issued
+/// at the last multiple of half `ttl_s` (so the same message shows the
+/// same URL for that long), expiring `ttl_s` after that, signed with
+/// HMAC-SHA-256 under `key`. Pure: the caller reads the clock.
+pub fn signed_query(key: &[u8], path: &str, now_s: u64, ttl_s: u64) -> String {
+    let half_s = (ttl_s / 2).max(1);
+    let issued_s = now_s - now_s % half_s;
+    let expires_s = issued_s.saturating_add(ttl_s);
+    let hm = hex(&signature(key, path, expires_s, issued_s));
+    format!("ex={expires_s:x}&is={issued_s:x}&hm={hm}&")
+}
+
+/// Whether `query` (an attachment URL's) holds a signature of `path`
+/// under `key` that has not expired at `now_s`.
+///
+/// ```
+/// use guildhall_api::files::{signed_query, signature_holds};
+/// let query = signed_query(b"key", "attachments/1/2/a.png", 1_000, 100);
+/// assert!(signature_holds(b"key", "attachments/1/2/a.png", Some(&query), 1_049));
+/// assert!(!signature_holds(b"key", "attachments/1/2/a.png", Some(&query), 1_100));
+/// assert!(!signature_holds(b"other", "attachments/1/2/a.png", Some(&query), 1_049));
+/// assert!(!signature_holds(b"key", "attachments/1/2/b.png", Some(&query), 1_049));
+/// assert!(!signature_holds(b"key", "attachments/1/2/a.png", None, 1_049));
+/// ```
+pub fn signature_holds(key: &[u8], path: &str, query: Option<&str>, now_s: u64) -> bool {
+    let (mut expires_s, mut issued_s, mut hm) = (None, None, None);
+    for pair in query.unwrap_or_default().split('&') {
+        match pair.split_once('=') {
+            Some(("ex", v)) => expires_s = u64::from_str_radix(v, 16).ok(),
+            Some(("is", v)) => issued_s = u64::from_str_radix(v, 16).ok(),
+            Some(("hm", v)) => hm = unhex(v),
+            _ => {}
+        }
+    }
+    let (Some(expires_s), Some(issued_s), Some(hm)) = (expires_s, issued_s, hm) else {
+        return false;
+    };
+    if expires_s <= now_s {
+        return false;
+    }
+    // Constant-time comparison of the signature.
+    hmac::Mac::verify_slice(mac_of(key, path, expires_s, issued_s), &hm).is_ok()
+}
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+fn mac_of(key: &[u8], path: &str, expires_s: u64, issued_s: u64) -> HmacSha256 {
+    use hmac::Mac;
+    // HMAC takes a key of any length, so this never fails.
+    let mut mac = <HmacSha256 as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
+    mac.update(format!("{path}\n{expires_s:x}\n{issued_s:x}").as_bytes());
+    mac
+}
+
+fn signature(key: &[u8], path: &str, expires_s: u64, issued_s: u64) -> Vec<u8> {
+    hmac::Mac::finalize(mac_of(key, path, expires_s, issued_s))
+        .into_bytes()
+        .to_vec()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || text.len() > 128 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// Where a file's bytes are kept: one object per attachment, named by
 /// the same path its CDN URL has.
 pub fn attachment_key(channel_id: i64, attachment_id: u64, filename: &str) -> String {
@@ -495,6 +577,10 @@ pub struct Files {
     cdn_base: String,
     /// Keys of files whose message is gone (`blob_delete_queue_max`).
     deletes: tokio::sync::mpsc::Sender<String>,
+    /// The key attachment URLs are signed with (every api node's same).
+    signing_key: Vec<u8>,
+    /// How long a URL is valid (`attachment_url_ttl_ms`), in seconds.
+    url_ttl_s: u64,
     /// What the upload path did.
     pub counters: Arc<FileCounters>,
 }
@@ -507,18 +593,20 @@ impl Files {
     pub fn local(
         dir: &std::path::Path,
         cdn_base: String,
+        signing_key: &[u8],
         limits: &guildhall_limits::Limits,
     ) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
             .map_err(std::io::Error::other)?;
-        Ok(Self::over(Arc::new(store), cdn_base, limits))
+        Ok(Self::over(Arc::new(store), cdn_base, signing_key, limits))
     }
 
-    /// Files kept in `blobs`.
+    /// Files kept in `blobs`, their URLs signed with `signing_key`.
     pub fn over(
         blobs: Arc<dyn ObjectStore>,
         cdn_base: String,
+        signing_key: &[u8],
         limits: &guildhall_limits::Limits,
     ) -> Self {
         let counters = Arc::new(FileCounters::default());
@@ -529,6 +617,8 @@ impl Files {
             memory: Arc::new(tokio::sync::Semaphore::new(limits.upload_memory_bytes_max)),
             cdn_base: cdn_base.trim_end_matches('/').to_owned(),
             deletes,
+            signing_key: signing_key.to_vec(),
+            url_ttl_s: limits.attachment_url_ttl_ms / 1000,
             counters,
         }
     }
@@ -555,13 +645,20 @@ impl Files {
         }
     }
 
-    /// The URL a stored attachment is served at.
+    /// The URL a stored attachment is served at, signed now.
     pub fn attachment_url(&self, channel_id: i64, attachment: &Attachment) -> String {
-        format!(
-            "{}/{}",
-            self.cdn_base,
-            attachment_key(channel_id, attachment.id.get(), &attachment.filename)
-        )
+        self.signed_url(&attachment_key(
+            channel_id,
+            attachment.id.get(),
+            &attachment.filename,
+        ))
+    }
+
+    /// `path` (no leading `/`) under the CDN base, signed now.
+    fn signed_url(&self, path: &str) -> String {
+        let now_s = guildhall_common::state::now_ms() / 1000;
+        let query = signed_query(&self.signing_key, path, now_s, self.url_ttl_s);
+        format!("{}/{path}?{query}", self.cdn_base)
     }
 
     /// Stores `bytes` under `key`; a blob store that fails is 503 with
@@ -657,6 +754,60 @@ async fn delete_blobs(
             }
         }
     }
+}
+
+/// `POST /attachments/refresh-urls`'s body.
+#[derive(serde::Deserialize)]
+pub struct RefreshUrls {
+    attachment_urls: Vec<String>,
+}
+
+/// `POST /attachments/refresh-urls`: each attachment URL (of this server,
+/// expired or not, with any base) signed afresh; a URL that names no
+/// attachment path is answered as it was given.
+pub async fn refresh_urls(
+    State(node): State<AppState>,
+    crate::Caller(_caller): crate::Caller,
+    crate::JsonBody(body): crate::JsonBody<RefreshUrls>,
+) -> crate::ApiResult {
+    let max = node.shared.limits.attachment_refresh_urls_max;
+    if body.attachment_urls.len() > max {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            "attachment_urls",
+            "BASE_TYPE_MAX_LENGTH",
+            format!("Must be {max} or fewer in length."),
+        ));
+    }
+    let filename_max = node.shared.limits.attachment_filename_bytes_max;
+    let refreshed: Vec<Value> = body
+        .attachment_urls
+        .into_iter()
+        .map(|original| {
+            let refreshed = attachment_path(&original, filename_max)
+                .map_or_else(|| original.clone(), |path| node.files.signed_url(&path));
+            serde_json::json!({"original": original, "refreshed": refreshed})
+        })
+        .collect();
+    crate::ok(&serde_json::json!({ "refreshed_urls": refreshed }))
+}
+
+/// The `attachments/{channel}/{id}/{name}` path an attachment URL names.
+fn attachment_path(url: &str, filename_max: usize) -> Option<String> {
+    let start = url.find("/attachments/")?;
+    let path = url[start + 1..].split(['?', '#']).next()?;
+    let mut parts = path.split('/').skip(1);
+    let (channel, id, name) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some()
+        || channel.parse::<i64>().is_err()
+        || id.parse::<u64>().is_err()
+        || sanitize_filename(name, filename_max) != name
+    {
+        return None;
+    }
+    Some(path.to_owned())
 }
 
 /// A message body as JSON or as `multipart/form-data`: the JSON (from
@@ -986,14 +1137,15 @@ pub(crate) fn shown(files: &Files, channel_id: i64, stored: Option<&str>) -> Vec
 }
 
 /// `GET /attachments/{channel}/{attachment}/{filename}` (and HEAD): a
-/// file, as Discord's CDN serves it (public, like Discord's before signed
-/// URLs), with its sniffed type, an ETag (an attachment never changes),
+/// file, as Discord's CDN serves it (to anyone holding an unexpired URL
+/// this server signed), with its sniffed type, an ETag (an attachment never changes),
 /// `Accept-Ranges` and one `Range` honoured (206, or 416 past its end).
 /// The body streams from the blob store: serving a file holds none of it
 /// in memory beyond the blob store's read buffer.
 pub async fn serve_attachment(
     State(node): State<AppState>,
     Path((channel, attachment, filename)): Path<(String, String, String)>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: axum::http::HeaderMap,
 ) -> Response {
     let (Ok(channel), Ok(attachment)) = (channel.parse::<i64>(), attachment.parse::<u64>()) else {
@@ -1003,14 +1155,18 @@ pub async fn serve_attachment(
     if sanitize_filename(&filename, node.shared.limits.attachment_filename_bytes_max) != filename {
         return StatusCode::NOT_FOUND.into_response();
     }
-    match serve(
-        &node,
-        &attachment_key(channel, attachment, &filename),
-        attachment,
-        &headers,
-    )
-    .await
-    {
+    let key = attachment_key(channel, attachment, &filename);
+    // Only a URL this server signed, before it expired, is served (as
+    // Discord's CDN refuses an expired or forged one).
+    let now_s = guildhall_common::state::now_ms() / 1000;
+    if !signature_holds(&node.files.signing_key, &key, query.as_deref(), now_s) {
+        return (
+            StatusCode::NOT_FOUND,
+            "This content is no longer available.",
+        )
+            .into_response();
+    }
+    match serve(&node, &key, attachment, &headers).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }

@@ -6381,6 +6381,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/gateway", get(get_gateway))
         .route("/gateway/bot", get(get_gateway_bot))
+        .route("/attachments/refresh-urls", post(files::refresh_urls))
         .route("/auth/register", post(register))
         .route("/auth/login", post(login))
         .route("/users/@me", get(me).patch(patch_me))

@@ -326,6 +326,18 @@ pub const ATTACHMENT_FILENAME_BYTES_MAX: usize = 256;
 /// characters (Discord's 1,024). When hit: 50035 at the field.
 pub const ATTACHMENT_TEXT_CHARS_MAX: usize = 1_024;
 
+/// How long an attachment URL is valid (its signed `ex`, as Discord's CDN
+/// URLs carry `ex`, `is` and `hm`). URLs are issued at multiples of half
+/// this (so a message shows the same URL for that long and caches keep
+/// working) and each is valid for half to all of it after it was shown.
+/// When hit: the CDN answers 404; `POST /attachments/refresh-urls` or any
+/// read of the message gives a fresh URL. At least 2 s.
+pub const ATTACHMENT_URL_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Most URLs one `POST /attachments/refresh-urls` renews (Discord's 50).
+/// When hit: 400 with code 50035 at `attachment_urls`.
+pub const ATTACHMENT_REFRESH_URLS_MAX: usize = 50;
+
 /// Files waiting to be deleted from the blob store after the message that
 /// named them was deleted or edited (one background task deletes them).
 /// When hit: the file is left in the blob store and counted in
@@ -1523,6 +1535,10 @@ pub struct Limits {
     pub upload_memory_bytes_max: usize,
     /// See [`BLOB_DELETE_QUEUE_MAX`].
     pub blob_delete_queue_max: usize,
+    /// See [`ATTACHMENT_URL_TTL_MS`].
+    pub attachment_url_ttl_ms: u64,
+    /// See [`ATTACHMENT_REFRESH_URLS_MAX`].
+    pub attachment_refresh_urls_max: usize,
     /// See [`MESSAGE_CONTENT_CHARS_MAX`].
     pub message_content_chars_max: usize,
     /// See [`MESSAGES_PER_PAGE_MAX`].
@@ -1945,6 +1961,8 @@ impl Default for Limits {
             attachment_text_chars_max: ATTACHMENT_TEXT_CHARS_MAX,
             upload_memory_bytes_max: UPLOAD_MEMORY_BYTES_MAX,
             blob_delete_queue_max: BLOB_DELETE_QUEUE_MAX,
+            attachment_url_ttl_ms: ATTACHMENT_URL_TTL_MS,
+            attachment_refresh_urls_max: ATTACHMENT_REFRESH_URLS_MAX,
             message_content_chars_max: MESSAGE_CONTENT_CHARS_MAX,
             messages_per_page_max: MESSAGES_PER_PAGE_MAX,
             members_per_page_max: MEMBERS_PER_PAGE_MAX,
@@ -2404,9 +2422,18 @@ impl Limits {
             (self.attachment_text_chars_max, "attachment_text_chars_max"),
             (self.upload_memory_bytes_max, "upload_memory_bytes_max"),
             (self.blob_delete_queue_max, "blob_delete_queue_max"),
+            (
+                self.attachment_refresh_urls_max,
+                "attachment_refresh_urls_max",
+            ),
         ] {
             check(value >= 1, field, "must be at least 1");
         }
+        check(
+            self.attachment_url_ttl_ms >= 2_000,
+            "attachment_url_ttl_ms",
+            "must be at least 2000",
+        );
         check(
             self.upload_request_bytes_max >= self.attachment_bytes_max,
             "upload_request_bytes_max",
@@ -3360,6 +3387,8 @@ mod tests {
             "attachment_text_chars_max",
             "upload_memory_bytes_max",
             "blob_delete_queue_max",
+            "attachment_url_ttl_ms",
+            "attachment_refresh_urls_max",
             "rest_body_bytes_max",
             "message_content_chars_max",
             "messages_per_page_max",
@@ -3593,6 +3622,8 @@ mod tests {
             "attachment_text_chars_max" => l.attachment_text_chars_max = 0,
             "upload_memory_bytes_max" => l.upload_memory_bytes_max = 0,
             "blob_delete_queue_max" => l.blob_delete_queue_max = 0,
+            "attachment_url_ttl_ms" => l.attachment_url_ttl_ms = 0,
+            "attachment_refresh_urls_max" => l.attachment_refresh_urls_max = 0,
             "rest_body_bytes_max" => l.rest_body_bytes_max = 0,
             "message_content_chars_max" => l.message_content_chars_max = 0,
             "messages_per_page_max" => l.messages_per_page_max = 0,

@@ -83,6 +83,9 @@ pub struct FileSettings {
     pub blob_dir: Option<PathBuf>,
     /// The base of file URLs (a CDN's); `None`: this node's listener.
     pub public_cdn_url: Option<String>,
+    /// The key attachment URLs are signed with; `None`: the cluster's,
+    /// made by the first node that needs it and kept in the store.
+    pub signing_key: Option<String>,
 }
 
 /// The SFU role's addresses (see the binary's config for the keys).
@@ -1690,6 +1693,18 @@ pub async fn run(
     } else {
         None
     };
+    // Every api node signs and verifies attachment URLs with one key.
+    let signing_key = match &config.files.signing_key {
+        Some(key) => key.clone(),
+        None => {
+            let fresh = auth::new_token(0, state::now_ms())
+                .map_err(|e| NodeError::Serve(std::io::Error::other(e.to_string())))?;
+            shared
+                .store
+                .setting_or_insert("cdn_signing_key", &fresh)
+                .await?
+        }
+    };
     let api = Arc::new(api::ApiState {
         shared: shared.clone(),
         guilds: guilds.clone(),
@@ -1714,7 +1729,7 @@ pub async fn run(
                 .public_cdn_url
                 .clone()
                 .unwrap_or_else(|| format!("http://{addr}"));
-            api::files::Files::local(&dir, base, &config.limits)
+            api::files::Files::local(&dir, base, signing_key.as_bytes(), &config.limits)
                 .map_err(|source| NodeError::DataDir { path: dir, source })?
         },
     });

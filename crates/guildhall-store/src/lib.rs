@@ -1042,6 +1042,7 @@ where
     for<'r> (i64, String, i64, i64, Option<i64>): FromRow<'r, DB::Row>,
     for<'r> (i64, String, i64, i64): FromRow<'r, DB::Row>,
     for<'r> (i64, Option<String>): FromRow<'r, DB::Row>,
+    for<'r> (String,): FromRow<'r, DB::Row>,
 {
     /// Starts the group-commit writer over a migrated pool.
     fn start(pool: sqlx::Pool<DB>, limits: &Limits) -> Self {
@@ -2527,6 +2528,24 @@ where
         Ok(row.map(|(epoch,)| epoch))
     }
 
+    /// The cluster-wide setting `name`: the value stored first, by any
+    /// node (`value` if this call is the first), so every node reads the
+    /// same one.
+    pub async fn setting_or_insert(&self, name: &str, value: &str) -> Result<String> {
+        sqlx::query(
+            "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(value)
+        .execute(&self.pool)
+        .await?;
+        let (value,): (String,) = sqlx::query_as("SELECT value FROM settings WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(value)
+    }
+
     /// The epoch of `guild_id`'s current owner (its last claim); `None` if
     /// there is no such guild. An owner that reads another than its own
     /// was superseded.
@@ -3656,6 +3675,8 @@ store_api! {
     fn rename_guild<'a>(&'a self, id: i64, name: &'a str, epoch: i64) -> ();
     /// Claims a guild for a new owner: its next epoch.
     fn claim_guild<'a>(&'a self, guild_id: i64) -> Option<i64>;
+    /// See [`SqlStore::setting_or_insert`].
+    fn setting_or_insert<'a>(&'a self, name: &'a str, value: &'a str) -> String;
     /// The epoch of a guild's current owner (its last claim).
     fn owner_epoch<'a>(&'a self, guild_id: i64) -> Option<i64>;
     /// Guild ids above `after`, ascending, at most `limit`.

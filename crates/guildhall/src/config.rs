@@ -29,6 +29,7 @@
 //! ```toml
 //! blob_dir = "/var/lib/guildhall/blobs"    # [default: DATA_DIR/blobs]
 //! public_cdn_url = "https://cdn.example.org"  # [default: http://LISTEN]
+//! cdn_signing_key = "a long random secret"  # [default: made once, kept in the database]
 //! ```
 //!
 //! Voice (the `sfu` role): where the SFU takes media and where voice
@@ -100,6 +101,8 @@ pub struct ConfigFile {
     pub blob_dir: Option<PathBuf>,
     /// The base of the URLs files are served at.
     pub public_cdn_url: Option<String>,
+    /// The key attachment URLs are signed with.
+    pub cdn_signing_key: Option<String>,
     /// The SFU's UDP media address.
     pub voice_udp: Option<String>,
     /// The IP voice clients send media to (READY's `ip`).
@@ -123,7 +126,7 @@ pub struct ConfigFile {
 }
 
 /// Top-level keys that the environment may set (`GUILDHALL_<KEY>`).
-const TOP_LEVEL_KEYS: [&str; 18] = [
+const TOP_LEVEL_KEYS: [&str; 19] = [
     "listen",
     "data_dir",
     "roles",
@@ -135,6 +138,7 @@ const TOP_LEVEL_KEYS: [&str; 18] = [
     "public_gateway_url",
     "blob_dir",
     "public_cdn_url",
+    "cdn_signing_key",
     "voice_udp",
     "voice_public_ip",
     "voice_listen",
@@ -232,6 +236,7 @@ fn set_top_level(config: &mut ConfigFile, key: &str, value: &str) -> Result<()> 
         "public_gateway_url" => config.public_gateway_url = text,
         "blob_dir" => config.blob_dir = Some(value.into()),
         "public_cdn_url" => config.public_cdn_url = text,
+        "cdn_signing_key" => config.cdn_signing_key = text,
         "voice_udp" => config.voice_udp = text,
         "voice_public_ip" => config.voice_public_ip = text,
         "voice_listen" => config.voice_listen = text,

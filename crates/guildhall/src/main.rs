@@ -501,6 +501,8 @@ fn main() -> Result<()> {
                     files: guildhall_node::FileSettings {
                         blob_dir: blob_dir.or(file.blob_dir.clone()),
                         public_cdn_url: public_cdn_url.or(file.public_cdn_url.clone()),
+                        // A secret: the config file or the environment only.
+                        signing_key: file.cdn_signing_key.clone(),
                     },
                     voice,
                     ..guildhall_node::NodeConfig::embedded(data_dir)

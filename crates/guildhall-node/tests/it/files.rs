@@ -136,12 +136,14 @@ async fn files_are_uploaded_announced_served_and_edited_away() {
     );
     let cat_id = cat["id"].as_str().unwrap();
     let cat_url = cat["url"].as_str().unwrap();
-    assert_eq!(
-        cat_url,
-        format!(
-            "{}/attachments/{channel}/{cat_id}/my_cat.png",
-            node.base.trim_end_matches("/api/v10")
-        ),
+    let unsigned = format!(
+        "{}/attachments/{channel}/{cat_id}/my_cat.png",
+        node.base.trim_end_matches("/api/v10")
+    );
+    assert!(cat_url.starts_with(&format!("{unsigned}?ex=")), "{cat_url}");
+    assert!(
+        cat_url.contains("&is=") && cat_url.contains("&hm="),
+        "{cat_url}"
     );
     assert_eq!(cat["proxy_url"], cat["url"]);
     let notes = &attachments[1];
@@ -202,6 +204,46 @@ async fn files_are_uploaded_announced_served_and_edited_away() {
         .await
         .unwrap();
     assert_eq!(again.status(), 304);
+    // Unsigned, forged or signed for another file: nothing.
+    for refused in [
+        unsigned.clone(),
+        cat_url.replace("&hm=", "&hm=00"),
+        notes_url.replace("notes_2.txt", "my_cat.png"),
+    ] {
+        let answer = node.http.get(&refused).send().await.unwrap();
+        assert_eq!(answer.status(), 404, "{refused}");
+    }
+    // refresh-urls signs any of this server's attachment URLs afresh.
+    let (status, refreshed) = node
+        .call(
+            "POST",
+            "/attachments/refresh-urls",
+            Some(&member),
+            Some(json!({"attachment_urls": [unsigned, "https://elsewhere.example/x.png"]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{refreshed}");
+    let renewed = refreshed["refreshed_urls"][0]["refreshed"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        refreshed["refreshed_urls"][0]["original"],
+        unsigned.as_str()
+    );
+    assert_eq!(node.http.get(renewed).send().await.unwrap().status(), 200);
+    assert_eq!(
+        refreshed["refreshed_urls"][1]["refreshed"],
+        "https://elsewhere.example/x.png"
+    );
+    let (status, _) = node
+        .call(
+            "POST",
+            "/attachments/refresh-urls",
+            None,
+            Some(json!({"attachment_urls": []})),
+        )
+        .await;
+    assert_eq!(status, 401);
     // A name that is not the stored one, or another channel, is nothing.
     let wrong = cat_url.replace("my_cat.png", "other.png");
     assert_eq!(node.http.get(wrong).send().await.unwrap().status(), 404);
@@ -572,4 +614,48 @@ async fn webhooks_take_files_and_embeds_show_the_messages_own() {
         "{answer}"
     );
     assert_eq!(node.history(&owner, &channel).await.len(), stored);
+}
+
+#[tokio::test]
+async fn attachment_urls_expire_and_are_refreshed() {
+    let node = TestNode::with_limits(Limits {
+        attachment_url_ttl_ms: 2_000,
+        ..Limits::default()
+    })
+    .await;
+    let (owner, _) = node.register("owner").await;
+    let (_, channel) = node.guild(&owner, "expiring").await;
+    let (status, message) = send_form(
+        &node,
+        "POST",
+        &format!("/channels/{channel}/messages"),
+        Some(&owner),
+        multipart(&[("files[0]", Some("brief.txt"), b"brief")]),
+    )
+    .await;
+    assert_eq!(status, 200, "{message}");
+    let url = message["attachments"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Valid for one to two seconds after it was shown, then refused.
+    crate::common::until("the URL to expire", 100, async || {
+        node.http.get(&url).send().await.unwrap().status() == 404
+    })
+    .await;
+    let (status, refreshed) = node
+        .call(
+            "POST",
+            "/attachments/refresh-urls",
+            Some(&owner),
+            Some(json!({"attachment_urls": [url]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{refreshed}");
+    let renewed = refreshed["refreshed_urls"][0]["refreshed"]
+        .as_str()
+        .unwrap();
+    let served = node.http.get(renewed).send().await.unwrap();
+    assert_eq!(served.status(), 200);
+    assert_eq!(served.text().await.unwrap(), "brief");
 }
