@@ -575,8 +575,8 @@ pub struct Files {
     memory: Arc<tokio::sync::Semaphore>,
     /// `scheme://host[:port]` the CDN routes are reached at.
     cdn_base: String,
-    /// Keys of files whose message is gone (`blob_delete_queue_max`).
-    deletes: tokio::sync::mpsc::Sender<String>,
+    /// Files whose message is gone (`blob_delete_queue_max`).
+    deletes: tokio::sync::mpsc::Sender<Doomed>,
     /// The key attachment URLs are signed with (every api node's same).
     signing_key: Vec<u8>,
     /// How long a URL is valid (`attachment_url_ttl_ms`), in seconds.
@@ -637,11 +637,21 @@ impl Files {
     pub fn forget_these(&self, channel_id: i64, attachments: &[Attachment]) {
         for attachment in attachments {
             let key = attachment_key(channel_id, attachment.id.get(), &attachment.filename);
-            if self.deletes.try_send(key).is_err() {
-                self.counters
-                    .blob_deletes_dropped_total
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+            self.doom(Doomed::Key(key));
+        }
+    }
+
+    /// Deletes, in the background, every file of a channel that was
+    /// deleted (its messages went with it in the store).
+    pub fn forget_channel(&self, channel_id: i64) {
+        self.doom(Doomed::Channel(channel_id));
+    }
+
+    fn doom(&self, doomed: Doomed) {
+        if self.deletes.try_send(doomed).is_err() {
+            self.counters
+                .blob_deletes_dropped_total
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -732,25 +742,47 @@ impl Files {
     }
 }
 
+/// What the background task deletes.
+#[derive(Debug)]
+enum Doomed {
+    /// One file.
+    Key(String),
+    /// Every file of a deleted channel.
+    Channel(i64),
+}
+
 /// Deletes the files named on `queue`, one at a time (deletes are never
 /// urgent; one task keeps them from competing with uploads). A file
 /// already gone counts as deleted; a failure is logged and left.
 async fn delete_blobs(
     blobs: Arc<dyn ObjectStore>,
-    mut queue: tokio::sync::mpsc::Receiver<String>,
+    mut queue: tokio::sync::mpsc::Receiver<Doomed>,
     counters: Arc<FileCounters>,
 ) {
     use futures_util::StreamExt;
-    while let Some(key) = queue.recv().await {
-        let path = object_store::path::Path::from(key.as_str());
-        let mut done = blobs.delete_stream(futures_util::stream::iter([Ok(path)]).boxed());
-        match done.next().await {
-            Some(Ok(_)) | Some(Err(object_store::Error::NotFound { .. })) | None => {
-                counters.blobs_deleted_total.fetch_add(1, Ordering::Relaxed);
+    while let Some(doomed) = queue.recv().await {
+        let paths: Vec<object_store::path::Path> = match doomed {
+            Doomed::Key(key) => vec![object_store::path::Path::from(key.as_str())],
+            Doomed::Channel(channel_id) => {
+                let prefix = object_store::path::Path::from(format!("attachments/{channel_id}"));
+                blobs
+                    .list(Some(&prefix))
+                    .filter_map(|meta| async move { meta.ok().map(|m| m.location) })
+                    .collect()
+                    .await
             }
-            Some(Err(error)) => {
-                counters.blob_errors_total.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%error, key, "blob store delete failed");
+        };
+        let mut done =
+            blobs.delete_stream(futures_util::stream::iter(paths.into_iter().map(Ok)).boxed());
+        while let Some(result) = done.next().await {
+            match result {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {
+                    counters.blobs_deleted_total.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    counters.blob_errors_total.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, "blob store delete failed");
+                }
             }
         }
     }

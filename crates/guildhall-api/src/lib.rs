@@ -3761,7 +3761,7 @@ async fn delete_channel(
     Path(id): Path<String>,
 ) -> ApiResult {
     let (channel, guild_id) = guild_channel(&node, &id).await?;
-    change(
+    let answer = change(
         &node,
         guild_id,
         caller.id,
@@ -3769,7 +3769,13 @@ async fn delete_channel(
             channel_id: channel.id,
         },
     )
-    .await
+    .await;
+    if answer.is_ok() {
+        // Its messages are gone; their files go too. (Its threads' files
+        // and a whole guild's wait for the sweep.)
+        node.files.forget_channel(channel.id);
+    }
+    answer
 }
 
 async fn patch_guild(

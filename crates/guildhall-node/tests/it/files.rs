@@ -356,6 +356,41 @@ async fn files_are_uploaded_announced_served_and_edited_away() {
     }
     assert!(node.metric("guildhall_blobs_deleted_total").await >= 4);
 
+    // Deleting a channel deletes its files.
+    let (status, doomed_channel) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({"name": "doomed"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{doomed_channel}");
+    let doomed_channel = doomed_channel["id"].as_str().unwrap();
+    let (status, sent) = send_form(
+        &node,
+        "POST",
+        &format!("/channels/{doomed_channel}/messages"),
+        Some(&owner),
+        multipart(&[("files[0]", Some("in-channel.txt"), b"x")]),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let in_channel = sent["attachments"][0]["url"].as_str().unwrap().to_owned();
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("/channels/{doomed_channel}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    crate::common::until("a deleted channel's files deleted", 200, async || {
+        node.http.get(&in_channel).send().await.unwrap().status() == 404
+    })
+    .await;
+
     // A message of files alone, as form fields without payload_json.
     let (status, bare) = send_form(
         &node,
@@ -496,7 +531,6 @@ async fn files_are_uploaded_announced_served_and_edited_away() {
         .post_message(&member, &channel, json!({"content": "text"}))
         .await;
     assert_eq!(status, 200);
-    let _ = guild_id;
 }
 
 #[tokio::test]
