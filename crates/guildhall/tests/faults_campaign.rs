@@ -28,9 +28,13 @@ use std::time::{Duration, Instant};
 const SMOKE_SECONDS: u64 = 20;
 const GUILDS: usize = 6;
 const POSTERS: usize = 2;
-/// Polls (100 ms apart) of the checker after the run, while the cluster
-/// makes good what the faults cut (outbox retries, resyncs).
-const SETTLE_POLLS_MAX: usize = 300;
+/// How long the checker is run again after the nemesis stops, while the
+/// cluster makes good what the faults cut (outbox retries, resyncs).
+const SETTLE_MS_MAX: u64 = 30_000;
+/// First and longest pause between two checks while settling: the pause
+/// doubles, so a long run's history (checked whole each time) is not
+/// re-read hundreds of times.
+const SETTLE_PAUSE_MS: (u64, u64) = (100, 5_000);
 /// Polls (50 ms apart) of a condition while setting up.
 const POLLS_MAX: usize = 600;
 /// A post with no answer in this long is indeterminate.
@@ -394,20 +398,33 @@ async fn a_seeded_fault_campaign_loses_nothing_acknowledged() {
         poster.await.unwrap();
     }
 
-    // Until the cluster made good what the faults cut: a bound on the wait.
-    let mut report = history::Report::default();
-    for _ in 0..SETTLE_POLLS_MAX {
+    // Until the cluster made good what the faults cut: a bound on the
+    // wait. The first check is printed at once, so a run stopped while it
+    // settles still says what it found.
+    let check_now = || {
         let mut run = log.lock().unwrap().clone();
         let at_us = now_us();
         run.extend(sessions.iter().map(|session| Entry::SessionEnd {
             at_us,
             session: session.clone(),
         }));
-        report = history::check(&run, 0);
-        if report.breaches_total() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = Instant::now();
+        let report = history::check(&run, 0);
+        (report, run.len(), started.elapsed())
+    };
+    let (mut report, entries, took) = check_now();
+    eprintln!(
+        "seed {seed}: first check ({entries} entries, {} ms): breaches {}, anomalies {:?}",
+        took.as_millis(),
+        report.breaches_total(),
+        report.counts
+    );
+    let settle_until = Instant::now() + Duration::from_millis(SETTLE_MS_MAX);
+    let mut pause_ms = SETTLE_PAUSE_MS.0;
+    while report.breaches_total() > 0 && Instant::now() < settle_until {
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        pause_ms = (pause_ms * 2).min(SETTLE_PAUSE_MS.1);
+        report = check_now().0;
     }
     eprintln!(
         "seed {seed}: {} faults applied; sent {}, acknowledged {}, indeterminate {}, \
