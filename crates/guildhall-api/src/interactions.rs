@@ -1234,6 +1234,14 @@ pub(crate) struct Parts {
     embeds: Option<Option<String>>,
     /// Who the content may mention (an interaction's default: users).
     allowed: guildhall_proto::mentions::Allowed,
+    /// The body's `attachments` (raw; an edit plans them against the
+    /// message's own).
+    attachments: Option<Value>,
+    /// The files sent with it.
+    uploads: Vec<crate::files::Upload>,
+    /// A new message's attachments, planned (checked before the
+    /// interaction is acknowledged).
+    planned: Vec<crate::files::Planned>,
 }
 
 /// Checks a message body as webhooks check theirs (content, embeds,
@@ -1249,8 +1257,26 @@ pub(crate) fn message_parts(
     creating: bool,
     stored_flags: u64,
     root: &[&str],
+    uploads: Vec<crate::files::Upload>,
 ) -> Result<Parts, ApiError> {
-    let extras = check_extras(node, body, false)?;
+    let extras = check_extras(node, body, true)?;
+    let attachments = body.get("attachments").cloned();
+    let planned = if creating {
+        let planned = crate::files::plan(
+            attachments.as_ref(),
+            &uploads,
+            &[],
+            crate::plan_limits(node),
+        )
+        .map_err(|error| crate::invalid_form(node, &error))?;
+        if let Some(Value::Array(embeds)) = body.get("embeds") {
+            crate::files::check_embed_refs(embeds, &crate::files::planned_names(&planned))
+                .map_err(|error| crate::invalid_form(node, &error))?;
+        }
+        planned
+    } else {
+        Vec::new()
+    };
     let content = match body.get("content") {
         Some(Value::Null) if !creating => Some(String::new()),
         _ => string_field(node, body, "content")?,
@@ -1278,7 +1304,7 @@ pub(crate) fn message_parts(
             content.as_deref().unwrap_or_default(),
             extras.embeds > 0,
             has_components,
-            false,
+            !planned.is_empty(),
         )?;
     } else if let Some(content) = &content {
         // An edit: what it sets must fit the message it edits.
@@ -1303,6 +1329,9 @@ pub(crate) fn message_parts(
         text,
         embeds: extras.embeds_json,
         allowed: extras.allowed,
+        attachments,
+        uploads,
+        planned,
     })
 }
 
@@ -1368,6 +1397,9 @@ async fn post_message(
     if followup {
         metadata.original_response_message_id = entry.original_id.map(sf);
     }
+    // The files are durable before the row that names them is written.
+    let attachments =
+        crate::files::store_planned(node, entry.channel_id, parts.planned, &parts.uploads).await?;
     let row = MessageRow {
         tts: parts.tts,
         webhook_id: Some(entry.application_id),
@@ -1384,6 +1416,7 @@ async fn post_message(
         reference_channel_id: None,
         reference_guild_id: None,
         mentions: mentioned,
+        attachments: crate::files::stored(&attachments),
         ..MessageRow::plain(
             node.shared.next_id().get() as i64,
             entry.channel_id,
@@ -1433,6 +1466,13 @@ async fn update_message(
     if let Some(embeds) = parts.embeds {
         row.embeds = embeds;
     }
+    let before = row.attachments.clone();
+    if let Some(attachments) =
+        crate::files::edited(node, &row, parts.attachments.as_ref(), &parts.uploads).await?
+    {
+        row.attachments = attachments;
+    }
+    crate::check_stored_embed_refs(node, &row)?;
     if text_changed {
         // Rebuilt from the new text, as Discord rebuilds them.
         row.mentions = crate::mentions_of(
@@ -1448,6 +1488,7 @@ async fn update_message(
     if !store.update_message(&row).await? {
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
+    crate::forget_dropped(node, before.as_deref(), &row);
     let bot = store.user(row.author_id).await?.ok_or(ApiError::Internal)?;
     let mut message = wire_message(&node.files, &row, &bot, None);
     // An edit leaves a pin as it was, and the update says so.
@@ -1475,7 +1516,8 @@ async fn callback(
     };
     let id = parse_id(&raw_id).map_err(|_| ApiError::Code(ErrorCode::UnknownInteraction))?;
     let limits = &node.shared.limits;
-    let body: Value = read_json(req, &node, limits.rest_body_bytes_max).await?;
+    let mut form = crate::files::read_message_body::<Value>(req, &node).await?;
+    let body = std::mem::take(&mut form.body);
     // The token first: a caller without it learns nothing of the body's
     // rules or the interaction's state.
     let entry = node
@@ -1509,7 +1551,14 @@ async fn callback(
     // refused body leaves it answerable.
     let object = object_body(&node, Value::Object(callback.data.clone()))?;
     let parts = match callback.kind {
-        ix::CHANNEL_MESSAGE_WITH_SOURCE => Some(message_parts(&node, &object, true, 0, &["data"])?),
+        ix::CHANNEL_MESSAGE_WITH_SOURCE => Some(message_parts(
+            &node,
+            &object,
+            true,
+            0,
+            &["data"],
+            std::mem::take(&mut form.uploads),
+        )?),
         ix::UPDATE_MESSAGE => {
             // The components of the message it updates, under its flags.
             let stored = match entry.source_message_id {
@@ -1521,7 +1570,14 @@ async fn callback(
                     .map_or(0, |m| m.flags as u64),
                 None => 0,
             };
-            Some(message_parts(&node, &object, false, stored, &["data"])?)
+            Some(message_parts(
+                &node,
+                &object,
+                false,
+                stored,
+                &["data"],
+                std::mem::take(&mut form.uploads),
+            )?)
         }
         ix::DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE => {
             let flags = match object.get("flags").and_then(Value::as_u64) {
@@ -1546,6 +1602,9 @@ async fn callback(
                 allowed: guildhall_proto::mentions::Allowed::default_for(
                     guildhall_proto::mentions::Context::WebhookOrInteraction,
                 ),
+                attachments: None,
+                uploads: Vec::new(),
+                planned: Vec::new(),
             })
         }
         _ => None,
@@ -1731,9 +1790,14 @@ async fn message_for(
 
 /// POST `/webhooks/{application_id}/{token}`: a followup (`wait` is
 /// always true; EPHEMERAL allowed).
-pub(crate) async fn followup(node: &crate::ApiState, entry: &Entry, body: Value) -> ApiResult {
+pub(crate) async fn followup(
+    node: &crate::ApiState,
+    entry: &Entry,
+    body: Value,
+    uploads: Vec<crate::files::Upload>,
+) -> ApiResult {
     let body = object_body(node, body)?;
-    let parts = message_parts(node, &body, true, 0, &[])?;
+    let parts = message_parts(node, &body, true, 0, &[], uploads)?;
     let (_, message) = post_message(node, entry, parts, 0, true).await?;
     ok(&message)
 }
@@ -1759,10 +1823,11 @@ pub(crate) async fn edit(
     entry: &Entry,
     raw: &str,
     body: Value,
+    uploads: Vec<crate::files::Upload>,
 ) -> ApiResult {
     let row = message_for(node, entry, raw).await?;
     let body = object_body(node, body)?;
-    let parts = message_parts(node, &body, false, row.flags as u64, &[])?;
+    let parts = message_parts(node, &body, false, row.flags as u64, &[], uploads)?;
     ok(&update_message(node, entry, row.id, parts).await?)
 }
 

@@ -2088,21 +2088,27 @@ pub(crate) async fn edit_row(
     if !node.shared.store.update_message(row).await? {
         return Err(ApiError::Code(ErrorCode::UnknownMessage));
     }
-    if before != row.attachments {
-        // The files the edit dropped, once the row no longer names them.
-        let parse = |stored: Option<&str>| -> Vec<guildhall_proto::model::Attachment> {
-            stored
-                .and_then(|s| serde_json::from_str(s).ok())
-                .unwrap_or_default()
-        };
-        let kept = parse(row.attachments.as_deref());
-        let dropped: Vec<_> = parse(before.as_deref())
-            .into_iter()
-            .filter(|old| kept.iter().all(|k| k.id != old.id))
-            .collect();
-        node.files.forget_these(row.channel_id, &dropped);
-    }
+    forget_dropped(node, before.as_deref(), row);
     Ok(())
+}
+
+/// Deletes the files an edit dropped (those of `before`, the stored
+/// attachments, that `row` no longer names), once the row is written.
+pub(crate) fn forget_dropped(node: &ApiState, before: Option<&str>, row: &MessageRow) {
+    if before == row.attachments.as_deref() {
+        return;
+    }
+    let parse = |stored: Option<&str>| -> Vec<guildhall_proto::model::Attachment> {
+        stored
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default()
+    };
+    let kept = parse(row.attachments.as_deref());
+    let dropped: Vec<_> = parse(before)
+        .into_iter()
+        .filter(|old| kept.iter().all(|k| k.id != old.id))
+        .collect();
+    node.files.forget_these(row.channel_id, &dropped);
 }
 
 /// Refuses a message whose embeds show `attachment://` names it has no

@@ -846,8 +846,8 @@ async fn execute(
         // An interaction's followup (`thread_id` is ignored, as Discord
         // documents for interaction followups).
         let entry = entry?;
-        let body = read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?;
-        return crate::interactions::followup(&node, &entry, body).await;
+        let form = crate::files::read_message_body::<Value>(req, &node).await?;
+        return crate::interactions::followup(&node, &entry, form.body, form.uploads).await;
     }
     let webhook = by_token(&node, &id, &token).await?;
     let thread = query.thread(&node, &webhook).await?;
@@ -1044,8 +1044,8 @@ async fn edit_message(
         };
     if let Some(entry) = crate::interactions::token_entry(&node, &id, &token) {
         let entry = entry?;
-        let body = read_json(req, &node, node.shared.limits.rest_body_bytes_max).await?;
-        return crate::interactions::edit(&node, &entry, &message, body).await;
+        let form = crate::files::read_message_body::<Value>(req, &node).await?;
+        return crate::interactions::edit(&node, &entry, &message, form.body, form.uploads).await;
     }
     let webhook = by_token(&node, &id, &token).await?;
     let mut row = query.message(&node, &webhook, &message).await?;

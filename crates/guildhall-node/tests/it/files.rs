@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 const BOUNDARY: &str = "guildhall-test-boundary-7d1f";
 
 /// One part: (name, file name, bytes).
-type Part<'a> = (&'a str, Option<&'a str>, &'a [u8]);
+pub(crate) type Part<'a> = (&'a str, Option<&'a str>, &'a [u8]);
 
 /// A `multipart/form-data` body of `parts`, built by hand so a test can
 /// also send what no client library would.
-fn multipart(parts: &[Part<'_>]) -> Vec<u8> {
+pub(crate) fn multipart(parts: &[Part<'_>]) -> Vec<u8> {
     let mut body = Vec::new();
     for (name, filename, bytes) in parts {
         body.extend_from_slice(format!("--{BOUNDARY}\r\n").as_bytes());
@@ -39,7 +39,7 @@ fn multipart(parts: &[Part<'_>]) -> Vec<u8> {
 }
 
 /// (status, JSON) of a multipart request; `token` `None` sends none.
-async fn send_form(
+pub(crate) async fn send_form(
     node: &TestNode,
     method: &str,
     path: &str,

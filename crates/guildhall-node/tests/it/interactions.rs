@@ -1620,3 +1620,89 @@ async fn a_modal_select_submit_resolves_its_values() {
         "{submitted}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_followups_and_edits_carry_files() {
+    use crate::files::{multipart, send_form};
+    let s = setup().await;
+    let mut bot = s.session(&s.bot, intents::GUILDS).await;
+    let mut user = s.session(&s.user, USER_INTENTS).await;
+    let interaction = s.invoke(&mut bot).await;
+    let id = interaction["id"].as_str().unwrap();
+    let token = interaction["token"].as_str().unwrap();
+    // The response (type 4) with a file, as libraries send it: the whole
+    // callback in payload_json, the file as files[0].
+    let payload = json!({
+        "type": 4,
+        "data": {"content": "rolled", "attachments": [{"id": 0, "description": "the die"}]},
+    })
+    .to_string();
+    let (status, body) = send_form(
+        &s.node,
+        "POST",
+        &format!("/interactions/{id}/{token}/callback"),
+        None,
+        multipart(&[
+            ("payload_json", None, payload.as_bytes()),
+            ("files[0]", Some("die.txt"), b"6"),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    let response = user.dispatch("MESSAGE_CREATE").await["d"].clone();
+    assert_eq!(response["content"], "rolled");
+    assert_eq!(response["attachments"][0]["filename"], "die.txt");
+    assert_eq!(response["attachments"][0]["description"], "the die");
+    let url = response["attachments"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        s.node
+            .http
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "6"
+    );
+
+    // A followup with a file.
+    let (status, followup) = send_form(
+        &s.node,
+        "POST",
+        &format!("/webhooks/{}/{token}", s.app_id),
+        None,
+        multipart(&[
+            ("payload_json", None, br#"{"content": "and a log"}"#),
+            ("files[0]", Some("log.txt"), b"log"),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200, "{followup}");
+    assert_eq!(followup["attachments"][0]["filename"], "log.txt");
+
+    // @original edited to drop its file and carry another; the dropped
+    // one is deleted.
+    let (status, edited) = send_form(
+        &s.node,
+        "PATCH",
+        &format!("/webhooks/{}/{token}/messages/@original", s.app_id),
+        None,
+        multipart(&[
+            ("payload_json", None, br#"{"attachments": [{"id": 0}]}"#),
+            ("files[0]", Some("again.txt"), b"again"),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["attachments"].as_array().unwrap().len(), 1);
+    assert_eq!(edited["attachments"][0]["filename"], "again.txt");
+    crate::common::until("the dropped response file deleted", 200, async || {
+        s.node.http.get(&url).send().await.unwrap().status() == 404
+    })
+    .await;
+}
