@@ -16,7 +16,7 @@
 const crypto = require('node:crypto');
 const WebSocket = require('ws');
 const {
-  ActionRowBuilder, ButtonBuilder, ButtonStyle, Client, GatewayIntentBits, LabelBuilder, MessageFlags,
+  ActionRowBuilder, AttachmentBuilder, ButtonBuilder, ButtonStyle, Client, GatewayIntentBits, LabelBuilder, MessageFlags,
   ModalBuilder, REST, Routes, SlashCommandBuilder, StringSelectMenuBuilder, TextInputBuilder, TextInputStyle,
 } = require('discord.js');
 
@@ -46,7 +46,11 @@ async function answer(interaction) {
       // A guild command names its guild; a global one does not.
       seen.hello_option = interaction.options.getString('text');
       seen.hello_scope = interaction.commandGuildId === interaction.guildId ? 'guild' : 'global';
-      const response = await interaction.reply({ content: `hello ${seen.hello_option}`, withResponse: true });
+      // With a file, as bots answer with one (multipart, payload_json).
+      const response = await interaction.reply({
+        content: `hello ${seen.hello_option}`, withResponse: true,
+        files: [new AttachmentBuilder(Buffer.from('greeting'), { name: 'greeting.txt' })],
+      });
       seen.hello_response_id = response.resource?.message?.id ?? null;
     } else if (name === 'later') {
       seen.later_scope = interaction.commandGuildId ? 'guild' : 'global';
@@ -213,6 +217,8 @@ async function asUser(appId, guildId) {
     hello_metadata: metadataOk(hello, 2, user.id, helloId, { name: 'hello', command_type: 1 }),
     hello_author_is_bot: hello?.author?.id === client.user.id,
     hello_same_message: !!hello && hello.id === seen.hello_response_id });
+  const file = hello?.attachments?.[0];
+  if (file) seen.hello_file = [file.filename, await (await fetch(file.url)).text()];
 
   // A global command: deferReply ("thinking…"), editReply, followUp.
   let laterId;

@@ -14,6 +14,7 @@ opened (type 5); discord.py's callbacks answer with `send_message`,
 member may not read: the ephemeral response) is printed as one JSON line.
 """
 import asyncio
+import io
 import json
 import secrets
 import sys
@@ -74,7 +75,9 @@ def scope(interaction):
 async def hello(interaction: discord.Interaction, text: str):
     # A guild command's data names its guild; a global one's does not.
     seen.update(hello_option=text, hello_scope=scope(interaction))
-    response = await interaction.response.send_message(f"hello {text}")
+    # With a file, as bots answer with one (multipart, payload_json).
+    response = await interaction.response.send_message(
+        f"hello {text}", file=discord.File(io.BytesIO(b"greeting"), filename="greeting.txt"))
     seen["hello_response_id"] = str(response.message_id)
 
 
@@ -213,6 +216,10 @@ async def as_user(guild):
                     hello_metadata=metadata_ok(reply, 2, user.id, hello_id, name="hello", command_type=1),
                     hello_author_is_bot=(reply or {}).get("author", {}).get("id") == str(client.user.id),
                     hello_same_message=(reply or {}).get("id") == seen.get("hello_response_id"))
+        files = (reply or {}).get("attachments") or []
+        if files:
+            async with http.get(files[0]["url"]) as served:
+                seen["hello_file"] = [files[0]["filename"], await served.text()]
 
         # A global command: defer, a followup, then the original edited.
         outcome, later_id = await user.interact(2, command(global_by_name["later"]), app_id, guild.id)

@@ -114,6 +114,7 @@ interaction_expected = {
         # send_message to a guild command
         "hello_option": "world", "hello_scope": "guild", "hello_outcome": "INTERACTION_SUCCESS",
         "hello_seen": True, "hello_metadata": True, "hello_author_is_bot": True, "hello_same_message": True,
+        "hello_file": ["greeting.txt", "greeting"],
         # defer, followup.send, edit_original_response to a global command
         "later_scope": "global", "later_deferred": "deferred_channel_message", "later_outcome": "INTERACTION_SUCCESS",
         "thinking_loading": True, "deferred_edited": True, "deferred_loading": False,
@@ -139,6 +140,7 @@ interaction_expected = {
         # interaction.reply to the guild command, its option read
         "hello_option": "world", "hello_scope": "guild", "hello_outcome": "INTERACTION_SUCCESS",
         "hello_seen": True, "hello_metadata": True, "hello_author_is_bot": True, "hello_same_message": True,
+        "hello_file": ["greeting.txt", "greeting"],
         # deferReply, editReply, followUp to a global command
         "later_scope": "global", "later_deferred": True, "later_outcome": "INTERACTION_SUCCESS",
         "thinking_loading": True, "deferred_edited": True, "deferred_loading": False,
