@@ -627,10 +627,7 @@ impl Files {
     /// (as stored) once the message (or the attachment) is gone. A full
     /// queue leaves them, counted.
     pub fn forget(&self, channel_id: i64, stored: Option<&str>) {
-        let attachments: Vec<Attachment> = stored
-            .and_then(|s| serde_json::from_str(s).ok())
-            .unwrap_or_default();
-        self.forget_these(channel_id, &attachments);
+        self.forget_these(channel_id, &read_stored(stored));
     }
 
     /// [`Files::forget`] for attachments already read.
@@ -870,40 +867,37 @@ pub(crate) async fn read_message_body<T: DeserializeOwned>(
     req: Request,
     state: &AppState,
 ) -> Result<MessageBody<T>, ApiError> {
-    {
-        let boundary = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| {
-                v.split(';')
-                    .next()
-                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/form-data"))
-            })
-            .map(multer::parse_boundary);
-        let Some(boundary) = boundary else {
-            let value: Value =
-                crate::read_json(req, state, state.shared.limits.rest_body_bytes_max).await?;
-            let attachments = value.get("attachments").cloned();
-            return Ok(MessageBody {
-                body: crate::from_json_value(state, value)?,
-                attachments,
-                uploads: Vec::new(),
-                _memory: None,
-            });
-        };
-        let boundary =
-            boundary.map_err(|_| bad_form(state, "The multipart boundary is missing."))?;
-        let (bytes, memory) = read_upload(req.into_body(), state).await?;
-        let (value, uploads) = parse_form(state, bytes, boundary).await?;
+    let boundary = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/form-data"))
+        })
+        .map(multer::parse_boundary);
+    let Some(boundary) = boundary else {
+        let value: Value =
+            crate::read_json(req, state, state.shared.limits.rest_body_bytes_max).await?;
         let attachments = value.get("attachments").cloned();
-        Ok(MessageBody {
+        return Ok(MessageBody {
             body: crate::from_json_value(state, value)?,
             attachments,
-            uploads,
-            _memory: memory,
-        })
-    }
+            uploads: Vec::new(),
+            _memory: None,
+        });
+    };
+    let boundary = boundary.map_err(|_| bad_form(state, "The multipart boundary is missing."))?;
+    let (bytes, memory) = read_upload(req.into_body(), state).await?;
+    let (value, uploads) = parse_form(state, bytes, boundary).await?;
+    let attachments = value.get("attachments").cloned();
+    Ok(MessageBody {
+        body: crate::from_json_value(state, value)?,
+        attachments,
+        uploads,
+        _memory: memory,
+    })
 }
 
 fn bad_form(node: &ApiState, message: &str) -> ApiError {
@@ -1132,11 +1126,7 @@ pub(crate) async fn edited(
     if attachments.is_none() && uploads.is_empty() {
         return Ok(None);
     }
-    let existing: Vec<Attachment> = row
-        .attachments
-        .as_deref()
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
+    let existing = read_stored(row.attachments.as_deref());
     let planned = plan(
         attachments.filter(|a| !a.is_null()),
         uploads,
@@ -1156,11 +1146,16 @@ pub(crate) fn stored(attachments: &[Attachment]) -> Option<String> {
     serde_json::to_string(attachments).ok()
 }
 
+/// A message's attachments as [`stored`] wrote them (without URLs).
+pub(crate) fn read_stored(stored: Option<&str>) -> Vec<Attachment> {
+    stored
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default()
+}
+
 /// A stored message's attachments with their URLs.
 pub(crate) fn shown(files: &Files, channel_id: i64, stored: Option<&str>) -> Vec<Attachment> {
-    let mut attachments: Vec<Attachment> = stored
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
+    let mut attachments = read_stored(stored);
     for attachment in &mut attachments {
         attachment.url = files.attachment_url(channel_id, attachment);
         attachment.proxy_url = attachment.url.clone();

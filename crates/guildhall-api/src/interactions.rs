@@ -39,9 +39,9 @@
 //! (`session_id`), or to every session of the user when it names none
 //! this cluster knows.
 //!
-//! Not here (yet): interactions in direct messages (50001), attachments
-//! and their options, and several sessions of one bot each getting the
-//! event.
+//! Not here (yet): interactions in direct messages (50001), the
+//! ATTACHMENT option, files in a callback passed on from another api node
+//! (JSON only), and several sessions of one bot each getting the event.
 
 use crate::webhooks::{check_extras, object_body, refused, string_field};
 use crate::{
@@ -72,10 +72,6 @@ use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-/// The most attachment bytes an interaction advertises (Discord's
-/// default 10 MiB; no uploads are served here, the field is informative).
-const ATTACHMENT_SIZE_LIMIT_BYTES: u64 = 10 * 1024 * 1024;
 
 /// The locale interactions report (no user or guild locale is kept).
 const LOCALE: &str = "en-US";
@@ -672,7 +668,8 @@ async fn create(State(node): State<AppState>, Caller(caller): Caller, req: Reque
         entitlements: vec![],
         authorizing_integration_owners: owners(guild_id),
         context: ix::CONTEXT_GUILD,
-        attachment_size_limit: ATTACHMENT_SIZE_LIMIT_BYTES,
+        // What a response's file may weigh here (`attachment_bytes_max`).
+        attachment_size_limit: limits.attachment_bytes_max as u64,
     };
     let entry = Entry {
         id,
@@ -1259,7 +1256,7 @@ pub(crate) fn message_parts(
     root: &[&str],
     uploads: Vec<crate::files::Upload>,
 ) -> Result<Parts, ApiError> {
-    let extras = check_extras(node, body, true)?;
+    let extras = check_extras(node, body)?;
     let attachments = body.get("attachments").cloned();
     let planned = if creating {
         let planned = crate::files::plan(

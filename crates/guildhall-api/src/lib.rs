@@ -2098,13 +2098,8 @@ pub(crate) fn forget_dropped(node: &ApiState, before: Option<&str>, row: &Messag
     if before == row.attachments.as_deref() {
         return;
     }
-    let parse = |stored: Option<&str>| -> Vec<guildhall_proto::model::Attachment> {
-        stored
-            .and_then(|s| serde_json::from_str(s).ok())
-            .unwrap_or_default()
-    };
-    let kept = parse(row.attachments.as_deref());
-    let dropped: Vec<_> = parse(before)
+    let kept = crate::files::read_stored(row.attachments.as_deref());
+    let dropped: Vec<_> = crate::files::read_stored(before)
         .into_iter()
         .filter(|old| kept.iter().all(|k| k.id != old.id))
         .collect();
@@ -2118,11 +2113,7 @@ pub(crate) fn check_stored_embed_refs(node: &ApiState, row: &MessageRow) -> Resu
         return Ok(());
     };
     let embeds: Vec<Value> = serde_json::from_str(embeds).unwrap_or_default();
-    let attachments: Vec<guildhall_proto::model::Attachment> = row
-        .attachments
-        .as_deref()
-        .and_then(|a| serde_json::from_str(a).ok())
-        .unwrap_or_default();
+    let attachments = crate::files::read_stored(row.attachments.as_deref());
     let names: Vec<&str> = attachments.iter().map(|a| a.filename.as_str()).collect();
     crate::files::check_embed_refs(&embeds, &names).map_err(|error| invalid_form(node, &error))
 }
@@ -2131,8 +2122,9 @@ pub(crate) fn check_stored_embed_refs(node: &ApiState, row: &MessageRow) -> Resu
 
 /// Flags a new message may set: SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS
 /// and IS_COMPONENTS_V2. Discord also allows IS_VOICE_MESSAGE, which is
-/// an uploaded audio attachment, and this server takes no uploads, so it
-/// is refused rather than stored on a message without its audio.
+/// an uploaded audio attachment with its duration and waveform, which
+/// this server does not keep, so it is refused rather than stored on a
+/// message without them.
 pub(crate) const CREATE_FLAGS: u64 =
     FLAG_SUPPRESS_EMBEDS | FLAG_SUPPRESS_NOTIFICATIONS | FLAG_IS_COMPONENTS_V2;
 

@@ -762,26 +762,14 @@ pub(crate) struct Extras {
 /// Checks the fields an executed or edited message shares: embeds and
 /// allowed_mentions (components are checked under the message's flags,
 /// `api::checked_components`); refuses the fields of features this
-/// server lacks (polls, forum posts, attachments) on that field rather than
+/// server lacks (polls, forum posts) on that field rather than
 /// answering as if they had been sent.
 pub(crate) fn check_extras(
     node: &crate::ApiState,
     body: &Map<String, Value>,
-    takes_files: bool,
 ) -> Result<Extras, ApiError> {
     let limits = &node.shared.limits;
-    let refused_fields: &[&'static str] = if takes_files {
-        &["poll", "thread_name", "applied_tags"]
-    } else {
-        &[
-            "poll",
-            "thread_name",
-            "applied_tags",
-            "attachments",
-            "payload_json",
-        ]
-    };
-    for &field in refused_fields {
+    for field in ["poll", "thread_name", "applied_tags"] {
         let present = match body.get(field) {
             None | Some(Value::Null) => false,
             Some(Value::Array(items)) => !items.is_empty(),
@@ -855,7 +843,7 @@ async fn execute(
     let mut form = crate::files::read_message_body::<Value>(req, &node).await?;
     let body = object_body(&node, std::mem::take(&mut form.body))?;
     let content = string_field(&node, &body, "content")?.unwrap_or_default();
-    let extras = check_extras(&node, &body, true)?;
+    let extras = check_extras(&node, &body)?;
     let planned = crate::files::plan(
         form.attachments.as_ref(),
         &form.uploads,
@@ -1051,7 +1039,7 @@ async fn edit_message(
     let mut row = query.message(&node, &webhook, &message).await?;
     let mut form = crate::files::read_message_body::<Value>(req, &node).await?;
     let body = object_body(&node, std::mem::take(&mut form.body))?;
-    let extras = check_extras(&node, &body, true)?;
+    let extras = check_extras(&node, &body)?;
     // Null clears the content, as every field of this route is nullable.
     let content = match body.get("content") {
         None => None,

@@ -1112,8 +1112,8 @@ impl Check<'_> {
 
     fn file(&mut self, map: &Map<String, Value>, out: &mut Map<String, Value>) {
         // A file component shows an uploaded attachment
-        // (`attachment://name` only), and this server takes no uploads:
-        // whatever it names is not found.
+        // (`attachment://name` only), which components do not resolve
+        // here yet: whatever it names is not found.
         self.form_at("file", |c| {
             c.form_at("url", |c| {
                 let url = map

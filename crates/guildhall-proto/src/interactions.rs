@@ -71,8 +71,8 @@ pub const FLAG_EPHEMERAL: u64 = 1 << 6;
 pub const FLAG_LOADING: u64 = 1 << 7;
 /// Flags a response or followup may set: SUPPRESS_EMBEDS, EPHEMERAL,
 /// SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2 (Discord also allows
-/// IS_VOICE_MESSAGE, an uploaded audio attachment, and this server takes
-/// no uploads, so it is refused).
+/// IS_VOICE_MESSAGE, an uploaded audio attachment with its duration and
+/// waveform, which this server does not keep, so it is refused).
 pub const RESPONSE_FLAGS: u64 = FLAG_SUPPRESS_EMBEDS
     | FLAG_EPHEMERAL
     | FLAG_SUPPRESS_NOTIFICATIONS
