@@ -183,6 +183,7 @@ impl From<GuildError> for ApiError {
             GuildError::WrongChannelType => ApiError::Code(ErrorCode::WrongChannelType),
             GuildError::ThreadExists => ApiError::Code(ErrorCode::ThreadExists),
             GuildError::MaxActiveThreads => ApiError::Code(ErrorCode::MaxActiveThreads),
+            GuildError::ThreadArchived => ApiError::Code(ErrorCode::ThreadArchived),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -1835,6 +1836,152 @@ async fn active_threads(
     ok(&json!({"threads": threads, "members": members}))
 }
 
+#[derive(Deserialize)]
+struct ArchivedThreadsQuery {
+    before: Option<String>,
+    limit: Option<String>,
+}
+
+/// Which archived threads a list names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ArchivedList {
+    /// `/threads/archived/public`: public (or announcement) threads.
+    Public,
+    /// `/threads/archived/private`: every private thread (moderators).
+    Private,
+    /// `/users/@me/threads/archived/private`: private threads the caller
+    /// joined, by id.
+    Joined,
+}
+
+/// The three archived-thread lists of a channel, as documented: newest
+/// archive first (joined private ones: highest id first), `before` an ISO
+/// 8601 time (a thread id for the joined list), `limit` 1 to
+/// `archived_threads_page_max` (default 50 or that bound), with the
+/// caller's thread member of each thread they joined and `has_more`.
+async fn archived_threads(
+    node: &ApiState,
+    caller: i64,
+    id: &str,
+    list: ArchivedList,
+    query: ArchivedThreadsQuery,
+) -> ApiResult {
+    let (parent, guild_id) = guild_channel(node, id).await?;
+    let need = match list {
+        ArchivedList::Private => perm::READ_MESSAGE_HISTORY | perm::MANAGE_THREADS,
+        _ => perm::READ_MESSAGE_HISTORY,
+    };
+    authorize(node, caller, &parent, guild_id, perm::VIEW_CHANNEL | need).await?;
+    let kinds: &[i64] = match (list, parent.kind) {
+        (ArchivedList::Public, 0 | 15 | 16) => &[11],
+        (ArchivedList::Public, 5) => &[10],
+        (ArchivedList::Private | ArchivedList::Joined, 0) => &[12],
+        _ => return Err(ApiError::Code(ErrorCode::WrongChannelType)),
+    };
+    let bad = |field: &'static str, code: &'static str, message: String| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(field, code, message)
+    };
+    let max = node.shared.limits.archived_threads_page_max;
+    let limit = match query.limit.as_deref() {
+        None => max.min(50),
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|l| (1..=max).contains(l))
+            .ok_or_else(|| {
+                bad(
+                    "limit",
+                    "NUMBER_TYPE_MAX",
+                    format!("Must be between 1 and {max}."),
+                )
+            })?,
+    };
+    // One more than asked says whether there are more.
+    let asked = limit as i64 + 1;
+    let store = &node.shared.store;
+    let mut rows = match list {
+        ArchivedList::Joined => {
+            let before = match query.before.as_deref() {
+                None => i64::MAX,
+                Some(raw) => parse_id(raw).map_err(|_| {
+                    bad(
+                        "before",
+                        "NUMBER_TYPE_COERCE",
+                        "Value is not snowflake.".into(),
+                    )
+                })?,
+            };
+            store
+                .joined_archived_threads(parent.id, caller, before, asked)
+                .await?
+        }
+        _ => {
+            let before_ms = match query.before.as_deref() {
+                None => i64::MAX,
+                Some(raw) => parse_timestamp_us(raw)
+                    .map(|us| us.div_euclid(1_000))
+                    .ok_or_else(|| {
+                        bad(
+                            "before",
+                            "DATE_TIME_TYPE_PARSE",
+                            "Could not parse the time. It should be an ISO 8601 timestamp.".into(),
+                        )
+                    })?,
+            };
+            store
+                .archived_threads(parent.id, kinds, before_ms, asked)
+                .await?
+        }
+    };
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    // The caller's membership of each: one lookup per thread, at most
+    // `archived_threads_page_max` of them.
+    let mut members = vec![];
+    for row in &rows {
+        if let Some(member) = store
+            .thread_members(row.id, caller - 1, 1)
+            .await?
+            .into_iter()
+            .find(|m| m.user_id == caller)
+        {
+            members.push(guildhall_common::wire::wire_thread_member(&member, true));
+        }
+    }
+    let threads: Vec<_> = rows.iter().map(|row| wire_channel(row, true)).collect();
+    ok(&json!({"threads": threads, "members": members, "has_more": has_more}))
+}
+
+async fn archived_public_threads(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<ArchivedThreadsQuery>,
+) -> ApiResult {
+    archived_threads(&node, caller.id, &id, ArchivedList::Public, query).await
+}
+
+async fn archived_private_threads(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<ArchivedThreadsQuery>,
+) -> ApiResult {
+    archived_threads(&node, caller.id, &id, ArchivedList::Private, query).await
+}
+
+async fn joined_archived_threads(
+    State(node): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Query(query): Query<ArchivedThreadsQuery>,
+) -> ApiResult {
+    archived_threads(&node, caller.id, &id, ArchivedList::Joined, query).await
+}
+
 // ----- messages -------------------------------------------------------------
 
 #[derive(Deserialize)]
@@ -3266,7 +3413,9 @@ async fn change(node: &ApiState, guild_id: i64, actor: i64, change: GuildChange)
         | GuildError::SizeLimit(_)
         | GuildError::MaxOverwrites
         | GuildError::InvalidOverwrite
-        | GuildError::InvalidParent,
+        | GuildError::InvalidParent
+        | GuildError::ThreadArchived
+        | GuildError::WrongChannelType,
     ) = result
     {
         node.counters
@@ -3312,6 +3461,9 @@ async fn patch_channel(
     JsonBody(body): JsonBody<Value>,
 ) -> ApiResult {
     let (channel, guild_id) = guild_channel(&node, &id).await?;
+    if guildhall_store::THREAD_KINDS.contains(&channel.kind) {
+        return patch_thread(&node, caller.id, &channel, guild_id, &body).await;
+    }
     let limits = &node.shared.limits;
     let name: Option<String> = patch(body.get("name"))?.flatten();
     if let Some(name) = &name {
@@ -3368,6 +3520,152 @@ async fn patch_channel(
             position,
             permission_overwrites,
             settings,
+        },
+    )
+    .await
+}
+
+/// The documented fields of a guild channel's PATCH that a thread's does
+/// not have.
+const THREADLESS_CHANNEL_FIELDS: &[&str] = &[
+    "topic",
+    "position",
+    "nsfw",
+    "bitrate",
+    "user_limit",
+    "permission_overwrites",
+    "parent_id",
+    "rtc_region",
+    "video_quality_mode",
+    "default_auto_archive_duration",
+    "default_thread_rate_limit_per_user",
+    "available_tags",
+    "default_reaction_emoji",
+    "default_sort_order",
+    "default_forum_layout",
+];
+
+/// `PATCH /channels/{thread.id}`: the thread fields Discord documents
+/// (`name`, `archived`, `auto_archive_duration`, `locked`, `invitable`,
+/// `rate_limit_per_user`, `flags`, `applied_tags`), checked against its
+/// bounds; any other field with a value is 50035 at the field, as a
+/// thread has no topic, overwrites or position of its own. Who may
+/// change what is the owner's decision (`GuildChange::UpdateThread`).
+async fn patch_thread(
+    node: &ApiState,
+    caller: i64,
+    thread: &ChannelRow,
+    guild_id: i64,
+    body: &Value,
+) -> ApiResult {
+    let bad = |field: &'static str, code: &'static str, message: &str| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(field, code, message.into())
+    };
+    let Some(fields) = body.as_object() else {
+        return Err(bad("body", "BASE_TYPE_BAD", "Must be an object."));
+    };
+    let flag = |field: &'static str| match fields.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(value)) => Ok(Some(*value)),
+        Some(_) => Err(bad(field, "BASE_TYPE_BAD", "Must be a boolean.")),
+    };
+    let mut patch = guildhall_proto::guilds::ThreadPatch {
+        archived: flag("archived")?,
+        locked: flag("locked")?,
+        invitable: flag("invitable")?,
+        ..Default::default()
+    };
+    if patch.invitable.is_some() && thread.kind != 12 {
+        return Err(bad(
+            "invitable",
+            "CHANNEL_TYPE_INVALID",
+            "Only private threads have this field.",
+        ));
+    }
+    match fields.get("name") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(name)) => {
+            check_chars(
+                node,
+                "name",
+                name,
+                1,
+                node.shared.limits.channel_name_chars_max,
+            )?;
+            patch.name = Some(name.clone());
+        }
+        Some(_) => return Err(bad("name", "BASE_TYPE_BAD", "Must be a string.")),
+    }
+    match fields.get("auto_archive_duration") {
+        None | Some(Value::Null) => {}
+        Some(value) => {
+            patch.auto_archive_duration = Some(
+                value
+                    .as_i64()
+                    .filter(|m| AUTO_ARCHIVE_MINUTES.contains(m))
+                    .ok_or_else(|| {
+                        bad(
+                            "auto_archive_duration",
+                            "BASE_TYPE_CHOICES",
+                            "Value must be one of {60, 1440, 4320, 10080}.",
+                        )
+                    })?,
+            );
+        }
+    }
+    match fields.get("rate_limit_per_user") {
+        None | Some(Value::Null) => {}
+        Some(value) => {
+            patch.rate_limit_per_user = Some(
+                value
+                    .as_i64()
+                    .filter(|s| (0..=RATE_LIMIT_PER_USER_S_MAX).contains(s))
+                    .ok_or_else(|| {
+                        bad(
+                            "rate_limit_per_user",
+                            "NUMBER_TYPE_MAX",
+                            "int value should be between 0 and 21600.",
+                        )
+                    })?,
+            );
+        }
+    }
+    // The other documented channel fields: a thread has none of its own
+    // (keys no channel has are ignored, as Discord ignores them).
+    for field in THREADLESS_CHANNEL_FIELDS
+        .iter()
+        .copied()
+        .chain(["flags", "applied_tags", "type"])
+    {
+        let Some(value) = fields.get(field).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let unused = match field {
+            // PINNED is for forum and media posts; none is here.
+            "flags" => value.as_i64() == Some(0),
+            // Tags are a forum's; an empty list applies none.
+            "applied_tags" => value.as_array().is_some_and(|tags| tags.is_empty()),
+            "type" => value.as_i64() == Some(thread.kind),
+            _ => false,
+        };
+        if !unused {
+            return Err(bad(
+                field,
+                "CHANNEL_TYPE_INVALID",
+                "A thread does not have this field.",
+            ));
+        }
+    }
+    change(
+        node,
+        guild_id,
+        caller,
+        GuildChange::UpdateThread {
+            thread_id: thread.id,
+            patch,
         },
     )
     .await
@@ -3759,15 +4057,16 @@ async fn delete_channel(
     Path(id): Path<String>,
 ) -> ApiResult {
     let (channel, guild_id) = guild_channel(&node, &id).await?;
-    let answer = change(
-        &node,
-        guild_id,
-        caller.id,
+    let delete = if guildhall_store::THREAD_KINDS.contains(&channel.kind) {
+        GuildChange::DeleteThread {
+            thread_id: channel.id,
+        }
+    } else {
         GuildChange::DeleteChannel {
             channel_id: channel.id,
-        },
-    )
-    .await;
+        }
+    };
+    let answer = change(&node, guild_id, caller.id, delete).await;
     if answer.is_ok() {
         // Its messages are gone; their files go too. (Its threads' files
         // and a whole guild's wait for the sweep.)
@@ -6422,6 +6721,18 @@ pub fn routes() -> Router<AppState> {
         .route("/guilds/{id}/threads/active", get(active_threads))
         .route("/channels/{id}/threads", post(start_thread))
         .route("/channels/{id}/thread-members", get(list_thread_members))
+        .route(
+            "/channels/{id}/threads/archived/public",
+            get(archived_public_threads),
+        )
+        .route(
+            "/channels/{id}/threads/archived/private",
+            get(archived_private_threads),
+        )
+        .route(
+            "/channels/{id}/users/@me/threads/archived/private",
+            get(joined_archived_threads),
+        )
         .route(
             "/channels/{id}/thread-members/@me",
             axum::routing::put(join_thread).delete(leave_thread),

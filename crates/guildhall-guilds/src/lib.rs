@@ -89,6 +89,33 @@ const CHANNEL_AUDIT_KEYS: &[&str] = &[
     "user_limit",
 ];
 const ROLE_AUDIT_KEYS: &[&str] = &["name", "permissions", "color", "hoist", "mentionable"];
+const THREAD_AUDIT_KEYS: &[&str] = &[
+    "name",
+    "type",
+    "rate_limit_per_user",
+    "archived",
+    "locked",
+    "auto_archive_duration",
+    "invitable",
+];
+
+/// A thread's wire object with its metadata's keys at the top, as the
+/// audit log's thread entries name them (`archived`, not
+/// `thread_metadata.archived`).
+fn thread_audit_value(wire: &serde_json::Value) -> serde_json::Value {
+    let mut flat = wire.clone();
+    if let (Some(flat), Some(metadata)) = (
+        flat.as_object_mut(),
+        wire.get("thread_metadata").and_then(|m| m.as_object()),
+    ) {
+        for key in ["archived", "locked", "auto_archive_duration", "invitable"] {
+            if let Some(value) = metadata.get(key) {
+                flat.insert(key.to_owned(), value.clone());
+            }
+        }
+    }
+    flat
+}
 const MEMBER_AUDIT_KEYS: &[&str] = &["nick", "communication_disabled_until"];
 
 /// The numeric form of overwrites a caller sent, refused whole if one is
@@ -418,6 +445,21 @@ impl GuildOwner {
     /// thread's kind, their membership and its lock change them (None:
     /// not a member of the guild; nothing if the parent is gone).
     fn thread_permissions(&self, user_id: i64, thread: &ChannelRow) -> Option<u64> {
+        let member = self
+            .thread_members
+            .get(&thread.id)
+            .is_some_and(|m| m.contains_key(&user_id));
+        self.thread_permissions_as(user_id, thread, member)
+    }
+
+    /// [`Self::thread_permissions`] with the user's membership given (an
+    /// archived thread's members are in the store only).
+    fn thread_permissions_as(
+        &self,
+        user_id: i64,
+        thread: &ChannelRow,
+        member: bool,
+    ) -> Option<u64> {
         let parent = self
             .channels
             .iter()
@@ -430,10 +472,7 @@ impl GuildOwner {
             parent_bits,
             perm::ThreadAccess {
                 private: thread.kind == 12,
-                member: self
-                    .thread_members
-                    .get(&thread.id)
-                    .is_some_and(|m| m.contains_key(&user_id)),
+                member,
                 locked: thread.locked,
             },
         ))
@@ -451,6 +490,78 @@ impl GuildOwner {
                 .map(|m| wire_thread_member(m, false));
         }
         wire
+    }
+
+    /// A thread of this guild: the active one this owner holds (true), or
+    /// an archived one read from the store (false).
+    async fn find_thread(&mut self, thread_id: i64) -> Result<(ChannelRow, bool), GuildError> {
+        if let Some(thread) = self.threads.iter().find(|t| t.id == thread_id) {
+            return Ok((thread.clone(), true));
+        }
+        match self.shared.store.channel(thread_id).await {
+            Ok(Some(row))
+                if row.guild_id == Some(self.guild.id)
+                    && guildhall_store::THREAD_KINDS.contains(&row.kind) =>
+            {
+                Ok((row, false))
+            }
+            Ok(_) => Err(GuildError::UnknownChannel),
+            Err(error) => Err(self.store_failed(Some(&error))),
+        }
+    }
+
+    /// Whether `user_id` joined `thread_id`: from memory for an active
+    /// thread, from the store for an archived one.
+    async fn joined_thread(
+        &mut self,
+        thread_id: i64,
+        user_id: i64,
+        active: bool,
+    ) -> Result<bool, GuildError> {
+        if active {
+            return Ok(self
+                .thread_members
+                .get(&thread_id)
+                .is_some_and(|m| m.contains_key(&user_id)));
+        }
+        match self
+            .shared
+            .store
+            .thread_members(thread_id, user_id - 1, 1)
+            .await
+        {
+            Ok(page) => Ok(page.first().is_some_and(|m| m.user_id == user_id)),
+            Err(error) => Err(self.store_failed(Some(&error))),
+        }
+    }
+
+    /// An unarchived thread's members, read back from the store a page at
+    /// a time (a thread has at most the guild's members).
+    async fn load_thread_members(&mut self, thread_id: i64) -> Result<(), GuildError> {
+        const PAGE_ROWS: i64 = 1_000;
+        let mut after = 0;
+        let mut members = BTreeMap::new();
+        loop {
+            let page = match self
+                .shared
+                .store
+                .thread_members(thread_id, after, PAGE_ROWS)
+                .await
+            {
+                Ok(page) => page,
+                Err(error) => return Err(self.store_failed(Some(&error))),
+            };
+            let full = page.len() as i64 == PAGE_ROWS;
+            for member in page {
+                after = member.user_id;
+                members.insert(member.user_id, member);
+            }
+            if !full || members.len() > self.members.len() {
+                break;
+            }
+        }
+        self.thread_members.insert(thread_id, members);
+        Ok(())
     }
 
     /// The active threads `user_id` can view.
@@ -624,6 +735,194 @@ impl GuildOwner {
             row.default_auto_archive_duration = (minutes > 0).then_some(minutes);
         }
         Ok(())
+    }
+
+    /// Edits a thread, as Discord's rules have it: a moderator
+    /// (MANAGE_THREADS) changes anything; the thread's starter renames
+    /// it, archives it and sets its duration while it is unlocked; anyone
+    /// who may talk there unarchives an unlocked thread. Only fields that
+    /// differ count. An archived thread changes only if this unarchives it
+    /// (50083). Archiving takes the thread and its members out of this
+    /// owner's memory; unarchiving brings them back.
+    async fn update_thread(
+        &mut self,
+        actor: i64,
+        thread_id: i64,
+        patch: guildhall_proto::guilds::ThreadPatch,
+    ) -> Result<Changed, GuildError> {
+        if !self.members.contains_key(&actor) {
+            return Err(GuildError::MissingAccess);
+        }
+        let (mut row, active) = self.find_thread(thread_id).await?;
+        let joined = self.joined_thread(thread_id, actor, active).await?;
+        let bits = self.thread_permissions_as(actor, &row, joined).unwrap_or(0);
+        if bits & perm::VIEW_CHANNEL == 0 {
+            return Err(GuildError::MissingAccess);
+        }
+        let name = patch.name.filter(|n| *n != row.name);
+        let archived = patch.archived.filter(|a| *a != row.archived);
+        let locked = patch.locked.filter(|l| *l != row.locked);
+        let minutes = patch
+            .auto_archive_duration
+            .filter(|m| Some(*m) != row.auto_archive_duration);
+        let slowmode = patch
+            .rate_limit_per_user
+            .filter(|s| *s != row.rate_limit_per_user);
+        let invitable = patch.invitable.filter(|i| *i != row.invitable);
+        if invitable.is_some() && row.kind != 12 {
+            return Err(GuildError::WrongChannelType);
+        }
+        let edits = name.is_some()
+            || locked.is_some()
+            || minutes.is_some()
+            || slowmode.is_some()
+            || invitable.is_some();
+        if !edits && archived.is_none() {
+            return Ok(Changed::Channel(self.wire_thread_for(&row, actor)));
+        }
+        if row.archived && archived != Some(false) {
+            return Err(GuildError::ThreadArchived);
+        }
+        let moderator = bits & perm::MANAGE_THREADS != 0;
+        let starter = row.owner_id == Some(actor) && !row.locked;
+        let locked_after = locked.unwrap_or(row.locked);
+        let moderators_only = locked.is_some()
+            || invitable.is_some()
+            || slowmode.is_some()
+            || (archived == Some(false) && locked_after);
+        let starters_too = name.is_some() || minutes.is_some() || archived == Some(true);
+        if (moderators_only && !moderator)
+            || (starters_too && !(moderator || starter))
+            || (archived == Some(false) && !moderator && bits & perm::SEND_MESSAGES == 0)
+        {
+            return Err(GuildError::MissingPermissions);
+        }
+        if archived == Some(false)
+            && self.threads.len() >= self.shared.limits.guild_active_threads_max
+        {
+            return Err(GuildError::MaxActiveThreads);
+        }
+        if let Some(name) = name {
+            row.name = name;
+        }
+        if let Some(locked) = locked {
+            row.locked = locked;
+        }
+        if let Some(minutes) = minutes {
+            row.auto_archive_duration = Some(minutes);
+        }
+        if let Some(seconds) = slowmode {
+            row.rate_limit_per_user = seconds;
+        }
+        if let Some(invitable) = invitable {
+            row.invitable = invitable;
+        }
+        if let Some(archived) = archived {
+            row.archived = archived;
+            row.archive_ms = Some(guildhall_common::state::now_ms() as i64);
+        }
+        // Held while active: its name must still fit the GUILD_CREATE.
+        let index = self.threads.iter().position(|t| t.id == thread_id);
+        let previous = match index {
+            Some(index) => Some(std::mem::replace(&mut self.threads[index], row.clone())),
+            None if !row.archived => {
+                self.threads.push(row.clone());
+                None
+            }
+            None => None,
+        };
+        let undo = |this: &mut Self| match (index, previous.clone()) {
+            (Some(index), Some(previous)) => this.threads[index] = previous,
+            _ => this.threads.retain(|t| t.id != thread_id),
+        };
+        if !row.archived && !self.fits() {
+            undo(self);
+            return Err(GuildError::SizeLimit(Grown::Name));
+        }
+        match self
+            .shared
+            .store
+            .update_thread(&row, self.epoch as i64)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                undo(self);
+                return Err(GuildError::UnknownChannel);
+            }
+            Err(error) => {
+                undo(self);
+                return Err(self.store_failed(Some(&error)));
+            }
+        }
+        if !active && !row.archived {
+            // Unarchived: its members come back with it.
+            if let Err(error) = self.load_thread_members(thread_id).await {
+                // Written already: the thread is active in the store, and
+                // a reload of the guild brings its members back.
+                self.thread_members.entry(thread_id).or_default();
+                guildhall_common::throttled!(
+                    warn,
+                    "guilds.thread_members",
+                    guild_id = self.guild.id,
+                    thread_id,
+                    ?error,
+                    "an unarchived thread's members could not be read"
+                );
+            }
+        }
+        self.view_generation += 1;
+        let wire = wire_channel(&row, true);
+        // Published while the thread is still held, so its viewers are
+        // the audience; an archived thread then leaves memory.
+        self.publish_in(thread_id, "THREAD_UPDATE", intents::GUILDS, &wire);
+        let answer = self.wire_thread_for(&row, actor);
+        if row.archived {
+            self.threads.retain(|t| t.id != thread_id);
+            self.thread_members.remove(&thread_id);
+            self.view_generation += 1;
+        }
+        Ok(Changed::Channel(answer))
+    }
+
+    /// `user_id`'s permissions in `thread_id` when it is an archived
+    /// thread of this guild (None: no such thread, or it was unarchived
+    /// and is now held). Sending a message (`send`) unarchives it, as
+    /// Discord does, unless it is locked and the sender no moderator;
+    /// anything but viewing and reading history is refused with 50083
+    /// while it stays archived: archived threads are immutable.
+    async fn archived_thread_bits(
+        &mut self,
+        user_id: i64,
+        thread_id: i64,
+        need: u64,
+        send: bool,
+    ) -> Result<Option<Option<u64>>, GuildError> {
+        let row = match self.find_thread(thread_id).await {
+            Ok((row, _)) => row,
+            Err(GuildError::UnknownChannel) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let joined = self.joined_thread(thread_id, user_id, false).await?;
+        let bits = self.thread_permissions_as(user_id, &row, joined);
+        let viewer = bits.is_some_and(|b| b & perm::VIEW_CHANNEL != 0);
+        if send && viewer {
+            let unarchive = guildhall_proto::guilds::ThreadPatch {
+                archived: Some(false),
+                ..Default::default()
+            };
+            return match self.update_thread(user_id, thread_id, unarchive).await {
+                Ok(_) => Ok(None),
+                Err(GuildError::MissingPermissions) if row.locked => {
+                    Err(GuildError::ThreadArchived)
+                }
+                Err(error) => Err(error),
+            };
+        }
+        if viewer && need & !(perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY) != 0 {
+            return Err(GuildError::ThreadArchived);
+        }
+        Ok(Some(bits))
     }
 
     /// A deleted category's channels move out of it (CHANNEL_UPDATE each,
@@ -1059,6 +1358,47 @@ impl GuildOwner {
                 self.publish_in(row.id, "THREAD_CREATE", intents::GUILDS, &wire);
                 Ok(Changed::Channel(self.wire_thread_for(&row, actor)))
             }
+            GuildChange::UpdateThread { thread_id, patch } => {
+                self.update_thread(actor, thread_id, patch).await
+            }
+            GuildChange::DeleteThread { thread_id } => {
+                if !self.members.contains_key(&actor) {
+                    return Err(GuildError::MissingAccess);
+                }
+                let (row, active) = self.find_thread(thread_id).await?;
+                let joined = self.joined_thread(thread_id, actor, active).await?;
+                let bits = self.thread_permissions_as(actor, &row, joined).unwrap_or(0);
+                if bits & perm::VIEW_CHANNEL == 0 {
+                    return Err(GuildError::MissingAccess);
+                }
+                if bits & perm::MANAGE_THREADS == 0 {
+                    return Err(GuildError::MissingPermissions);
+                }
+                match store.delete_channel(guild_id, thread_id, epoch).await {
+                    Ok(true) => {}
+                    Ok(false) => return Err(GuildError::UnknownChannel),
+                    Err(error) => return Err(self.store_failed(Some(&error))),
+                }
+                // THREAD_DELETE as documented: the id, guild, parent and
+                // type only. An active thread's viewers hear it; an
+                // archived one's audience is its parent's.
+                let data = serde_json::json!({
+                    "id": thread_id.to_string(),
+                    "guild_id": guild_id.to_string(),
+                    "parent_id": row.parent_id.map(|p| p.to_string()),
+                    "type": row.kind,
+                });
+                let audience = if active {
+                    thread_id
+                } else {
+                    row.parent_id.unwrap_or(0)
+                };
+                self.publish_in(audience, "THREAD_DELETE", intents::GUILDS, &data);
+                self.threads.retain(|t| t.id != thread_id);
+                self.thread_members.remove(&thread_id);
+                self.view_generation += 1;
+                Ok(Changed::Channel(wire_channel(&row, true)))
+            }
             GuildChange::ThreadMember {
                 thread_id,
                 user_id,
@@ -1067,6 +1407,12 @@ impl GuildOwner {
                 // Not a member of the guild: nothing to see here.
                 if !self.members.contains_key(&actor) {
                     return Err(GuildError::MissingAccess);
+                }
+                if !self.threads.iter().any(|t| t.id == thread_id) {
+                    // Not held: an archived thread's members do not
+                    // change (50083), anything else is unknown.
+                    self.find_thread(thread_id).await?;
+                    return Err(GuildError::ThreadArchived);
                 }
                 let thread = self
                     .threads
@@ -1713,6 +2059,15 @@ impl GuildOwner {
                 .get(member_id)
                 .and_then(|m| serde_json::to_value(wire_member(m, false)).ok()),
             GuildChange::UpdateGuild { .. } => Some(serde_json::json!({"name": self.guild.name})),
+            // An archived thread is not held: its entry lists the new
+            // values only.
+            GuildChange::UpdateThread { thread_id, .. }
+            | GuildChange::DeleteThread { thread_id } => self
+                .threads
+                .iter()
+                .find(|t| t.id == *thread_id)
+                .and_then(|t| serde_json::to_value(wire_channel(t, true)).ok())
+                .map(|v| thread_audit_value(&v)),
             _ => None,
         };
         AuditBefore(value.unwrap_or(serde_json::Value::Null))
@@ -1760,6 +2115,32 @@ impl GuildOwner {
                     entries.push((audit::CHANNEL_UPDATE, Some(*channel_id), listed, None));
                 }
                 entries.extend(self.overwrite_entries(*channel_id, old, &after));
+            }
+            GuildChange::CreateThread { .. } => entries.push((
+                audit::THREAD_CREATE,
+                id_of(&after),
+                changes(old, &thread_audit_value(&after), THREAD_AUDIT_KEYS),
+                None,
+            )),
+            GuildChange::UpdateThread { thread_id, .. } => {
+                let listed = changes(old, &thread_audit_value(&after), THREAD_AUDIT_KEYS);
+                if !listed.is_empty() {
+                    entries.push((audit::THREAD_UPDATE, Some(*thread_id), listed, None));
+                }
+            }
+            GuildChange::DeleteThread { thread_id } => {
+                // Not held when archived: the answer is the thread as it was.
+                let gone = if old.is_null() {
+                    thread_audit_value(&after)
+                } else {
+                    old.clone()
+                };
+                entries.push((
+                    audit::THREAD_DELETE,
+                    Some(*thread_id),
+                    changes(&gone, &serde_json::Value::Null, THREAD_AUDIT_KEYS),
+                    None,
+                ));
             }
             GuildChange::DeleteChannel { channel_id } => entries.push((
                 audit::CHANNEL_DELETE,
@@ -2616,7 +2997,12 @@ impl GuildOwner {
                         })
                         .copied()
                         .collect(),
-                    None => vec![],
+                    // A channel this owner does not hold (an archived
+                    // thread, a channel just deleted): nobody's to see.
+                    // Failing closed loses at most a live event the
+                    // history still holds; failing open would show a
+                    // private thread's traffic to the whole guild.
+                    None => self.members.keys().copied().collect(),
                 }
             }
             (Audience::Channel(_, bits), Some(channel)) => {
@@ -3070,6 +3456,23 @@ impl GuildOwner {
                 need,
                 slowmode,
             } => {
+                // A channel not held may be an archived thread (in the
+                // store only).
+                let archived = if channel_id != GUILD_WIDE
+                    && self.members.contains_key(&user_id)
+                    && !self.channels.iter().any(|c| c.id == channel_id)
+                    && !self.threads.iter().any(|t| t.id == channel_id)
+                {
+                    match self
+                        .archived_thread_bits(user_id, channel_id, need, slowmode)
+                        .await
+                    {
+                        Ok(bits) => bits,
+                        Err(error) => return Some(Err(error)),
+                    }
+                } else {
+                    None
+                };
                 // The channel's slowmode, read in the same pass.
                 let mut slowmode_s = 0;
                 let bits = if channel_id == GUILD_WIDE {
@@ -3078,10 +3481,14 @@ impl GuildOwner {
                     slowmode_s = c.rate_limit_per_user;
                     Some(self.channel_permissions(user_id, c))
                 } else {
-                    self.threads.iter().find(|t| t.id == channel_id).map(|t| {
-                        slowmode_s = t.rate_limit_per_user;
-                        self.thread_permissions(user_id, t)
-                    })
+                    self.threads
+                        .iter()
+                        .find(|t| t.id == channel_id)
+                        .map(|t| {
+                            slowmode_s = t.rate_limit_per_user;
+                            self.thread_permissions(user_id, t)
+                        })
+                        .or(archived)
                 };
                 // Not a member: no access, whichever channel is named.
                 let member = self.members.contains_key(&user_id);

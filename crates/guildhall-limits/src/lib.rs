@@ -1115,6 +1115,12 @@ pub const GUILD_ACTIVE_THREADS_MAX: usize = 1_000;
 /// on with `after`; a larger `limit` is 50035.
 pub const THREAD_MEMBERS_PAGE_MAX: usize = 100;
 
+/// Archived threads one archived-threads list answers (the bound of its
+/// `limit`, Discord's 100; the default is 50 or this, if lower). When hit:
+/// the answer says `has_more` and the caller pages on with `before`; a
+/// larger `limit` is 50035.
+pub const ARCHIVED_THREADS_PAGE_MAX: usize = 100;
+
 /// Audit log entries one guild keeps. When hit: the oldest are forgotten
 /// as new ones are written (one delete in the same transaction).
 pub const AUDIT_LOG_ENTRIES_MAX: usize = 10_000;
@@ -1707,6 +1713,8 @@ pub struct Limits {
     pub guild_active_threads_max: usize,
     /// See [`THREAD_MEMBERS_PAGE_MAX`].
     pub thread_members_page_max: usize,
+    /// See [`ARCHIVED_THREADS_PAGE_MAX`].
+    pub archived_threads_page_max: usize,
     /// See [`CHANNEL_OVERWRITES_MAX`].
     pub channel_overwrites_max: usize,
     /// See [`GUILD_VIEW_CACHE_CHANNELS_MAX`].
@@ -2035,6 +2043,7 @@ impl Default for Limits {
             guild_slowmode_clocks_max: GUILD_SLOWMODE_CLOCKS_MAX,
             guild_active_threads_max: GUILD_ACTIVE_THREADS_MAX,
             thread_members_page_max: THREAD_MEMBERS_PAGE_MAX,
+            archived_threads_page_max: ARCHIVED_THREADS_PAGE_MAX,
             guild_channels_max: GUILD_CHANNELS_MAX,
             channel_overwrites_max: CHANNEL_OVERWRITES_MAX,
             ban_delete_messages_max: BAN_DELETE_MESSAGES_MAX,
@@ -2719,6 +2728,7 @@ impl Limits {
             (self.guild_slowmode_clocks_max, "guild_slowmode_clocks_max"),
             (self.guild_active_threads_max, "guild_active_threads_max"),
             (self.thread_members_page_max, "thread_members_page_max"),
+            (self.archived_threads_page_max, "archived_threads_page_max"),
             (self.guild_create_members_max, "guild_create_members_max"),
         ] {
             check(value >= 2, field, "must be at least 2");
@@ -3513,6 +3523,7 @@ mod tests {
             "guild_slowmode_clocks_max",
             "guild_active_threads_max",
             "thread_members_page_max",
+            "archived_threads_page_max",
             "channel_overwrites_max",
             "ban_delete_messages_max",
             "audit_log_entries_max",
@@ -3750,6 +3761,7 @@ mod tests {
             "guild_slowmode_clocks_max" => l.guild_slowmode_clocks_max = 0,
             "guild_active_threads_max" => l.guild_active_threads_max = 0,
             "thread_members_page_max" => l.thread_members_page_max = 0,
+            "archived_threads_page_max" => l.archived_threads_page_max = 0,
             "channel_overwrites_max" => l.channel_overwrites_max = 0,
             "ban_delete_messages_max" => l.ban_delete_messages_max = 0,
             "audit_log_entries_max" => l.audit_log_entries_max = 0,

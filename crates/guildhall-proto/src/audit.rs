@@ -56,6 +56,12 @@ pub const MESSAGE_BULK_DELETE: u8 = 73;
 pub const MESSAGE_PIN: u8 = 74;
 /// A message was unpinned (target: its author).
 pub const MESSAGE_UNPIN: u8 = 75;
+/// A thread was created (target: the thread).
+pub const THREAD_CREATE: u8 = 110;
+/// A thread was edited (target: the thread).
+pub const THREAD_UPDATE: u8 = 111;
+/// A thread was deleted (target: the thread).
+pub const THREAD_DELETE: u8 = 112;
 
 /// One entry as the guild's owner records it (the wire entry has the
 /// same fields; `id` is a snowflake minted by the owner).

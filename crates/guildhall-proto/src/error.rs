@@ -43,6 +43,8 @@ pub enum ErrorCode {
     ThreadExists,
     /// 160006 Maximum number of active threads reached.
     MaxActiveThreads,
+    /// 50083 Tried to perform an operation on an archived thread.
+    ThreadArchived,
     /// 50034 A message provided was too old to bulk delete.
     BulkDeleteTooOld,
     /// 50001 Missing access.
@@ -116,6 +118,7 @@ impl ErrorCode {
             ErrorCode::WrongChannelType => 50024,
             ErrorCode::ThreadExists => 160004,
             ErrorCode::MaxActiveThreads => 160006,
+            ErrorCode::ThreadArchived => 50083,
             ErrorCode::BulkDeleteTooOld => 50034,
             ErrorCode::MissingAccess => 50001,
             ErrorCode::EmptyMessage => 50006,
@@ -163,6 +166,9 @@ impl ErrorCode {
             ErrorCode::WrongChannelType => "Cannot execute action on this channel type",
             ErrorCode::ThreadExists => "A thread has already been created for this message",
             ErrorCode::MaxActiveThreads => "Maximum number of active threads reached",
+            ErrorCode::ThreadArchived => {
+                "Tried to perform an operation on an archived thread, such as editing a message or adding a user to the thread"
+            }
             ErrorCode::BulkDeleteTooOld => "A message provided was too old to bulk delete",
             ErrorCode::MissingAccess => "Missing Access",
             ErrorCode::EmptyMessage => "Cannot send an empty message",
@@ -232,6 +238,7 @@ impl ErrorCode {
             | ErrorCode::WrongChannelType
             | ErrorCode::ThreadExists
             | ErrorCode::MaxActiveThreads
+            | ErrorCode::ThreadArchived
             | ErrorCode::BulkDeleteTooOld
             | ErrorCode::MaxWebhooks
             | ErrorCode::MaxGuildWebhooks

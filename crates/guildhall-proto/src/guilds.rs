@@ -61,6 +61,25 @@ pub struct ThreadRecord {
     pub from_message: bool,
 }
 
+/// An edit of a thread (`PATCH /channels/{thread.id}`), its fields
+/// checked by the caller against Discord's bounds; None leaves a field as
+/// it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadPatch {
+    /// Name (1 to 100 characters).
+    pub name: Option<String>,
+    /// Archive (true) or unarchive.
+    pub archived: Option<bool>,
+    /// Only MANAGE_THREADS holders unarchive it.
+    pub locked: Option<bool>,
+    /// Minutes of inactivity before it archives (60, 1440, 4320, 10080).
+    pub auto_archive_duration: Option<i64>,
+    /// Slowmode seconds.
+    pub rate_limit_per_user: Option<i64>,
+    /// Non-moderators may add others (private threads only).
+    pub invitable: Option<bool>,
+}
+
 /// One entry of a bulk channel move.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelMove {
@@ -204,6 +223,9 @@ pub enum GuildError {
     /// (160006).
     #[error("maximum number of active threads")]
     MaxActiveThreads,
+    /// The thread is archived: unarchive it first (50083).
+    #[error("thread archived")]
+    ThreadArchived,
     /// No such ban (10026).
     #[error("unknown ban")]
     UnknownBan,
@@ -529,6 +551,18 @@ pub enum GuildChange {
     CreateThread {
         /// The thread.
         thread: ThreadRecord,
+    },
+    /// Edit a thread, active or archived (THREAD_UPDATE).
+    UpdateThread {
+        /// The thread.
+        thread_id: i64,
+        /// What changes.
+        patch: ThreadPatch,
+    },
+    /// Delete a thread with its messages and members (THREAD_DELETE).
+    DeleteThread {
+        /// The thread.
+        thread_id: i64,
     },
     /// Add a member to an active thread or remove one (the actor
     /// themself: join or leave).

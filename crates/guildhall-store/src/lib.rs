@@ -1859,6 +1859,84 @@ where
         .await?)
     }
 
+    /// Writes a thread's own fields (name, slowmode, archive state and
+    /// settings); false if the guild has no such thread.
+    pub async fn update_thread(&self, thread: &ChannelRow, epoch: i64) -> Result<bool> {
+        let guild_id = thread
+            .guild_id
+            .ok_or(StoreError::Conflict("a thread has a guild"))?;
+        let mut tx = self.pool.begin().await?;
+        Self::fence(&mut tx, guild_id, epoch).await?;
+        let done = sqlx::query(
+            "UPDATE channels SET name = $3, rate_limit_per_user = $4, archived = $5, locked = $6, \
+             invitable = $7, auto_archive_duration = $8, archive_ms = $9 \
+             WHERE id = $1 AND guild_id = $2 AND kind IN (10, 11, 12)",
+        )
+        .bind(thread.id)
+        .bind(guild_id)
+        .bind(&thread.name)
+        .bind(thread.rate_limit_per_user)
+        .bind(thread.archived)
+        .bind(thread.locked)
+        .bind(thread.invitable)
+        .bind(thread.auto_archive_duration)
+        .bind(thread.archive_ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// A page of `parent_id`'s archived threads of the kinds in `kinds`,
+    /// newest archive first, archived before `before_ms` (exclusive), at
+    /// most `limit`.
+    pub async fn archived_threads(
+        &self,
+        parent_id: i64,
+        kinds: &[i64],
+        before_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<ChannelRow>> {
+        // Two kinds at most (public and announcement, or private): bound
+        // as two parameters, the second repeating the first when alone.
+        let first = kinds.first().copied().unwrap_or(-1);
+        let second = kinds.get(1).copied().unwrap_or(first);
+        Ok(sqlx::query_as(
+            "SELECT * FROM channels WHERE parent_id = $1 AND kind IN ($2, $3) AND archived = TRUE \
+             AND archive_ms < $4 ORDER BY archive_ms DESC, id DESC LIMIT $5",
+        )
+        .bind(parent_id)
+        .bind(first)
+        .bind(second)
+        .bind(before_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// A page of `parent_id`'s archived private threads that `user_id`
+    /// joined, by id descending, below `before` (exclusive), at most
+    /// `limit`.
+    pub async fn joined_archived_threads(
+        &self,
+        parent_id: i64,
+        user_id: i64,
+        before: i64,
+        limit: i64,
+    ) -> Result<Vec<ChannelRow>> {
+        Ok(sqlx::query_as(
+            "SELECT c.* FROM channels c JOIN thread_members m ON m.thread_id = c.id \
+             WHERE c.parent_id = $1 AND c.kind = 12 AND c.archived = TRUE AND m.user_id = $2 \
+             AND c.id < $3 ORDER BY c.id DESC LIMIT $4",
+        )
+        .bind(parent_id)
+        .bind(user_id)
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Counts a message sent in a thread (`message_count` and
     /// `total_message_sent`); a channel that is not a thread is left as
     /// it is.
@@ -3633,6 +3711,12 @@ store_api! {
     fn thread_members<'a>(&'a self, thread_id: i64, after: i64, limit: i64) -> Vec<ThreadMemberRow>;
     /// Counts a message sent in a thread.
     fn count_thread_message<'a>(&'a self, thread_id: i64) -> ();
+    /// Writes a thread's own fields.
+    fn update_thread<'a>(&'a self, thread: &'a ChannelRow, epoch: i64) -> bool;
+    /// A page of a channel's archived threads.
+    fn archived_threads<'a>(&'a self, parent_id: i64, kinds: &'a [i64], before_ms: i64, limit: i64) -> Vec<ChannelRow>;
+    /// A page of a channel's archived private threads a user joined.
+    fn joined_archived_threads<'a>(&'a self, parent_id: i64, user_id: i64, before: i64, limit: i64) -> Vec<ChannelRow>;
     /// Stores a message; returns once it is durable (group commit).
     fn insert_message<'a>(&'a self, message: &'a MessageRow) -> ();
     /// A message of a channel.
@@ -4814,6 +4898,55 @@ mod tests {
         assert_eq!(
             (thread_row.message_count, thread_row.total_message_sent),
             (1, 2)
+        );
+        // Archived, it leaves the owner's load and enters the lists.
+        let archived = ChannelRow {
+            archived: true,
+            locked: true,
+            name: "done".into(),
+            archive_ms: Some(50),
+            ..store.channel(900).await.unwrap().unwrap()
+        };
+        assert!(store.update_thread(&archived, 0).await.unwrap());
+        assert!(matches!(
+            store.update_thread(&archived, 7).await,
+            Err(StoreError::StaleEpoch)
+        ));
+        let row = store.channel(900).await.unwrap().unwrap();
+        assert_eq!(
+            (row.archived, row.locked, row.name.as_str()),
+            (true, true, "done")
+        );
+        assert!(store.load_guild(a).await.unwrap().threads.is_empty());
+        let ids = |rows: Vec<ChannelRow>| rows.into_iter().map(|c| c.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(store
+                .archived_threads(a_channel, &[11], 51, 10)
+                .await
+                .unwrap()),
+            vec![900]
+        );
+        assert!(
+            store
+                .archived_threads(a_channel, &[11], 50, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            store
+                .archived_threads(a_channel, &[12], 51, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // Joined private archived threads: only private ones (this is public).
+        assert!(
+            store
+                .joined_archived_threads(a_channel, 1, i64::MAX, 10)
+                .await
+                .unwrap()
+                .is_empty()
         );
         // The parent's delete takes the thread, its messages and members.
         assert!(store.delete_channel(a, a_channel, 0).await.unwrap());

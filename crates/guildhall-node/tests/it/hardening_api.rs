@@ -297,6 +297,9 @@ async fn ids_of_another_guild_are_refused_on_every_route() {
         ("GET", "/channels/{id}/thread-members/{user}", vec![bc, bu], None, 403, 50001),
         ("PUT", "/channels/{id}/thread-members/{user}", vec![bc, bu], None, 403, 50001),
         ("DELETE", "/channels/{id}/thread-members/{user}", vec![bc, bu], None, 403, 50001),
+        ("GET", "/channels/{id}/threads/archived/public", vec![bc], None, 403, 50001),
+        ("GET", "/channels/{id}/threads/archived/private", vec![bc], None, 403, 50001),
+        ("GET", "/channels/{id}/users/@me/threads/archived/private", vec![bc], None, 403, 50001),
     ];
 
     // Every route of api::routes() with an id of a guild's is in the table.

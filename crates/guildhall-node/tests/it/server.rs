@@ -3694,6 +3694,310 @@ async fn threads_are_started_talked_in_and_private_ones_kept_private() {
     assert_eq!(seen, expected);
 }
 
+/// A thread is edited, archived, unarchived and deleted as Discord
+/// documents it: the starter renames and archives their own thread,
+/// others are refused; an archived thread leaves the active list for the
+/// archived lists, can be read but not changed (50083), is unarchived by
+/// a message unless locked; THREAD_UPDATE and THREAD_DELETE reach its
+/// viewers; each edit is in the audit log.
+#[tokio::test]
+async fn threads_are_edited_archived_and_deleted() {
+    use guildhall_proto::permissions as perm;
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, bob_id) = node.register("bob").await;
+    let (carol, _) = node.register("carol").await;
+    let (guild_id, general) = node.guild(&owner, "Archive").await;
+    let code = node.invite(&owner, &general).await;
+    for token in [&bob, &carol] {
+        let (status, _) = node
+            .call("POST", &format!("/invites/{code}"), Some(token), None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    let bits = perm::EVERYONE_DEFAULT
+        | perm::CREATE_PUBLIC_THREADS
+        | perm::CREATE_PRIVATE_THREADS
+        | perm::SEND_MESSAGES_IN_THREADS;
+    let (status, _) = node
+        .call(
+            "PATCH",
+            &format!("/guilds/{guild_id}/roles/{guild_id}"),
+            Some(&owner),
+            Some(json!({"permissions": bits.to_string()})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, talk) = node
+        .call(
+            "POST",
+            &format!("/channels/{general}/threads"),
+            Some(&bob),
+            Some(json!({"name": "talk", "type": 11})),
+        )
+        .await;
+    assert_eq!(status, 201, "{talk}");
+    let talk = talk["id"].as_str().unwrap().to_owned();
+    let mut carol_client = Client::connect(&node.ws).await;
+    carol_client
+        .identify(
+            &carol,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    carol_client.dispatch("GUILD_CREATE").await;
+    let edit = |token: String, thread: String, body: serde_json::Value| {
+        let node = &node;
+        async move {
+            node.call(
+                "PATCH",
+                &format!("/channels/{thread}"),
+                Some(&token),
+                Some(body),
+            )
+            .await
+        }
+    };
+
+    // The starter renames it; carol hears it.
+    let (status, renamed) = edit(bob.clone(), talk.clone(), json!({"name": "chat"})).await;
+    assert_eq!(
+        (status, &renamed["name"]),
+        (200, &json!("chat")),
+        "{renamed}"
+    );
+    let update = carol_client.dispatch("THREAD_UPDATE").await;
+    assert_eq!(update["d"]["name"], "chat");
+    // Carol neither started nor moderates it.
+    for body in [json!({"name": "mine"}), json!({"locked": true})] {
+        let (status, error) = edit(carol.clone(), talk.clone(), body).await;
+        assert_eq!((status, &error["code"]), (403, &json!(50013)), "{error}");
+    }
+    // A thread has no topic; a public one is not invitable; bounds hold.
+    for (body, field) in [
+        (json!({"topic": "x"}), "topic"),
+        (json!({"invitable": false}), "invitable"),
+        (
+            json!({"auto_archive_duration": 61}),
+            "auto_archive_duration",
+        ),
+        (
+            json!({"rate_limit_per_user": 21_601}),
+            "rate_limit_per_user",
+        ),
+        (json!({"archived": "yes"}), "archived"),
+    ] {
+        let (status, error) = edit(owner.clone(), talk.clone(), body).await;
+        assert_eq!((status, &error["code"]), (400, &json!(50035)), "{error}");
+        assert!(error["errors"][field].is_object(), "{field}: {error}");
+    }
+
+    // Bob archives it: it leaves the active list for the archived one.
+    let (status, archived) = edit(bob.clone(), talk.clone(), json!({"archived": true})).await;
+    assert_eq!(status, 200, "{archived}");
+    assert_eq!(archived["thread_metadata"]["archived"], true);
+    let update = carol_client.dispatch("THREAD_UPDATE").await;
+    assert_eq!(update["d"]["thread_metadata"]["archived"], true);
+    let (status, active) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/threads/active"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(active["threads"], json!([]), "{active}");
+    let (status, list) = node
+        .call(
+            "GET",
+            &format!("/channels/{general}/threads/archived/public"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["threads"][0]["id"], json!(talk));
+    assert_eq!(list["members"][0]["user_id"], json!(bob_id));
+    assert_eq!(list["has_more"], false);
+    let archived_at = list["threads"][0]["thread_metadata"]["archive_timestamp"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, list) = node
+        .call(
+            "GET",
+            &format!(
+                "/channels/{general}/threads/archived/public?before={}",
+                archived_at.replace('+', "%2B")
+            ),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!((status, &list["threads"]), (200, &json!([])), "{list}");
+    let (status, error) = node
+        .call(
+            "GET",
+            &format!("/channels/{general}/threads/archived/public?limit=101"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50035)), "{error}");
+    // Read, but not changed.
+    let (status, seen) = node
+        .call("GET", &format!("/channels/{talk}"), Some(&carol), None)
+        .await;
+    assert_eq!(
+        (status, &seen["thread_metadata"]["archived"]),
+        (200, &json!(true))
+    );
+    let (status, _) = node
+        .call(
+            "GET",
+            &format!("/channels/{talk}/messages"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, error) = edit(bob.clone(), talk.clone(), json!({"name": "again"})).await;
+    assert_eq!((status, &error["code"]), (400, &json!(50083)), "{error}");
+    let (status, error) = node
+        .call(
+            "PUT",
+            &format!("/channels/{talk}/thread-members/@me"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50083)), "{error}");
+    // A message unarchives it.
+    let (status, _) = node
+        .post_message(&carol, &talk, json!({"content": "wake up"}))
+        .await;
+    assert_eq!(status, 200);
+    let update = carol_client.dispatch("THREAD_UPDATE").await;
+    assert_eq!(update["d"]["thread_metadata"]["archived"], false);
+    let heard = carol_client.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(heard["d"]["content"], "wake up");
+
+    // Locked and archived by the owner: only a moderator unarchives it.
+    let (status, locked) = edit(
+        owner.clone(),
+        talk.clone(),
+        json!({"archived": true, "locked": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{locked}");
+    assert_eq!(locked["thread_metadata"]["locked"], true);
+    let (status, error) = node
+        .post_message(&carol, &talk, json!({"content": "let me"}))
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50083)), "{error}");
+    let (status, error) = edit(carol.clone(), talk.clone(), json!({"archived": false})).await;
+    assert_eq!((status, &error["code"]), (403, &json!(50013)), "{error}");
+    let (status, open) = edit(
+        owner.clone(),
+        talk.clone(),
+        json!({"archived": false, "locked": false}),
+    )
+    .await;
+    assert_eq!(status, 200, "{open}");
+    assert_eq!(open["thread_metadata"]["archived"], false);
+
+    // A private archived thread: in the moderators' list and its
+    // members' joined list only.
+    let (status, club) = node
+        .call(
+            "POST",
+            &format!("/channels/{general}/threads"),
+            Some(&bob),
+            Some(json!({"name": "club", "type": 12})),
+        )
+        .await;
+    assert_eq!(status, 201, "{club}");
+    let club = club["id"].as_str().unwrap().to_owned();
+    let (status, _) = edit(bob.clone(), club.clone(), json!({"archived": true})).await;
+    assert_eq!(status, 200);
+    let listed = |token: String, path: String| {
+        let node = &node;
+        async move {
+            let (status, list) = node.call("GET", &path, Some(&token), None).await;
+            (status, list)
+        }
+    };
+    let private = format!("/channels/{general}/threads/archived/private");
+    let joined = format!("/channels/{general}/users/@me/threads/archived/private");
+    let (status, error) = listed(carol.clone(), private.clone()).await;
+    assert_eq!((status, &error["code"]), (403, &json!(50013)), "{error}");
+    let (status, list) = listed(owner.clone(), private).await;
+    assert_eq!((status, &list["threads"][0]["id"]), (200, &json!(club)));
+    let (status, list) = listed(bob.clone(), joined.clone()).await;
+    assert_eq!((status, &list["threads"][0]["id"]), (200, &json!(club)));
+    let (status, list) = listed(carol.clone(), joined).await;
+    assert_eq!((status, &list["threads"]), (200, &json!([])));
+
+    // Deleting takes MANAGE_THREADS; THREAD_DELETE names the thread.
+    let (status, error) = node
+        .call("DELETE", &format!("/channels/{talk}"), Some(&bob), None)
+        .await;
+    assert_eq!((status, &error["code"]), (403, &json!(50013)), "{error}");
+    let (status, deleted) = node
+        .call("DELETE", &format!("/channels/{talk}"), Some(&owner), None)
+        .await;
+    assert_eq!((status, &deleted["id"]), (200, &json!(talk)), "{deleted}");
+    let gone = carol_client.dispatch("THREAD_DELETE").await;
+    assert_eq!(gone["d"]["id"], json!(talk));
+    assert_eq!(gone["d"]["parent_id"], json!(general));
+    assert_eq!(gone["d"]["type"], 11);
+    let (status, error) = node
+        .call("GET", &format!("/channels/{talk}"), Some(&carol), None)
+        .await;
+    assert_eq!((status, &error["code"]), (404, &json!(10003)));
+    // An archived thread is deleted too.
+    let (status, _) = node
+        .call("DELETE", &format!("/channels/{club}"), Some(&owner), None)
+        .await;
+    assert_eq!(status, 200);
+
+    // The audit log holds the edits and the delete.
+    let (status, log) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs?action_type=111"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{log}");
+    let entries = log["audit_log_entries"].as_array().unwrap();
+    assert!(
+        entries.iter().any(|e| e["target_id"] == json!(talk)
+            && e["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["key"] == "archived" && c["new_value"] == true)),
+        "{log}"
+    );
+    let (status, log) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/audit-logs?action_type=112"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        log["audit_log_entries"].as_array().unwrap().len(),
+        2,
+        "{log}"
+    );
+}
+
 /// Thread members: joining and leaving, adding and removing (who may),
 /// THREAD_CREATE and THREAD_MEMBERS_UPDATE to whom they are for (the
 /// user added or removed whatever their intents; the thread's viewers
