@@ -184,6 +184,11 @@ impl From<GuildError> for ApiError {
             GuildError::ThreadExists => ApiError::Code(ErrorCode::ThreadExists),
             GuildError::MaxActiveThreads => ApiError::Code(ErrorCode::MaxActiveThreads),
             GuildError::ThreadArchived => ApiError::Code(ErrorCode::ThreadArchived),
+            GuildError::UnknownTag(field) => ApiError::Field(
+                field.key(),
+                "BASE_TYPE_BAD",
+                "Names a tag the channel does not have.".into(),
+            ),
             GuildError::Overloaded => ApiError::Overloaded,
             GuildError::Store => ApiError::Internal,
         }
@@ -1228,14 +1233,14 @@ async fn create_channel(
     if let Some(topic) = &body.topic {
         check_chars(&node, "topic", topic, 0, limits.channel_topic_chars_max)?;
     }
-    if !matches!(body.kind, 0 | 2 | 4 | 5) {
+    if !matches!(body.kind, 0 | 2 | 4 | 5 | 15 | 16) {
         node.counters
             .bad_requests_total
             .fetch_add(1, Ordering::Relaxed);
         return Err(ApiError::Field(
             "type",
             "BASE_TYPE_CHOICES",
-            "Value must be one of {0, 2, 4, 5}.".into(),
+            "Value must be one of {0, 2, 4, 5, 15, 16}.".into(),
         ));
     }
     unsupported_fields(&node, &body.rest, UNSUPPORTED_CHANNEL_FIELDS)?;
@@ -1433,14 +1438,14 @@ async fn get_channel(
 
 /// The fields of a thread's start (`name`, `auto_archive_duration`,
 /// `rate_limit_per_user`, `invitable`), checked against Discord's bounds:
-/// (name, minutes, seconds, invitable). `invitable` false is for private
+/// (name, minutes, seconds, invitable; None: the parent's default). `invitable` false is for private
 /// threads (`kind` 12) only; the forum fields (`message`, `applied_tags`)
 /// are refused, as no channel here is a forum.
 fn thread_fields(
     node: &ApiState,
     body: &serde_json::Map<String, Value>,
     kind: i64,
-) -> Result<(String, Option<i64>, i64, bool), ApiError> {
+) -> Result<(String, Option<i64>, Option<i64>, bool), ApiError> {
     let bad = |field: &'static str, code: &'static str, message: &str| {
         node.counters
             .bad_requests_total
@@ -1477,17 +1482,19 @@ fn thread_fields(
         ),
     };
     let seconds = match body.get("rate_limit_per_user") {
-        None | Some(Value::Null) => 0,
-        Some(value) => value
-            .as_i64()
-            .filter(|s| (0..=RATE_LIMIT_PER_USER_S_MAX).contains(s))
-            .ok_or_else(|| {
-                bad(
-                    "rate_limit_per_user",
-                    "NUMBER_TYPE_MAX",
-                    "int value should be between 0 and 21600.",
-                )
-            })?,
+        None | Some(Value::Null) => None,
+        Some(value) => Some(
+            value
+                .as_i64()
+                .filter(|s| (0..=RATE_LIMIT_PER_USER_S_MAX).contains(s))
+                .ok_or_else(|| {
+                    bad(
+                        "rate_limit_per_user",
+                        "NUMBER_TYPE_MAX",
+                        "int value should be between 0 and 21600.",
+                    )
+                })?,
+        ),
     };
     let invitable = match body.get("invitable") {
         None | Some(Value::Null | Value::Bool(true)) => true,
@@ -2834,6 +2841,14 @@ async fn create_message(
         .channel(parse_id(&id)?)
         .await?
         .ok_or(ApiError::Code(ErrorCode::UnknownChannel))?;
+    // Categories hold channels, forum and media channels hold posts:
+    // none holds messages of its own.
+    if matches!(channel.kind, 4 | 15 | 16) {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Code(ErrorCode::NotTextChannel));
+    }
     let flags = flags_field(
         &node,
         body.flags.as_ref(),
@@ -3415,6 +3430,7 @@ async fn change(node: &ApiState, guild_id: i64, actor: i64, change: GuildChange)
         | GuildError::InvalidOverwrite
         | GuildError::InvalidParent
         | GuildError::ThreadArchived
+        | GuildError::UnknownTag(_)
         | GuildError::WrongChannelType,
     ) = result
     {
@@ -3773,6 +3789,21 @@ fn channel_settings(
         })?)),
     };
     let stage = kind == 13;
+    let forum = matches!(kind, 15 | 16);
+    let not_here = |field: &'static str| {
+        bad(
+            field,
+            "CHANNEL_TYPE_INVALID",
+            "This channel type does not have this field.".into(),
+        )
+    };
+    let mut minted_tags = vec![];
+    let available_tags = match body.get("available_tags") {
+        None | Some(Value::Null) => None,
+        Some(value) if forum => Some(forum_tags(node, value, &mut minted_tags)?),
+        Some(value) if value.as_array().is_some_and(|tags| tags.is_empty()) => None,
+        Some(_) => return Err(not_here("available_tags")),
+    };
     let archive = int(
         "default_auto_archive_duration",
         60..=10_080,
@@ -3821,7 +3852,150 @@ fn channel_settings(
         )?,
         video_quality_mode: int("video_quality_mode", 1..=2, voice, 0)?,
         default_auto_archive_duration: archive,
+        default_thread_rate_limit_per_user: int(
+            "default_thread_rate_limit_per_user",
+            0..=RATE_LIMIT_PER_USER_S_MAX,
+            matches!(kind, 0 | 5 | 15 | 16),
+            0,
+        )?,
+        default_sort_order: match body.get("default_sort_order") {
+            None => None,
+            Some(Value::Null) if forum => Some(None),
+            Some(value) if forum && matches!(value.as_i64(), Some(0 | 1)) => Some(value.as_i64()),
+            Some(Value::Null) => None,
+            Some(_) if forum => {
+                return Err(bad(
+                    "default_sort_order",
+                    "BASE_TYPE_CHOICES",
+                    "Value must be one of {0, 1}.".into(),
+                ));
+            }
+            Some(_) => return Err(not_here("default_sort_order")),
+        },
+        default_forum_layout: int("default_forum_layout", 0..=2, kind == 15, 0)?,
+        default_reaction_emoji: match body.get("default_reaction_emoji") {
+            None => None,
+            Some(Value::Null) if forum => Some(None),
+            Some(Value::Null) => None,
+            Some(value) if forum => Some(Some(default_reaction(value).ok_or_else(|| {
+                bad(
+                    "default_reaction_emoji",
+                    "BASE_TYPE_BAD",
+                    "Name one of emoji_id (a snowflake) or emoji_name.".into(),
+                )
+            })?)),
+            Some(_) => return Err(not_here("default_reaction_emoji")),
+        },
+        available_tags,
+        minted_tags,
     })
+}
+
+/// A forum's `default_reaction_emoji` object: exactly one of `emoji_id`
+/// (a snowflake) and `emoji_name` (a non-empty string).
+fn default_reaction(value: &Value) -> Option<guildhall_proto::model::DefaultReaction> {
+    let object = value.as_object()?;
+    let emoji_id = match object.get("emoji_id") {
+        None | Some(Value::Null) => None,
+        Some(id) => Some(sf(id_from_value(id).ok()?)),
+    };
+    let emoji_name = match object.get("emoji_name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) if !name.is_empty() => Some(name.clone()),
+        Some(_) => return None,
+    };
+    (emoji_id.is_some() != emoji_name.is_some()).then_some(
+        guildhall_proto::model::DefaultReaction {
+            emoji_id,
+            emoji_name,
+        },
+    )
+}
+
+/// Discord's bound on a forum's tags.
+const FORUM_TAGS_MAX: usize = 20;
+/// Discord's bound on a tag's name, characters.
+const FORUM_TAG_NAME_CHARS_MAX: usize = 20;
+
+/// A forum's `available_tags`, whole: at most [`FORUM_TAGS_MAX`] tags,
+/// each a name of 1 to [`FORUM_TAG_NAME_CHARS_MAX`] characters, at most
+/// one emoji, `moderated` a boolean. A tag without an id is new: its id is
+/// minted here and listed in `minted` (the owner accepts no other id it
+/// does not hold).
+fn forum_tags(
+    node: &ApiState,
+    value: &Value,
+    minted: &mut Vec<i64>,
+) -> Result<Vec<guildhall_proto::model::ForumTag>, ApiError> {
+    let bad = |message: String| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field("available_tags", "BASE_TYPE_BAD", message)
+    };
+    let list = value
+        .as_array()
+        .ok_or_else(|| bad("Must be an array of tags.".into()))?;
+    if list.len() > FORUM_TAGS_MAX {
+        return Err(bad(format!("Must be {FORUM_TAGS_MAX} or fewer in length.")));
+    }
+    let mut tags = Vec::with_capacity(list.len());
+    for (index, tag) in list.iter().enumerate() {
+        let object = tag
+            .as_object()
+            .ok_or_else(|| bad(format!("Tag {index} must be an object.")))?;
+        let name = match object.get("name") {
+            Some(Value::String(name))
+                if (1..=FORUM_TAG_NAME_CHARS_MAX).contains(&name.chars().count()) =>
+            {
+                name.clone()
+            }
+            _ => {
+                return Err(bad(format!(
+                    "Tag {index}'s name must be 1 to {FORUM_TAG_NAME_CHARS_MAX} characters."
+                )));
+            }
+        };
+        let moderated = match object.get("moderated") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(moderated)) => *moderated,
+            Some(_) => return Err(bad(format!("Tag {index}'s moderated must be a boolean."))),
+        };
+        let emoji = match (object.get("emoji_id"), object.get("emoji_name")) {
+            (None | Some(Value::Null), None | Some(Value::Null)) => None,
+            (Some(id), None | Some(Value::Null)) => Some((Some(id), None)),
+            (None | Some(Value::Null), Some(name)) => Some((None, Some(name))),
+            _ => return Err(bad(format!("Tag {index} names two emojis."))),
+        };
+        let (emoji_id, emoji_name) = match emoji {
+            None => (None, None),
+            Some((Some(id), _)) => (
+                Some(sf(id_from_value(id).map_err(|_| {
+                    bad(format!("Tag {index}'s emoji_id is not a snowflake."))
+                })?)),
+                None,
+            ),
+            Some((_, Some(Value::String(name)))) if !name.is_empty() => (None, Some(name.clone())),
+            Some(_) => return Err(bad(format!("Tag {index}'s emoji_name must be a string."))),
+        };
+        let id = match object.get("id") {
+            None | Some(Value::Null) => {
+                let id = node.shared.next_id().get() as i64;
+                minted.push(id);
+                id
+            }
+            Some(id) => id_from_value(id)
+                .map_err(|_| bad(format!("Tag {index}'s id is not a snowflake.")))?,
+        };
+        tags.push(guildhall_proto::model::ForumTag {
+            id: sf(id),
+            name,
+            moderated,
+            emoji_id,
+            emoji_name,
+        });
+    }
+    Ok(tags)
 }
 
 /// Channel fields this server does not act on yet, with the value that
@@ -3829,11 +4003,6 @@ fn channel_settings(
 const UNSUPPORTED_CHANNEL_FIELDS: &[(&str, &str)] = &[
     // No voice region but the automatic one exists here.
     ("rtc_region", "null"),
-    ("default_thread_rate_limit_per_user", "null"),
-    ("available_tags", "null"),
-    ("default_reaction_emoji", "null"),
-    ("default_sort_order", "null"),
-    ("default_forum_layout", "null"),
     ("flags", "0"),
     ("archived", "null"),
     ("locked", "null"),

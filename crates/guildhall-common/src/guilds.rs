@@ -568,7 +568,7 @@ impl GuildsClient {
                 guild_id,
                 GuildCall::Change {
                     actor,
-                    change,
+                    change: Box::new(change),
                     reason,
                 },
             )

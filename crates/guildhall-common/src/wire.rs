@@ -4,7 +4,8 @@
 
 use crate::state::sf;
 use guildhall_proto::model::{
-    Channel, ThreadFields, ThreadMember, ThreadMetadata, User, VoiceChannelFields,
+    Channel, DefaultReaction, ForumChannelFields, ForumTag, ThreadFields, ThreadMember,
+    ThreadMetadata, User, VoiceChannelFields,
 };
 use guildhall_proto::timestamp::format_unix_ms;
 use guildhall_store::{ChannelRow, ThreadMemberRow, UserRow};
@@ -52,6 +53,19 @@ pub fn wire_channel(row: &ChannelRow, with_guild: bool) -> Channel {
         default_auto_archive_duration: row
             .default_auto_archive_duration
             .and_then(|m| u32::try_from(m).ok()),
+        default_thread_rate_limit_per_user: matches!(row.kind, 0 | 5 | 15 | 16)
+            .then(|| u32::try_from(row.default_thread_rate_limit_per_user).unwrap_or(0)),
+        forum: matches!(row.kind, 15 | 16).then(|| ForumChannelFields {
+            available_tags: stored_tags(&row.available_tags),
+            default_reaction_emoji: row
+                .default_reaction_emoji
+                .as_deref()
+                .and_then(|json| serde_json::from_str::<DefaultReaction>(json).ok()),
+            default_sort_order: row
+                .default_sort_order
+                .and_then(|order| u8::try_from(order).ok()),
+            default_forum_layout: u8::try_from(row.default_forum_layout).unwrap_or(0),
+        }),
         // Voice and stage channels (no region choice here: automatic).
         voice: matches!(row.kind, 2 | 13).then_some(VoiceChannelFields {
             bitrate: u32::try_from(row.bitrate).unwrap_or(64_000),
@@ -63,6 +77,17 @@ pub fn wire_channel(row: &ChannelRow, with_guild: bool) -> Channel {
             .contains(&row.kind)
             .then(|| wire_thread_fields(row)),
     }
+}
+
+/// A forum's stored tags (the wire form's JSON; unreadable reads as none,
+/// as overwrites do).
+pub fn stored_tags(json: &str) -> Vec<ForumTag> {
+    serde_json::from_str(json).unwrap_or_default()
+}
+
+/// A post's stored applied tag ids.
+pub fn stored_applied_tags(json: &str) -> Vec<guildhall_proto::Snowflake> {
+    serde_json::from_str(json).unwrap_or_default()
 }
 
 /// Discord counts a thread's members up to this (an approximation its
@@ -93,6 +118,7 @@ fn wire_thread_fields(row: &ChannelRow) -> ThreadFields {
         message_count: count(row.message_count),
         member_count: count(row.member_count.min(THREAD_MEMBER_COUNT_SHOWN_MAX)),
         total_message_sent: count(row.total_message_sent),
+        applied_tags: stored_applied_tags(&row.applied_tags),
         member: None,
         newly_created: None,
     }

@@ -99,6 +99,41 @@ const THREAD_AUDIT_KEYS: &[&str] = &[
     "invitable",
 ];
 
+/// When `thread` archives by itself: `auto_archive_duration` minutes after
+/// its last activity, its newest message (`last_message_ms`) or the last
+/// change of its archive status, whichever is later (None: it has no
+/// duration).
+fn auto_archive_at_ms(thread: &ChannelRow, last_message_ms: Option<i64>) -> Option<i64> {
+    let minutes = thread.auto_archive_duration.filter(|m| *m > 0)?;
+    let since_ms = thread
+        .archive_ms
+        .unwrap_or(0)
+        .max(last_message_ms.unwrap_or(0));
+    Some(since_ms.saturating_add(minutes.saturating_mul(60_000)))
+}
+
+/// The active threads due to archive at `now_ms` (by position), and the
+/// earliest time one of the others is due (None: none will be).
+fn threads_due(
+    threads: &[ChannelRow],
+    activity_ms: &HashMap<i64, i64>,
+    now_ms: i64,
+) -> (Vec<i64>, Option<i64>) {
+    let mut due = vec![];
+    let mut next: Option<i64> = None;
+    for thread in threads.iter().filter(|t| !t.archived) {
+        let Some(at) = auto_archive_at_ms(thread, activity_ms.get(&thread.id).copied()) else {
+            continue;
+        };
+        if at <= now_ms {
+            due.push(thread.id);
+        } else {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+    }
+    (due, next)
+}
+
 /// A thread's wire object with its metadata's keys at the top, as the
 /// audit log's thread entries name them (`archived`, not
 /// `thread_metadata.archived`).
@@ -357,6 +392,13 @@ pub struct GuildOwner {
     /// Members of those threads, by thread then user (bounded by the
     /// threads and the member count).
     thread_members: HashMap<i64, BTreeMap<i64, ThreadMemberRow>>,
+    /// When each of those threads last had a message (unix ms; bounded by
+    /// the threads): with its archive time, when it archives by itself.
+    thread_activity_ms: HashMap<i64, i64>,
+    /// No held thread archives by itself before this (unix ms; None: none
+    /// has a duration). Messages only postpone a thread's time, so an
+    /// early wake finds nothing due and looks again.
+    archive_check_ms: Option<i64>,
     roles: Vec<RoleRow>,
     members: BTreeMap<i64, MemberEntry>,
     /// Voice states by user (bounded by the member count).
@@ -734,6 +776,37 @@ impl GuildOwner {
         if let Some(minutes) = settings.default_auto_archive_duration {
             row.default_auto_archive_duration = (minutes > 0).then_some(minutes);
         }
+        if let Some(seconds) = settings.default_thread_rate_limit_per_user {
+            row.default_thread_rate_limit_per_user = seconds;
+        }
+        if let Some(tags) = &settings.available_tags {
+            // A tag keeps its id across edits; an id the channel does not
+            // hold is refused rather than adopted (the caller mints new
+            // tags' ids).
+            let held = guildhall_common::wire::stored_tags(&row.available_tags);
+            let held_here =
+                |tag: &guildhall_proto::model::ForumTag| held.iter().any(|h| h.id == tag.id);
+            let fresh = |tag: &guildhall_proto::model::ForumTag| {
+                settings.minted_tags.contains(&(tag.id.get() as i64))
+            };
+            if tags.iter().any(|t| !held_here(t) && !fresh(t)) {
+                return Err(GuildError::UnknownTag(
+                    guildhall_proto::guilds::TagField::Available,
+                ));
+            }
+            row.available_tags = serde_json::to_string(tags).unwrap_or_else(|_| "[]".into());
+        }
+        if let Some(reaction) = &settings.default_reaction_emoji {
+            row.default_reaction_emoji = reaction
+                .as_ref()
+                .and_then(|r| serde_json::to_string(r).ok());
+        }
+        if let Some(order) = settings.default_sort_order {
+            row.default_sort_order = order;
+        }
+        if let Some(layout) = settings.default_forum_layout {
+            row.default_forum_layout = layout;
+        }
         Ok(())
     }
 
@@ -878,9 +951,9 @@ impl GuildOwner {
         self.publish_in(thread_id, "THREAD_UPDATE", intents::GUILDS, &wire);
         let answer = self.wire_thread_for(&row, actor);
         if row.archived {
-            self.threads.retain(|t| t.id != thread_id);
-            self.thread_members.remove(&thread_id);
-            self.view_generation += 1;
+            self.forget_thread(thread_id);
+        } else {
+            self.schedule_archive(thread_id);
         }
         Ok(Changed::Channel(answer))
     }
@@ -1259,6 +1332,7 @@ impl GuildOwner {
                 self.threads.retain(|t| t.parent_id != Some(channel_id));
                 for thread_id in gone {
                     self.thread_members.remove(&thread_id);
+                    self.thread_activity_ms.remove(&thread_id);
                 }
                 let wire = wire_channel(&row, true);
                 self.publish("CHANNEL_DELETE", intents::GUILDS, &wire);
@@ -1305,7 +1379,9 @@ impl GuildOwner {
                     kind: thread.kind,
                     name: thread.name,
                     nsfw: parent.nsfw,
-                    rate_limit_per_user: thread.rate_limit_per_user,
+                    rate_limit_per_user: thread
+                        .rate_limit_per_user
+                        .unwrap_or(parent.default_thread_rate_limit_per_user),
                     parent_id: Some(parent.id),
                     owner_id: Some(actor),
                     invitable: thread.kind != 12 || thread.invitable,
@@ -1351,6 +1427,7 @@ impl GuildOwner {
                     .insert(actor, first);
                 // Who views the thread changed (a private one's member).
                 self.view_generation += 1;
+                self.schedule_archive(row.id);
                 let mut wire = wire_channel(&row, true);
                 if let Some(fields) = wire.thread.as_mut() {
                     fields.newly_created = Some(true);
@@ -1394,9 +1471,7 @@ impl GuildOwner {
                     row.parent_id.unwrap_or(0)
                 };
                 self.publish_in(audience, "THREAD_DELETE", intents::GUILDS, &data);
-                self.threads.retain(|t| t.id != thread_id);
-                self.thread_members.remove(&thread_id);
-                self.view_generation += 1;
+                self.forget_thread(thread_id);
                 Ok(Changed::Channel(wire_channel(&row, true)))
             }
             GuildChange::ThreadMember {
@@ -2876,6 +2951,99 @@ impl GuildOwner {
     }
 
     /// When the first stream's tail is due.
+    /// When the next thread may archive by itself, on the runtime's clock.
+    fn next_archive_at(&self) -> Option<tokio::time::Instant> {
+        let at_ms = self.archive_check_ms?;
+        let wait_ms = at_ms.saturating_sub(guildhall_common::state::now_ms() as i64);
+        Some(tokio::time::Instant::now() + Duration::from_millis(wait_ms.max(0) as u64))
+    }
+
+    /// Archives the threads inactive for their `auto_archive_duration`,
+    /// as Discord does: written, THREAD_UPDATE to their viewers, then out
+    /// of memory. A failed write keeps the thread active and tries again
+    /// after `thread_archive_retry_ms`.
+    async fn archive_due(&mut self) {
+        let now_ms = guildhall_common::state::now_ms() as i64;
+        if self.archive_check_ms.is_none_or(|at| at > now_ms) {
+            return;
+        }
+        let (due, next) = threads_due(&self.threads, &self.thread_activity_ms, now_ms);
+        self.archive_check_ms = next;
+        for thread_id in due {
+            let Some(index) = self.threads.iter().position(|t| t.id == thread_id) else {
+                continue;
+            };
+            let row = ChannelRow {
+                archived: true,
+                archive_ms: Some(now_ms),
+                ..self.threads[index].clone()
+            };
+            match self
+                .shared
+                .store
+                .update_thread(&row, self.epoch as i64)
+                .await
+            {
+                Ok(true) => {}
+                // Gone from the store (deleted meanwhile): not held either.
+                Ok(false) => {
+                    self.forget_thread(thread_id);
+                    continue;
+                }
+                Err(error) => {
+                    self.store_failed(Some(&error));
+                    guildhall_common::throttled!(
+                        warn,
+                        "guilds.auto_archive",
+                        guild_id = self.guild.id,
+                        thread_id,
+                        ?error,
+                        "a thread due to archive could not be written; trying again later"
+                    );
+                    let retry_ms = now_ms + self.shared.limits.thread_archive_retry_ms as i64;
+                    self.archive_check_ms = Some(
+                        self.archive_check_ms
+                            .map_or(retry_ms, |at| at.min(retry_ms)),
+                    );
+                    if self.fenced {
+                        return;
+                    }
+                    continue;
+                }
+            }
+            self.threads[index] = row.clone();
+            self.view_generation += 1;
+            self.publish_in(
+                thread_id,
+                "THREAD_UPDATE",
+                intents::GUILDS,
+                &wire_channel(&row, true),
+            );
+            self.forget_thread(thread_id);
+        }
+    }
+
+    /// Drops a thread that is no longer active from memory.
+    fn forget_thread(&mut self, thread_id: i64) {
+        self.threads.retain(|t| t.id != thread_id);
+        self.thread_members.remove(&thread_id);
+        self.thread_activity_ms.remove(&thread_id);
+        self.view_generation += 1;
+    }
+
+    /// A held thread's auto-archive time may have come nearer (it was
+    /// created, unarchived, or its duration shortened).
+    fn schedule_archive(&mut self, thread_id: i64) {
+        let at = self
+            .threads
+            .iter()
+            .find(|t| t.id == thread_id)
+            .and_then(|t| auto_archive_at_ms(t, self.thread_activity_ms.get(&thread_id).copied()));
+        if let Some(at) = at {
+            self.archive_check_ms = Some(self.archive_check_ms.map_or(at, |now| now.min(at)));
+        }
+    }
+
     fn next_tail_at(&self) -> Option<tokio::time::Instant> {
         self.streams.values().filter_map(|s| s.tail_due_at).min()
     }
@@ -3545,6 +3713,13 @@ impl GuildOwner {
                             }),
                     }),
                 };
+                // A send granted in a thread is activity from now: its
+                // message, published a moment later, must not find the
+                // thread archived by its clock meanwhile.
+                if slowmode && result.is_ok() && self.threads.iter().any(|t| t.id == channel_id) {
+                    self.thread_activity_ms
+                        .insert(channel_id, guildhall_common::state::now_ms() as i64);
+                }
                 Some(result.map(GuildAnswer::Granted))
             }
             GuildCall::Publish(event) => {
@@ -3574,6 +3749,10 @@ impl GuildOwner {
                 {
                     thread.message_count += 1;
                     thread.total_message_sent += 1;
+                    // Its auto-archive clock starts again (a later time
+                    // only: the scheduled check stays a lower bound).
+                    self.thread_activity_ms
+                        .insert(thread.id, guildhall_common::state::now_ms() as i64);
                 }
                 let waiting = self.fanout_for(
                     &StreamBody::Dispatch {
@@ -3752,6 +3931,7 @@ impl GuildOwner {
                 change,
                 reason,
             } => {
+                let change = *change;
                 let before = self.audit_before(&change);
                 let result = self.change(actor, change.clone()).await;
                 if let Ok(changed) = &result {
@@ -3856,7 +4036,11 @@ impl GuildOwner {
             // stream may be idle from now on); quiet streams' tails are
             // sent when due.
             let retry_at = waiting.then(|| tokio::time::Instant::now() + retry);
-            let wake_at = retry_at.into_iter().chain(self.next_tail_at()).min();
+            let wake_at = retry_at
+                .into_iter()
+                .chain(self.next_tail_at())
+                .chain(self.next_archive_at())
+                .min();
             let envelope = if let Some(wake_at) = wake_at {
                 tokio::select! {
                     envelope = mailbox.recv() => envelope,
@@ -3865,6 +4049,9 @@ impl GuildOwner {
                             self.flush_unsent();
                         }
                         self.send_tails(tokio::time::Instant::now());
+                        if !self.stop.load(Ordering::Relaxed) && !self.fenced {
+                            self.archive_due().await;
+                        }
                         continue;
                     }
                 }
@@ -4260,6 +4447,15 @@ impl GuildDirectory {
                 }
                 by_thread
             },
+            thread_activity_ms: state
+                .thread_last_messages
+                .iter()
+                .filter_map(|(thread, message)| {
+                    let ms = guildhall_proto::Snowflake::new(*message as u64)?.unix_ms();
+                    Some((*thread, ms as i64))
+                })
+                .collect(),
+            archive_check_ms: None,
             roles: state.roles,
             members,
             voice: BTreeMap::new(),
@@ -4276,6 +4472,7 @@ impl GuildDirectory {
             hidden: HashMap::new(),
             slowmode: HashMap::new(),
         };
+        owner.archive_check_ms = threads_due(&owner.threads, &owner.thread_activity_ms, i64::MIN).1;
         let unanswered = self.pull(&mut owner).await;
         let (sender, mailbox) = mpsc::channel(self.shared.limits.guild_mailbox_messages_max);
         if !unanswered.is_empty() {
@@ -4753,5 +4950,61 @@ impl GuildDirectory {
         if let Some(reply) = envelope.reply {
             answer(self.bus.as_ref(), &reply, Err(error));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const HOUR_MS: i64 = 3_600_000;
+
+    fn thread(id: i64, minutes: Option<i64>, archive_ms: i64) -> ChannelRow {
+        ChannelRow {
+            id,
+            kind: 11,
+            auto_archive_duration: minutes,
+            archive_ms: Some(archive_ms),
+            ..ChannelRow::default()
+        }
+    }
+
+    #[test]
+    fn threads_archive_after_their_duration_of_inactivity() {
+        let threads = vec![
+            thread(1, Some(60), 0),
+            thread(2, Some(1_440), 0),
+            thread(3, None, 0),
+            thread(4, Some(60), 0),
+        ];
+        // Thread 4 had a message half an hour in: its clock restarted.
+        let activity = HashMap::from([(4, HOUR_MS / 2)]);
+        assert_eq!(
+            threads_due(&threads, &activity, HOUR_MS - 1),
+            (vec![], Some(HOUR_MS))
+        );
+        assert_eq!(
+            threads_due(&threads, &activity, HOUR_MS),
+            (vec![1], Some(HOUR_MS + HOUR_MS / 2))
+        );
+        assert_eq!(
+            threads_due(&threads, &activity, 24 * HOUR_MS),
+            (vec![1, 2, 4], None)
+        );
+        // Unarchiving (a newer archive time) restarts the clock too.
+        assert_eq!(
+            auto_archive_at_ms(&thread(1, Some(60), 10 * HOUR_MS), Some(HOUR_MS)),
+            Some(11 * HOUR_MS)
+        );
+        // An archived thread is never due again.
+        let archived = ChannelRow {
+            archived: true,
+            ..thread(1, Some(60), 0)
+        };
+        assert_eq!(
+            threads_due(&[archived], &activity, 24 * HOUR_MS),
+            (vec![], None)
+        );
     }
 }

@@ -678,6 +678,12 @@ pub const GUILD_STREAM_UNSENT_MAX: usize = 1_024;
 /// again when no request arrives (the stream may be idle from then on).
 pub const GUILD_STREAM_RETRY_MS: u64 = 100;
 
+/// How long a guild owner waits before trying again to archive a thread
+/// whose auto-archive write failed (the store was unreachable). When hit:
+/// the thread stays active until the write succeeds, one try per this
+/// interval; a log line per failure, rate-limited.
+pub const THREAD_ARCHIVE_RETRY_MS: u64 = 60_000;
+
 /// How long after a gateway node's stream of a guild falls quiet its owner
 /// sends the stream's tail (epoch and last sequence), so a node that lost
 /// the last messages in transit finds the gap without waiting for the
@@ -1769,6 +1775,8 @@ pub struct Limits {
     pub guild_stream_unsent_max: usize,
     /// See [`GUILD_STREAM_RETRY_MS`].
     pub guild_stream_retry_ms: u64,
+    /// See [`THREAD_ARCHIVE_RETRY_MS`].
+    pub thread_archive_retry_ms: u64,
     /// See [`GUILD_STREAM_TAIL_AFTER_MS`].
     pub guild_stream_tail_after_ms: u64,
     /// See [`GUILD_STREAM_TAILS_MAX`].
@@ -2083,6 +2091,7 @@ impl Default for Limits {
             guild_publish_ids_remembered_max: GUILD_PUBLISH_IDS_REMEMBERED_MAX,
             guild_stream_unsent_max: GUILD_STREAM_UNSENT_MAX,
             guild_stream_retry_ms: GUILD_STREAM_RETRY_MS,
+            thread_archive_retry_ms: THREAD_ARCHIVE_RETRY_MS,
             guild_stream_tail_after_ms: GUILD_STREAM_TAIL_AFTER_MS,
             guild_stream_tails_max: GUILD_STREAM_TAILS_MAX,
             gateway_publish_ids_remembered_max: GATEWAY_PUBLISH_IDS_REMEMBERED_MAX,
@@ -2997,6 +3006,11 @@ impl Limits {
             "must be at least 1",
         );
         check(
+            self.thread_archive_retry_ms >= 1,
+            "thread_archive_retry_ms",
+            "must be at least 1",
+        );
+        check(
             self.guild_stream_tail_after_ms >= 1,
             "guild_stream_tail_after_ms",
             "must be at least 1",
@@ -3462,6 +3476,7 @@ mod tests {
             "guild_publish_ids_remembered_max",
             "guild_stream_unsent_max",
             "guild_stream_retry_ms",
+            "thread_archive_retry_ms",
             "guild_stream_tail_after_ms",
             "guild_stream_tails_max",
             "gateway_publish_ids_remembered_max",
@@ -3698,6 +3713,7 @@ mod tests {
             "guild_publish_ids_remembered_max" => l.guild_publish_ids_remembered_max = 0,
             "guild_stream_unsent_max" => l.guild_stream_unsent_max = 0,
             "guild_stream_retry_ms" => l.guild_stream_retry_ms = 0,
+            "thread_archive_retry_ms" => l.thread_archive_retry_ms = 0,
             "guild_stream_tail_after_ms" => l.guild_stream_tail_after_ms = 0,
             "guild_stream_tails_max" => l.guild_stream_tails_max = 0,
             "gateway_publish_ids_remembered_max" => l.gateway_publish_ids_remembered_max = 0,

@@ -45,6 +45,8 @@ pub enum ErrorCode {
     MaxActiveThreads,
     /// 50083 Tried to perform an operation on an archived thread.
     ThreadArchived,
+    /// 50008 Cannot send messages in a non-text channel.
+    NotTextChannel,
     /// 50034 A message provided was too old to bulk delete.
     BulkDeleteTooOld,
     /// 50001 Missing access.
@@ -119,6 +121,7 @@ impl ErrorCode {
             ErrorCode::ThreadExists => 160004,
             ErrorCode::MaxActiveThreads => 160006,
             ErrorCode::ThreadArchived => 50083,
+            ErrorCode::NotTextChannel => 50008,
             ErrorCode::BulkDeleteTooOld => 50034,
             ErrorCode::MissingAccess => 50001,
             ErrorCode::EmptyMessage => 50006,
@@ -166,6 +169,7 @@ impl ErrorCode {
             ErrorCode::WrongChannelType => "Cannot execute action on this channel type",
             ErrorCode::ThreadExists => "A thread has already been created for this message",
             ErrorCode::MaxActiveThreads => "Maximum number of active threads reached",
+            ErrorCode::NotTextChannel => "Cannot send messages in a non-text channel",
             ErrorCode::ThreadArchived => {
                 "Tried to perform an operation on an archived thread, such as editing a message or adding a user to the thread"
             }
@@ -239,6 +243,7 @@ impl ErrorCode {
             | ErrorCode::ThreadExists
             | ErrorCode::MaxActiveThreads
             | ErrorCode::ThreadArchived
+            | ErrorCode::NotTextChannel
             | ErrorCode::BulkDeleteTooOld
             | ErrorCode::MaxWebhooks
             | ErrorCode::MaxGuildWebhooks

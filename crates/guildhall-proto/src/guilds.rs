@@ -53,8 +53,10 @@ pub struct ThreadRecord {
     /// Minutes of inactivity before it leaves the channel list (None: the
     /// parent's default).
     pub auto_archive_duration: Option<i64>,
-    /// Slowmode seconds.
-    pub rate_limit_per_user: i64,
+    /// Slowmode seconds (None: the parent's
+    /// `default_thread_rate_limit_per_user`).
+    #[serde(default)]
+    pub rate_limit_per_user: Option<i64>,
     /// Non-moderators may add others (private threads).
     pub invitable: bool,
     /// Started from this message of the parent.
@@ -135,6 +137,34 @@ pub struct ChannelSettings {
     /// Its new threads' auto-archive minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_auto_archive_duration: Option<i64>,
+    /// Its new threads' slowmode seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_thread_rate_limit_per_user: Option<i64>,
+    /// A forum or media channel's tags, whole (a new tag's id is minted by
+    /// the caller; an id that is not the channel's is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_tags: Option<Vec<crate::model::ForumTag>>,
+    /// The ids the caller minted for `available_tags`' new tags (the only
+    /// ids besides the channel's own that the owner accepts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub minted_tags: Vec<i64>,
+    /// The reaction new posts show (Some(None): none).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::present"
+    )]
+    pub default_reaction_emoji: Option<Option<crate::model::DefaultReaction>>,
+    /// The default sort order (Some(None): not set).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::model::present"
+    )]
+    pub default_sort_order: Option<Option<i64>>,
+    /// The default layout (forum channels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_forum_layout: Option<i64>,
 }
 
 /// A role as a guild change carries it (a new role's fields).
@@ -201,6 +231,11 @@ pub enum GuildError {
     /// not a decimal string of documented permissions).
     #[error("invalid permission overwrite")]
     InvalidOverwrite,
+    /// A forum's tags name an id that is not one of its tags (50035 at
+    /// `available_tags`), or a post applies one that is not (50035 at
+    /// `applied_tags`).
+    #[error("unknown tag")]
+    UnknownTag(TagField),
     /// `parent_id` names no category of the guild, or a category was
     /// given one (50035 at `parent_id`).
     #[error("invalid parent category")]
@@ -235,6 +270,25 @@ pub enum GuildError {
     /// The store failed.
     #[error("store")]
     Store,
+}
+
+/// The field an unknown tag was named in ([`GuildError::UnknownTag`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TagField {
+    /// A forum's `available_tags`.
+    Available,
+    /// A post's `applied_tags`.
+    Applied,
+}
+
+impl TagField {
+    /// The body field it names.
+    pub fn key(self) -> &'static str {
+        match self {
+            TagField::Available => "available_tags",
+            TagField::Applied => "applied_tags",
+        }
+    }
 }
 
 /// The field whose growth an edit was refused for ([`GuildError::SizeLimit`]).
@@ -445,8 +499,8 @@ pub enum GuildCall {
     Change {
         /// Who asks.
         actor: i64,
-        /// What.
-        change: GuildChange,
+        /// What (boxed: a channel's settings make it the largest call).
+        change: Box<GuildChange>,
         /// The moderator's `X-Audit-Log-Reason`, kept in the audit log
         /// entry the change makes.
         #[serde(default)]

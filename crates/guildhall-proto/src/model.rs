@@ -132,10 +132,17 @@ pub struct Channel {
     /// forum and media channels that set it).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub default_auto_archive_duration: Option<u32>,
+    /// The slowmode a channel's new threads get (text, announcement,
+    /// forum and media channels).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub default_thread_rate_limit_per_user: Option<u32>,
     /// A voice channel's fields (discord.py reads `bitrate` and
     /// `user_limit` of every voice channel unconditionally).
     #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
     pub voice: Option<VoiceChannelFields>,
+    /// A forum or media channel's fields (types 15 and 16).
+    #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+    pub forum: Option<ForumChannelFields>,
     /// A thread's fields (types 10, 11 and 12).
     #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
     pub thread: Option<ThreadFields>,
@@ -154,6 +161,9 @@ pub struct ThreadFields {
     pub member_count: u32,
     /// Messages ever sent in it.
     pub total_message_sent: u32,
+    /// A forum post's applied tags (empty elsewhere).
+    #[serde(default)]
+    pub applied_tags: Vec<Snowflake>,
     /// The current user's thread member, where they are one and the
     /// answer is theirs (GUILD_CREATE, GET channel, active threads).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -198,6 +208,50 @@ pub struct ThreadMember {
     /// Their guild member, when asked for `with_member`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub member: Option<Box<Member>>,
+}
+
+/// The fields only forum and media channels have.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ForumChannelFields {
+    /// The tags its posts may carry.
+    pub available_tags: Vec<ForumTag>,
+    /// The reaction its new posts show (null: none).
+    pub default_reaction_emoji: Option<DefaultReaction>,
+    /// How posts are sorted by default (0 latest activity, 1 creation
+    /// date; null: not set).
+    pub default_sort_order: Option<u8>,
+    /// How posts are shown by default (0 not set, 1 list, 2 gallery).
+    pub default_forum_layout: u8,
+}
+
+/// A tag of a forum or media channel.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ForumTag {
+    /// Id.
+    pub id: Snowflake,
+    /// Name (1 to 20 characters).
+    pub name: String,
+    /// Only MANAGE_THREADS holders apply or remove it.
+    #[serde(default)]
+    pub moderated: bool,
+    /// A guild emoji's id, or null.
+    #[serde(default)]
+    pub emoji_id: Option<Snowflake>,
+    /// A unicode emoji, or null.
+    #[serde(default)]
+    pub emoji_name: Option<String>,
+}
+
+/// The reaction a forum's new posts show: one of a guild emoji's id or a
+/// unicode emoji.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DefaultReaction {
+    /// A guild emoji's id, or null.
+    #[serde(default)]
+    pub emoji_id: Option<Snowflake>,
+    /// A unicode emoji, or null.
+    #[serde(default)]
+    pub emoji_name: Option<String>,
 }
 
 /// The fields only voice channels have.

@@ -278,6 +278,22 @@ pub struct ChannelRow {
     pub message_count: i64,
     /// Messages ever sent in a thread.
     pub total_message_sent: i64,
+    /// A forum or media channel's tags, the wire form's JSON (`[{id,
+    /// name, moderated, emoji_id, emoji_name}]`; '[]' for none).
+    pub available_tags: String,
+    /// The reaction a forum's new posts show, JSON `{emoji_id,
+    /// emoji_name}` (None: none).
+    pub default_reaction_emoji: Option<String>,
+    /// How a forum's posts are sorted by default (0 latest activity, 1
+    /// creation date; None: the client's choice).
+    pub default_sort_order: Option<i64>,
+    /// How a forum's posts are shown by default (0 not set, 1 list, 2
+    /// gallery).
+    pub default_forum_layout: i64,
+    /// The slowmode its new threads get, seconds.
+    pub default_thread_rate_limit_per_user: i64,
+    /// A forum post's applied tags, JSON `["id", ...]` ('[]' for none).
+    pub applied_tags: String,
 }
 
 /// Channel types that are threads: announcement (10), public (11) and
@@ -326,6 +342,12 @@ impl Default for ChannelRow {
             member_count: 0,
             message_count: 0,
             total_message_sent: 0,
+            available_tags: "[]".into(),
+            default_reaction_emoji: None,
+            default_sort_order: None,
+            default_forum_layout: 0,
+            default_thread_rate_limit_per_user: 0,
+            applied_tags: "[]".into(),
         }
     }
 }
@@ -771,6 +793,9 @@ pub struct GuildState {
     pub threads: Vec<ChannelRow>,
     /// The members of those threads, by thread and user.
     pub thread_members: Vec<ThreadMemberRow>,
+    /// (thread, its newest message's id) for those threads that have
+    /// messages: when each was last active, for auto-archiving.
+    pub thread_last_messages: Vec<(i64, i64)>,
 }
 
 /// A message write waiting for the group-commit writer.
@@ -1651,6 +1676,13 @@ where
         .bind(guild_id)
         .fetch_all(&self.pool)
         .await?;
+        let thread_last_messages = sqlx::query_as(
+            "SELECT m.channel_id, MAX(m.id) FROM messages m JOIN channels c ON c.id = m.channel_id \
+             WHERE c.guild_id = $1 AND c.kind IN (10, 11, 12) AND c.archived = FALSE GROUP BY m.channel_id",
+        )
+        .bind(guild_id)
+        .fetch_all(&self.pool)
+        .await?;
         let roles = sqlx::query_as("SELECT * FROM roles WHERE guild_id = $1 ORDER BY position, id")
             .bind(guild_id)
             .fetch_all(&self.pool)
@@ -1680,6 +1712,7 @@ where
             member_roles,
             threads,
             thread_members,
+            thread_last_messages,
         })
     }
 
@@ -1714,7 +1747,7 @@ where
         if let Some(guild_id) = channel.guild_id {
             Self::fence(&mut tx, guild_id, epoch).await?;
         }
-        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites, nsfw, rate_limit_per_user, parent_id, bitrate, user_limit, video_quality_mode, default_auto_archive_duration) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)")
+        sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites, nsfw, rate_limit_per_user, parent_id, bitrate, user_limit, video_quality_mode, default_auto_archive_duration, available_tags, default_reaction_emoji, default_sort_order, default_forum_layout, default_thread_rate_limit_per_user) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)")
             .bind(channel.id)
             .bind(channel.guild_id)
             .bind(channel.kind)
@@ -1729,6 +1762,11 @@ where
             .bind(channel.user_limit)
             .bind(channel.video_quality_mode)
             .bind(channel.default_auto_archive_duration)
+            .bind(&channel.available_tags)
+            .bind(&channel.default_reaction_emoji)
+            .bind(channel.default_sort_order)
+            .bind(channel.default_forum_layout)
+            .bind(channel.default_thread_rate_limit_per_user)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -1750,7 +1788,7 @@ where
             .ok_or(StoreError::Conflict("a thread has a guild"))?;
         let mut tx = self.pool.begin().await?;
         Self::fence(&mut tx, guild_id, epoch).await?;
-        let inserted = sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites, nsfw, rate_limit_per_user, parent_id, bitrate, user_limit, video_quality_mode, default_auto_archive_duration, owner_id, archived, locked, invitable, auto_archive_duration, archive_ms, thread_created_ms, member_count, message_count, total_message_sent) VALUES ($1, $2, $3, $4, 0, NULL, '[]', $5, $6, $7, $8, 0, 1, NULL, $9, $10, $11, $12, $13, $14, $15, 0, 0, 0) ON CONFLICT DO NOTHING")
+        let inserted = sqlx::query("INSERT INTO channels (id, guild_id, kind, name, position, topic, permission_overwrites, nsfw, rate_limit_per_user, parent_id, bitrate, user_limit, video_quality_mode, default_auto_archive_duration, owner_id, archived, locked, invitable, auto_archive_duration, archive_ms, thread_created_ms, member_count, message_count, total_message_sent, applied_tags) VALUES ($1, $2, $3, $4, 0, NULL, '[]', $5, $6, $7, $8, 0, 1, NULL, $9, $10, $11, $12, $13, $14, $15, 0, 0, 0, $16) ON CONFLICT DO NOTHING")
             .bind(thread.id)
             .bind(guild_id)
             .bind(thread.kind)
@@ -1766,6 +1804,7 @@ where
             .bind(thread.auto_archive_duration)
             .bind(thread.archive_ms)
             .bind(thread.thread_created_ms)
+            .bind(&thread.applied_tags)
             .execute(&mut *tx)
             .await?
             .rows_affected()
@@ -1869,7 +1908,7 @@ where
         Self::fence(&mut tx, guild_id, epoch).await?;
         let done = sqlx::query(
             "UPDATE channels SET name = $3, rate_limit_per_user = $4, archived = $5, locked = $6, \
-             invitable = $7, auto_archive_duration = $8, archive_ms = $9 \
+             invitable = $7, auto_archive_duration = $8, archive_ms = $9, applied_tags = $10 \
              WHERE id = $1 AND guild_id = $2 AND kind IN (10, 11, 12)",
         )
         .bind(thread.id)
@@ -1881,6 +1920,7 @@ where
         .bind(thread.invitable)
         .bind(thread.auto_archive_duration)
         .bind(thread.archive_ms)
+        .bind(&thread.applied_tags)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -2066,7 +2106,9 @@ where
         let done = sqlx::query(
             "UPDATE channels SET name = $2, topic = $3, position = $4, permission_overwrites = $6, \
              kind = $7, nsfw = $8, rate_limit_per_user = $9, parent_id = $10, bitrate = $11, \
-             user_limit = $12, video_quality_mode = $13, default_auto_archive_duration = $14 \
+             user_limit = $12, video_quality_mode = $13, default_auto_archive_duration = $14, \
+             available_tags = $15, default_reaction_emoji = $16, default_sort_order = $17, \
+             default_forum_layout = $18, default_thread_rate_limit_per_user = $19 \
              WHERE id = $1 AND guild_id = $5",
         )
         .bind(channel.id)
@@ -2083,6 +2125,11 @@ where
         .bind(channel.user_limit)
         .bind(channel.video_quality_mode)
         .bind(channel.default_auto_archive_duration)
+        .bind(&channel.available_tags)
+        .bind(&channel.default_reaction_emoji)
+        .bind(channel.default_sort_order)
+        .bind(channel.default_forum_layout)
+        .bind(channel.default_thread_rate_limit_per_user)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -4839,6 +4886,7 @@ mod tests {
         assert!(loaded.invitable && !loaded.archived && !loaded.locked);
         let users: Vec<i64> = state.thread_members.iter().map(|m| m.user_id).collect();
         assert_eq!(users, vec![1, 2, 3]);
+        assert!(state.thread_last_messages.is_empty());
         let page = store.thread_members(900, 1, 1).await.unwrap();
         assert_eq!(page, vec![starter(2)]);
         assert!(store.remove_thread_member(a, 900, 2, 0).await.unwrap());
@@ -4882,6 +4930,10 @@ mod tests {
             store.insert_message(&m).await.unwrap();
             store.count_thread_message(900).await.unwrap();
         }
+        assert_eq!(
+            store.load_guild(a).await.unwrap().thread_last_messages,
+            vec![(900, 902)]
+        );
         // A channel that is not a thread keeps no count.
         store.count_thread_message(a_channel).await.unwrap();
         assert_eq!(

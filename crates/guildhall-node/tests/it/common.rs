@@ -154,7 +154,7 @@ impl TestNode {
         .await
     }
 
-    async fn from_config(mut config: guildhall_node::NodeConfig) -> Self {
+    pub async fn from_config(mut config: guildhall_node::NodeConfig) -> Self {
         // Tests identify one bot many times in a row, faster than any
         // library would (libraries pace IDENTIFYs by `max_concurrency`):
         // the 5 s bucket would turn most of them into INVALID_SESSION. A

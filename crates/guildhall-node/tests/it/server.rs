@@ -3694,6 +3694,255 @@ async fn threads_are_started_talked_in_and_private_ones_kept_private() {
     assert_eq!(seen, expected);
 }
 
+/// Forum and media channels are created and edited with their documented
+/// fields, each stored and echoed: tags (ids minted for new ones, kept
+/// across edits, an id the forum does not hold refused), the default
+/// reaction, sort order and layout, and the slowmode new threads get.
+/// They hold posts, not messages (50008); other channel types refuse the
+/// forum fields with 50035.
+#[tokio::test]
+async fn forum_channels_keep_their_tags_and_settings() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (guild_id, general) = node.guild(&owner, "Forums").await;
+    let (status, forum) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({
+                "name": "help",
+                "type": 15,
+                "topic": "ask here",
+                "available_tags": [
+                    {"name": "solved", "moderated": true, "emoji_name": "✅"},
+                    {"name": "bug"}
+                ],
+                "default_reaction_emoji": {"emoji_id": null, "emoji_name": "👍"},
+                "default_sort_order": 1,
+                "default_forum_layout": 2,
+                "default_thread_rate_limit_per_user": 30
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{forum}");
+    let forum_id = forum["id"].as_str().unwrap().to_owned();
+    assert_eq!(forum["type"], 15);
+    let tags = forum["available_tags"].as_array().unwrap().clone();
+    assert_eq!(tags.len(), 2, "{forum}");
+    assert_eq!(tags[0]["name"], "solved");
+    assert_eq!(tags[0]["moderated"], true);
+    assert_eq!(tags[0]["emoji_name"], "✅");
+    assert!(tags[0]["id"].as_str().unwrap().parse::<u64>().is_ok());
+    assert_ne!(tags[0]["id"], tags[1]["id"]);
+    assert_eq!(forum["default_reaction_emoji"]["emoji_name"], "👍");
+    assert_eq!(forum["default_sort_order"], 1);
+    assert_eq!(forum["default_forum_layout"], 2);
+    assert_eq!(forum["default_thread_rate_limit_per_user"], 30);
+    let (status, seen) = node
+        .call("GET", &format!("/channels/{forum_id}"), Some(&owner), None)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(seen["available_tags"], forum["available_tags"]);
+
+    // An edit keeps "solved" by id, drops "bug" and adds "idea".
+    let solved = tags[0]["id"].clone();
+    let (status, edited) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{forum_id}"),
+            Some(&owner),
+            Some(json!({
+                "available_tags": [
+                    {"id": solved, "name": "done", "moderated": true},
+                    {"name": "idea"}
+                ],
+                "default_reaction_emoji": null,
+                "default_sort_order": null
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["available_tags"][0]["id"], solved);
+    assert_eq!(edited["available_tags"][0]["name"], "done");
+    assert_eq!(edited["available_tags"][1]["name"], "idea");
+    assert_eq!(edited["available_tags"].as_array().unwrap().len(), 2);
+    assert_eq!(edited["default_reaction_emoji"], json!(null));
+    assert_eq!(edited["default_sort_order"], json!(null));
+    // A tag id the forum does not hold, and malformed tags.
+    for (body, field) in [
+        (
+            json!({"available_tags": [{"id": "12345", "name": "x"}]}),
+            "available_tags",
+        ),
+        (json!({"available_tags": [{"name": ""}]}), "available_tags"),
+        (
+            json!({"available_tags": [{"name": "x", "emoji_id": "1", "emoji_name": "y"}]}),
+            "available_tags",
+        ),
+        (json!({"default_sort_order": 2}), "default_sort_order"),
+        (json!({"default_forum_layout": 3}), "default_forum_layout"),
+        (
+            json!({"default_reaction_emoji": {"emoji_name": ""}}),
+            "default_reaction_emoji",
+        ),
+    ] {
+        let (status, error) = node
+            .call(
+                "PATCH",
+                &format!("/channels/{forum_id}"),
+                Some(&owner),
+                Some(body),
+            )
+            .await;
+        assert_eq!((status, &error["code"]), (400, &json!(50035)), "{error}");
+        assert!(error["errors"][field].is_object(), "{field}: {error}");
+    }
+    let many: Vec<_> = (0..21).map(|i| json!({"name": format!("t{i}")})).collect();
+    let (status, error) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{forum_id}"),
+            Some(&owner),
+            Some(json!({"available_tags": many})),
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50035)), "{error}");
+    // A forum holds posts, not messages.
+    let (status, error) = node
+        .post_message(&owner, &forum_id, json!({"content": "hi"}))
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50008)), "{error}");
+    // A media channel has tags but no layout.
+    let (status, media) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({"name": "clips", "type": 16, "default_forum_layout": 1})),
+        )
+        .await;
+    assert_eq!((status, &media["code"]), (400, &json!(50035)), "{media}");
+    // A text channel has no tags; its threads start with its slowmode.
+    let (status, error) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{general}"),
+            Some(&owner),
+            Some(json!({"available_tags": [{"name": "x"}]})),
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50035)), "{error}");
+    let (status, text) = node
+        .call(
+            "PATCH",
+            &format!("/channels/{general}"),
+            Some(&owner),
+            Some(json!({"default_thread_rate_limit_per_user": 10})),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(text["default_thread_rate_limit_per_user"], 10);
+    let (status, thread) = node
+        .call(
+            "POST",
+            &format!("/channels/{general}/threads"),
+            Some(&owner),
+            Some(json!({"name": "slow", "type": 11})),
+        )
+        .await;
+    assert_eq!(status, 201, "{thread}");
+    assert_eq!(thread["rate_limit_per_user"], 10);
+    assert_eq!(thread["applied_tags"], json!([]));
+}
+
+/// A thread archives by itself after its `auto_archive_duration` without
+/// activity, counted from its archive time or its newest message, also
+/// across a restart (the owner reads both back at load). Two hours pass
+/// by moving the threads' archive times back while the node is down; a
+/// message's time is its id, so the thread with a fresh message stays.
+#[tokio::test]
+async fn threads_archive_by_themselves_when_inactive() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || guildhall_node::NodeConfig::embedded(dir.path().to_owned());
+    let node = TestNode::from_config(config()).await;
+    let (owner, _) = node.register("alice").await;
+    let (guild_id, general) = node.guild(&owner, "Quiet").await;
+    let mut threads = vec![];
+    for name in ["quiet", "busy"] {
+        let (status, thread) = node
+            .call(
+                "POST",
+                &format!("/channels/{general}/threads"),
+                Some(&owner),
+                Some(json!({"name": name, "type": 11, "auto_archive_duration": 60})),
+            )
+            .await;
+        assert_eq!(status, 201, "{thread}");
+        threads.push(thread["id"].as_str().unwrap().parse::<i64>().unwrap());
+    }
+    let (quiet, busy) = (threads[0], threads[1]);
+    node.stop().await;
+
+    let store = guildhall_store::Store::open(
+        &dir.path().join("guildhall.db"),
+        &guildhall_limits::Limits::default(),
+    )
+    .await
+    .unwrap();
+    let guild: i64 = guild_id.parse().unwrap();
+    let epoch = store.owner_epoch(guild).await.unwrap().unwrap();
+    let two_hours_ago = guildhall_common::state::now_ms() as i64 - 2 * 3_600_000;
+    for id in [quiet, busy] {
+        let row = guildhall_store::ChannelRow {
+            archive_ms: Some(two_hours_ago),
+            ..store.channel(id).await.unwrap().unwrap()
+        };
+        assert!(store.update_thread(&row, epoch).await.unwrap());
+    }
+    drop(store);
+
+    let node = TestNode::from_config(config()).await;
+    let (status, _) = node
+        .post_message(&owner, &busy.to_string(), json!({"content": "still here"}))
+        .await;
+    assert_eq!(status, 200);
+    // The owner loaded the guild for that message; the quiet thread was
+    // due two hours ago.
+    let archived = |id: i64| {
+        let node = &node;
+        let owner = owner.clone();
+        async move {
+            let (status, thread) = node
+                .call("GET", &format!("/channels/{id}"), Some(&owner), None)
+                .await;
+            assert_eq!(status, 200, "{thread}");
+            thread["thread_metadata"]["archived"] == json!(true)
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !archived(quiet).await {
+        assert!(std::time::Instant::now() < deadline, "never archived");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(!archived(busy).await);
+    let (status, active) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/threads/active"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        active["threads"][0]["id"],
+        json!(busy.to_string()),
+        "{active}"
+    );
+    assert_eq!(active["threads"].as_array().unwrap().len(), 1);
+}
+
 /// A thread is edited, archived, unarchived and deleted as Discord
 /// documents it: the starter renames and archives their own thread,
 /// others are refused; an archived thread leaves the active list for the
