@@ -1445,6 +1445,7 @@ fn thread_fields(
     node: &ApiState,
     body: &serde_json::Map<String, Value>,
     kind: i64,
+    forum: bool,
 ) -> Result<(String, Option<i64>, Option<i64>, bool), ApiError> {
     let bad = |field: &'static str, code: &'static str, message: &str| {
         node.counters
@@ -1509,7 +1510,7 @@ fn thread_fields(
         Some(_) => return Err(bad("invitable", "BASE_TYPE_BAD", "Must be a boolean.")),
     };
     for field in ["message", "applied_tags"] {
-        if body.get(field).is_some_and(|v| !v.is_null()) {
+        if !forum && body.get(field).is_some_and(|v| !v.is_null()) {
             return Err(bad(
                 field,
                 "CHANNEL_TYPE_INVALID",
@@ -1563,9 +1564,23 @@ async fn start_thread(
     State(node): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
-    JsonBody(body): JsonBody<serde_json::Map<String, Value>>,
+    form: crate::files::MessageBody<serde_json::Map<String, Value>>,
 ) -> ApiResult {
     let (parent, guild_id) = guild_channel(&node, &id).await?;
+    if matches!(parent.kind, 15 | 16) {
+        return start_forum_post(&node, &caller, &parent, guild_id, form).await;
+    }
+    if !form.uploads.is_empty() {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Field(
+            "attachments",
+            "BASE_TYPE_BAD",
+            "Only a forum or media post starts with files.".into(),
+        ));
+    }
+    let body = form.body;
     let kind = match body.get("type") {
         None | Some(Value::Null) => 12,
         Some(value) => value
@@ -1583,7 +1598,7 @@ async fn start_thread(
             })?,
     };
     let (name, auto_archive_duration, rate_limit_per_user, invitable) =
-        thread_fields(&node, &body, kind)?;
+        thread_fields(&node, &body, kind, false)?;
     let thread = ThreadRecord {
         id: node.shared.next_id().get() as i64,
         parent_id: parent.id,
@@ -1593,6 +1608,7 @@ async fn start_thread(
         rate_limit_per_user,
         invitable,
         from_message: false,
+        applied_tags: vec![],
     };
     start_thread_at_owner(&node, guild_id, caller.id, thread).await
 }
@@ -1626,7 +1642,7 @@ async fn start_thread_from_message(
         .ok_or(ApiError::Code(ErrorCode::UnknownMessage))?;
     let kind = if parent.kind == 5 { 10 } else { 11 };
     let (name, auto_archive_duration, rate_limit_per_user, invitable) =
-        thread_fields(&node, &body, kind)?;
+        thread_fields(&node, &body, kind, false)?;
     let thread = ThreadRecord {
         id: message.id,
         parent_id: parent.id,
@@ -1636,8 +1652,168 @@ async fn start_thread_from_message(
         rate_limit_per_user,
         invitable,
         from_message: true,
+        applied_tags: vec![],
     };
     start_thread_at_owner(&node, guild_id, caller.id, thread).await
+}
+
+/// A post's `applied_tags`: at most 5 snowflakes (None: absent or null).
+/// Whether each is one of the forum's tags is the owner's check.
+fn applied_tags_field(
+    node: &ApiState,
+    value: Option<&Value>,
+) -> Result<Option<Vec<i64>>, ApiError> {
+    /// Discord's bound on a post's applied tags.
+    const APPLIED_TAGS_MAX: usize = 5;
+    let bad = |message: &str| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field("applied_tags", "BASE_TYPE_BAD", message.into())
+    };
+    let list = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(bad("Must be an array of snowflakes.")),
+    };
+    if list.len() > APPLIED_TAGS_MAX {
+        return Err(bad("Must be 5 or fewer in length."));
+    }
+    list.iter()
+        .map(|id| id_from_value(id).map_err(|_| bad("Must be an array of snowflakes.")))
+        .collect::<Result<Vec<i64>, ApiError>>()
+        .map(Some)
+}
+
+/// `POST /channels/{forum.id}/threads` in a forum or media channel: a post,
+/// as documented. A public thread (type 11) with its first message
+/// (`message`: content, embeds, components, allowed mentions, files as
+/// `files[n]` beside `payload_json`), which shares the thread's id; the
+/// poster needs SEND_MESSAGES in the forum (and ATTACH_FILES for files),
+/// whose slowmode applies to posts. `applied_tags` must be the forum's.
+/// The message is checked before anything is written; 201 with the
+/// thread and its `message`, after THREAD_CREATE and MESSAGE_CREATE.
+async fn start_forum_post(
+    node: &ApiState,
+    author: &UserRow,
+    forum: &ChannelRow,
+    guild_id: i64,
+    form: crate::files::MessageBody<serde_json::Map<String, Value>>,
+) -> ApiResult {
+    let bad = |field: &'static str, code: &'static str, message: &str| {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        ApiError::Field(field, code, message.into())
+    };
+    let body = &form.body;
+    match body.get("type") {
+        None | Some(Value::Null) => {}
+        Some(kind) if kind.as_i64() == Some(11) => {}
+        Some(_) => {
+            return Err(bad(
+                "type",
+                "BASE_TYPE_CHOICES",
+                "A forum or media post is a public thread (11).",
+            ));
+        }
+    }
+    let (name, auto_archive_duration, rate_limit_per_user, _) =
+        thread_fields(node, body, 11, true)?;
+    let applied_tags = applied_tags_field(node, body.get("applied_tags"))?.unwrap_or_default();
+    let first = match body.get("message") {
+        Some(Value::Object(first)) => first,
+        None | Some(Value::Null) => {
+            return Err(bad(
+                "message",
+                "BASE_TYPE_REQUIRED",
+                "This field is required",
+            ));
+        }
+        Some(_) => return Err(bad("message", "BASE_TYPE_BAD", "Must be an object.")),
+    };
+    if first.get("message_reference").is_some_and(|r| !r.is_null()) {
+        return Err(bad(
+            "message",
+            "BASE_TYPE_BAD",
+            "A post's first message is not a reply.",
+        ));
+    }
+    let attachments = first.get("attachments").cloned();
+    let new_message: NewMessage = serde_json::from_value(Value::Object(first.clone()))
+        .map_err(|error| bad("message", "BASE_TYPE_BAD", &error.to_string()))?;
+    let checked = check_new_message(
+        node,
+        author,
+        new_message,
+        attachments.as_ref(),
+        &form.uploads,
+    )?;
+    let mut need = perm::SEND_MESSAGES;
+    if !checked.planned.is_empty() {
+        need |= perm::ATTACH_FILES;
+    }
+    let grant = node
+        .guilds
+        .authorize_send(guild_id, author.id, forum.id, need)
+        .await?;
+    let id = node.shared.next_id().get() as i64;
+    let thread = ThreadRecord {
+        id,
+        parent_id: forum.id,
+        kind: 11,
+        name,
+        auto_archive_duration,
+        rate_limit_per_user,
+        invitable: true,
+        from_message: false,
+        applied_tags,
+    };
+    let result = node
+        .guilds
+        .change(
+            guild_id,
+            author.id,
+            GuildChange::CreateThread { thread },
+            request_reason(node),
+        )
+        .await;
+    if let Err(
+        GuildError::WrongChannelType | GuildError::UnknownTag(_) | GuildError::MaxActiveThreads,
+    ) = result
+    {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    let thread = match result? {
+        Changed::Channel(thread) => thread,
+        other => return changed(other),
+    };
+    let row = ChannelRow {
+        id,
+        guild_id: Some(guild_id),
+        kind: 11,
+        parent_id: Some(forum.id),
+        ..ChannelRow::default()
+    };
+    let message = post_message(
+        node,
+        author,
+        &row,
+        checked,
+        &form.uploads,
+        Some((id, grant)),
+    )
+    .await?;
+    let mut answer = serde_json::to_value(&thread).map_err(|_| ApiError::Internal)?;
+    // Counted as the post was answered: its first message is in it.
+    answer["message_count"] = json!(1);
+    answer["total_message_sent"] = json!(1);
+    answer["message"] = serde_json::to_value(&message).map_err(|_| ApiError::Internal)?;
+    let mut response = ok(&answer)?;
+    *response.status_mut() = StatusCode::CREATED;
+    Ok(response)
 }
 
 /// Joins, leaves, adds or removes a thread member at the guild's owner
@@ -2834,7 +3010,6 @@ async fn create_message(
     Path(id): Path<String>,
     form: crate::files::MessageBody<NewMessage>,
 ) -> ApiResult {
-    let body = form.body;
     let channel = node
         .shared
         .store
@@ -2849,33 +3024,69 @@ async fn create_message(
             .fetch_add(1, Ordering::Relaxed);
         return Err(ApiError::Code(ErrorCode::NotTextChannel));
     }
-    let flags = flags_field(
+    let checked = check_new_message(
         &node,
+        &author,
+        form.body,
+        form.attachments.as_ref(),
+        &form.uploads,
+    )?;
+    let message = post_message(&node, &author, &channel, checked, &form.uploads, None).await?;
+    ok(&message)
+}
+
+/// A new message's body as checked by [`check_new_message`]: what
+/// [`post_message`] stores and announces.
+struct CheckedMessage {
+    content: String,
+    tts: bool,
+    nonce: Option<Value>,
+    flags: u64,
+    embeds: Option<String>,
+    /// Embeds as sent (their `attachment://` names are resolved when
+    /// stored).
+    reference: Option<replies::ReferenceRequest>,
+    allowed: mentions::Allowed,
+    components: Option<String>,
+    planned: Vec<crate::files::Planned>,
+    /// The text mentions are read from (a components-v2 message's text
+    /// displays).
+    text: String,
+}
+
+/// Checks a new message's body against Discord's rules and bounds before
+/// anything is asked or stored: flags, embeds, the reply, allowed
+/// mentions, components, files (`attachments` matched to `uploads`), the
+/// content rules and the nonce.
+fn check_new_message(
+    node: &ApiState,
+    author: &UserRow,
+    body: NewMessage,
+    attachments: Option<&Value>,
+    uploads: &[crate::files::Upload],
+) -> Result<CheckedMessage, ApiError> {
+    let flags = flags_field(
+        node,
         body.flags.as_ref(),
         CREATE_FLAGS,
         "Only SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS and IS_COMPONENTS_V2 can be set.",
     )?
     .unwrap_or(0);
-    let embeds = checked_embeds(&node, &body.embeds)?;
+    let embeds = checked_embeds(node, &body.embeds)?;
     let reference = replies::parse(body.message_reference.as_ref())
-        .map_err(|error| invalid_form(&node, &error))?;
+        .map_err(|error| invalid_form(node, &error))?;
     let allowed = allowed_mentions(
-        &node,
+        node,
         body.allowed_mentions.as_ref(),
         mentions::Context::Message,
     )?;
-    let components = authored_components(&node, &author, &Value::Array(body.components), flags)?;
-    let planned = crate::files::plan(
-        form.attachments.as_ref(),
-        &form.uploads,
-        &[],
-        plan_limits(&node),
-    )
-    .map_err(|error| invalid_form(&node, &error))?;
+    let components = authored_components(node, author, &Value::Array(body.components), flags)?;
+    let planned = crate::files::plan(attachments, uploads, &[], plan_limits(node))
+        .map_err(|error| invalid_form(node, &error))?;
     crate::files::check_embed_refs(&body.embeds, &crate::files::planned_names(&planned))
-        .map_err(|error| invalid_form(&node, &error))?;
+        .map_err(|error| invalid_form(node, &error))?;
     check_message_state(
-        &node,
+        node,
         flags,
         &body.content,
         embeds.is_some(),
@@ -2891,7 +3102,7 @@ async fn create_message(
     match &body.nonce {
         None | Some(Value::Null | Value::Number(_)) => {}
         Some(Value::String(nonce)) => check_chars(
-            &node,
+            node,
             "nonce",
             nonce,
             0,
@@ -2908,6 +3119,45 @@ async fn create_message(
             ));
         }
     }
+    Ok(CheckedMessage {
+        content: body.content,
+        tts: body.tts,
+        nonce: body.nonce,
+        flags,
+        embeds,
+        reference,
+        allowed,
+        components,
+        planned,
+        text,
+    })
+}
+
+/// Posts a checked message in `channel` as `author`: authorized there
+/// (SEND_MESSAGES, with READ_MESSAGE_HISTORY for a reply and ATTACH_FILES
+/// for files; slowmode applies), unless `granted` (a forum post's first
+/// message, authorized in its forum) carries the grant and the id to use;
+/// its files stored, then the row, then MESSAGE_CREATE.
+async fn post_message(
+    node: &ApiState,
+    author: &UserRow,
+    channel: &ChannelRow,
+    checked: CheckedMessage,
+    uploads: &[crate::files::Upload],
+    granted: Option<(i64, guildhall_proto::guilds::SendGrant)>,
+) -> Result<Message, ApiError> {
+    let CheckedMessage {
+        content,
+        tts,
+        nonce,
+        flags,
+        embeds,
+        reference,
+        allowed,
+        components,
+        planned,
+        text,
+    } = checked;
     // Who may post decides who hears of it: the guild's owner fans out a
     // guild message; a direct message goes to both participants' sessions.
     enum Audience {
@@ -2923,8 +3173,17 @@ async fn create_message(
     if !planned.is_empty() {
         need |= perm::ATTACH_FILES;
     }
-    let (audience, member, rights) = match channel.guild_id {
-        Some(guild_id) => {
+    let (id, granted) = match granted {
+        Some((id, grant)) => (Some(id), Some(grant)),
+        None => (None, None),
+    };
+    let (audience, member, rights) = match (channel.guild_id, granted) {
+        (Some(guild_id), Some(grant)) => (
+            Audience::Guild(guild_id),
+            Some(grant.member),
+            MentionRights::Known(grant.permissions),
+        ),
+        (Some(guild_id), None) => {
             let grant = node
                 .guilds
                 .authorize_send(guild_id, author.id, channel.id, need)
@@ -2935,14 +3194,14 @@ async fn create_message(
                 MentionRights::Known(grant.permissions),
             )
         }
-        None => (
-            Audience::Dm(dm_of(&node, &author, &channel).await?),
+        (None, _) => (
+            Audience::Dm(dm_of(node, author, channel).await?),
             None,
             MentionRights::Dm,
         ),
     };
     let target = match reference {
-        Some(request) => replied_to(&node, &channel, &request).await?,
+        Some(request) => replied_to(node, channel, &request).await?,
         None => None,
     };
     // A webhook's message has no user to ping (its author_id is the
@@ -2956,18 +3215,16 @@ async fn create_message(
         rights,
         actor_id: author.id,
     };
-    let mentioned =
-        mentions_of(&node, channel.guild_id, &text, &mentioning, replied_author).await?;
+    let mentioned = mentions_of(node, channel.guild_id, &text, &mentioning, replied_author).await?;
     // The files are durable before the row that names them is written.
-    let attachments =
-        crate::files::store_planned(&node, channel.id, planned, &form.uploads).await?;
+    let attachments = crate::files::store_planned(node, channel.id, planned, uploads).await?;
     let row = MessageRow {
-        id: node.shared.next_id().get() as i64,
+        id: id.unwrap_or_else(|| node.shared.next_id().get() as i64),
         channel_id: channel.id,
         guild_id: channel.guild_id,
         author_id: author.id,
-        content: body.content,
-        tts: body.tts,
+        content,
+        tts,
         edited_ms: None,
         webhook_id: None,
         author_name: None,
@@ -2994,23 +3251,23 @@ async fn create_message(
         mentions: mentioned,
         attachments: crate::files::stored(&attachments),
     };
-    store_message(&node, &row).await?;
+    store_message(node, &row).await?;
     if guildhall_store::THREAD_KINDS.contains(&channel.kind) {
         // Counted after the message is durable; a crash between leaves
         // the count one short, never the message lost.
         node.shared.store.count_thread_message(channel.id).await?;
     }
-    let mut message = wire_message(&node.files, &row, &author, member);
+    let mut message = wire_message(&node.files, &row, author, member);
     if let Some(target) = target {
         // The target as just read, not read again: the reply shows what
         // was replied to.
         let mut authors = Authors::new();
-        message = with_referenced(&node, &row, message, &[target], None, &mut authors).await?;
+        message = with_referenced(node, &row, message, &[target], None, &mut authors).await?;
     }
-    message.nonce = body.nonce;
+    message.nonce = nonce;
     match audience {
         Audience::Guild(guild_id) => {
-            publish_message(&node, "MESSAGE_CREATE", guild_id, &message, author.id).await
+            publish_message(node, "MESSAGE_CREATE", guild_id, &message, author.id).await
         }
         Audience::Dm(members) => node.gateways().to_users_in(
             None,
@@ -3020,7 +3277,7 @@ async fn create_message(
             &message,
         ),
     }
-    ok(&message)
+    Ok(message)
 }
 
 /// The message a reply in `channel` refers to, checked against what
@@ -3651,19 +3908,18 @@ async fn patch_thread(
     }
     // The other documented channel fields: a thread has none of its own
     // (keys no channel has are ignored, as Discord ignores them).
+    patch.applied_tags = applied_tags_field(node, fields.get("applied_tags"))?;
     for field in THREADLESS_CHANNEL_FIELDS
         .iter()
         .copied()
-        .chain(["flags", "applied_tags", "type"])
+        .chain(["flags", "type"])
     {
         let Some(value) = fields.get(field).filter(|v| !v.is_null()) else {
             continue;
         };
         let unused = match field {
-            // PINNED is for forum and media posts; none is here.
+            // PINNED (a forum post's) is not kept yet.
             "flags" => value.as_i64() == Some(0),
-            // Tags are a forum's; an empty list applies none.
-            "applied_tags" => value.as_array().is_some_and(|tags| tags.is_empty()),
             "type" => value.as_i64() == Some(thread.kind),
             _ => false,
         };

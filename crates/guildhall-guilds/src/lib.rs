@@ -845,7 +845,28 @@ impl GuildOwner {
         if invitable.is_some() && row.kind != 12 {
             return Err(GuildError::WrongChannelType);
         }
+        let before_tags: Vec<i64> = guildhall_common::wire::stored_applied_tags(&row.applied_tags)
+            .iter()
+            .map(|t| t.get() as i64)
+            .collect();
+        let applied_tags = match patch.applied_tags.filter(|tags| *tags != before_tags) {
+            None => None,
+            Some(tags) => {
+                let parent = row
+                    .parent_id
+                    .and_then(|p| self.channels.iter().find(|c| c.id == p))
+                    .filter(|c| matches!(c.kind, 15 | 16))
+                    .ok_or(GuildError::WrongChannelType)?;
+                Some(self.applied_tags(
+                    parent,
+                    &before_tags,
+                    &tags,
+                    bits & perm::MANAGE_THREADS != 0,
+                )?)
+            }
+        };
         let edits = name.is_some()
+            || applied_tags.is_some()
             || locked.is_some()
             || minutes.is_some()
             || slowmode.is_some()
@@ -863,7 +884,8 @@ impl GuildOwner {
             || invitable.is_some()
             || slowmode.is_some()
             || (archived == Some(false) && locked_after);
-        let starters_too = name.is_some() || minutes.is_some() || archived == Some(true);
+        let starters_too =
+            name.is_some() || minutes.is_some() || applied_tags.is_some() || archived == Some(true);
         if (moderators_only && !moderator)
             || (starters_too && !(moderator || starter))
             || (archived == Some(false) && !moderator && bits & perm::SEND_MESSAGES == 0)
@@ -889,6 +911,9 @@ impl GuildOwner {
         }
         if let Some(invitable) = invitable {
             row.invitable = invitable;
+        }
+        if let Some(tags) = applied_tags {
+            row.applied_tags = tags;
         }
         if let Some(archived) = archived {
             row.archived = archived;
@@ -956,6 +981,49 @@ impl GuildOwner {
             self.schedule_archive(thread_id);
         }
         Ok(Changed::Channel(answer))
+    }
+
+    /// A post's applied tags checked against its forum `parent` (JSON for
+    /// the row): at most 5, each one of the forum's tags; adding or
+    /// removing a moderated tag (against `before`) takes a moderator.
+    fn applied_tags(
+        &self,
+        parent: &ChannelRow,
+        before: &[i64],
+        tags: &[i64],
+        moderator: bool,
+    ) -> Result<String, GuildError> {
+        const APPLIED_TAGS_MAX: usize = 5;
+        let available = guildhall_common::wire::stored_tags(&parent.available_tags);
+        let mut ids = Vec::with_capacity(tags.len());
+        for tag in tags {
+            let Some(known) = available.iter().find(|t| t.id.get() as i64 == *tag) else {
+                return Err(GuildError::UnknownTag(
+                    guildhall_proto::guilds::TagField::Applied,
+                ));
+            };
+            if known.moderated && !moderator && !before.contains(tag) {
+                return Err(GuildError::MissingPermissions);
+            }
+            if !ids.contains(&known.id) {
+                ids.push(known.id);
+            }
+        }
+        let removes_moderated = before.iter().any(|tag| {
+            !tags.contains(tag)
+                && available
+                    .iter()
+                    .any(|t| t.id.get() as i64 == *tag && t.moderated)
+        });
+        if removes_moderated && !moderator {
+            return Err(GuildError::MissingPermissions);
+        }
+        if ids.len() > APPLIED_TAGS_MAX {
+            return Err(GuildError::UnknownTag(
+                guildhall_proto::guilds::TagField::Applied,
+            ));
+        }
+        Ok(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
     }
 
     /// `user_id`'s permissions in `thread_id` when it is an archived
@@ -1346,15 +1414,22 @@ impl GuildOwner {
                 let parent = &self.channels[index];
                 // Text channels hold public and private threads,
                 // announcement channels announcement threads.
+                // Forum and media channels hold posts (public threads).
+                let forum = matches!(parent.kind, 15 | 16);
                 let fits_parent = match thread.kind {
                     10 => parent.kind == 5,
-                    11 | 12 => parent.kind == 0,
+                    11 => parent.kind == 0 || forum,
+                    12 => parent.kind == 0,
                     _ => false,
                 };
                 if !fits_parent {
                     return Err(GuildError::WrongChannelType);
                 }
-                let need = if thread.kind == 12 {
+                // A post needs SEND_MESSAGES in its forum, as documented
+                // (CREATE_PUBLIC_THREADS is ignored there).
+                let need = if forum {
+                    perm::SEND_MESSAGES
+                } else if thread.kind == 12 {
                     perm::CREATE_PRIVATE_THREADS
                 } else {
                     perm::CREATE_PUBLIC_THREADS
@@ -1364,7 +1439,16 @@ impl GuildOwner {
                 } else {
                     need
                 };
-                self.require_in(actor, index, need)?;
+                let held = self.require_in(actor, index, need)?;
+                if !thread.applied_tags.is_empty() && !forum {
+                    return Err(GuildError::WrongChannelType);
+                }
+                let applied_tags = self.applied_tags(
+                    &self.channels[index],
+                    &[],
+                    &thread.applied_tags,
+                    held & perm::MANAGE_THREADS != 0,
+                )?;
                 if self.threads.iter().any(|t| t.id == thread.id) {
                     return Err(GuildError::ThreadExists);
                 }
@@ -1396,6 +1480,7 @@ impl GuildOwner {
                     archive_ms: Some(now_ms),
                     thread_created_ms: Some(now_ms),
                     member_count: 1,
+                    applied_tags,
                     ..ChannelRow::default()
                 };
                 let first = ThreadMemberRow {

@@ -61,6 +61,9 @@ pub struct ThreadRecord {
     pub invitable: bool,
     /// Started from this message of the parent.
     pub from_message: bool,
+    /// A forum or media post's applied tags (at most 5, the forum's).
+    #[serde(default)]
+    pub applied_tags: Vec<i64>,
 }
 
 /// An edit of a thread (`PATCH /channels/{thread.id}`), its fields
@@ -80,6 +83,9 @@ pub struct ThreadPatch {
     pub rate_limit_per_user: Option<i64>,
     /// Non-moderators may add others (private threads only).
     pub invitable: Option<bool>,
+    /// A forum or media post's applied tags, whole (at most 5).
+    #[serde(default)]
+    pub applied_tags: Option<Vec<i64>>,
 }
 
 /// One entry of a bulk channel move.

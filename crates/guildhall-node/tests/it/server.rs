@@ -3856,6 +3856,172 @@ async fn forum_channels_keep_their_tags_and_settings() {
     assert_eq!(thread["applied_tags"], json!([]));
 }
 
+/// A post in a forum, as documented: a public thread with its first
+/// message (which shares its id), SEND_MESSAGES in the forum being what
+/// posts, the forum's tags applied (a moderated one by moderators only),
+/// files beside `payload_json`, THREAD_CREATE then MESSAGE_CREATE to the
+/// forum's viewers; bad posts refused with nothing written.
+#[tokio::test]
+async fn forum_posts_start_with_their_message_and_tags() {
+    let node = TestNode::start().await;
+    let (owner, _) = node.register("alice").await;
+    let (bob, _) = node.register("bob").await;
+    let (guild_id, general) = node.guild(&owner, "Posts").await;
+    let code = node.invite(&owner, &general).await;
+    let (status, _) = node
+        .call("POST", &format!("/invites/{code}"), Some(&bob), None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, forum) = node
+        .call(
+            "POST",
+            &format!("/guilds/{guild_id}/channels"),
+            Some(&owner),
+            Some(json!({
+                "name": "help",
+                "type": 15,
+                "available_tags": [{"name": "solved", "moderated": true}, {"name": "bug"}]
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{forum}");
+    let forum_id = forum["id"].as_str().unwrap().to_owned();
+    let solved = forum["available_tags"][0]["id"].clone();
+    let bug = forum["available_tags"][1]["id"].clone();
+    let mut bob_client = Client::connect(&node.ws).await;
+    bob_client
+        .identify(
+            &bob,
+            intents::GUILDS | intents::GUILD_MESSAGES | intents::MESSAGE_CONTENT,
+        )
+        .await;
+    bob_client.dispatch("GUILD_CREATE").await;
+    let posts = format!("/channels/{forum_id}/threads");
+
+    let (status, post) = node
+        .call(
+            "POST",
+            &posts,
+            Some(&bob),
+            Some(json!({
+                "name": "it crashes",
+                "applied_tags": [bug],
+                "message": {"content": "on start"}
+            })),
+        )
+        .await;
+    assert_eq!(status, 201, "{post}");
+    let post_id = post["id"].as_str().unwrap().to_owned();
+    assert_eq!(post["type"], 11);
+    assert_eq!(post["parent_id"], json!(forum_id));
+    assert_eq!(post["applied_tags"], json!([bug]));
+    assert_eq!(post["message_count"], 1);
+    assert_eq!(post["message"]["id"], json!(post_id));
+    assert_eq!(post["message"]["channel_id"], json!(post_id));
+    assert_eq!(post["message"]["content"], "on start");
+    let created = bob_client.dispatch("THREAD_CREATE").await;
+    assert_eq!(created["d"]["id"], json!(post_id));
+    let first = bob_client.dispatch("MESSAGE_CREATE").await;
+    assert_eq!(first["d"]["id"], json!(post_id));
+    let history = node.history(&bob, &post_id).await;
+    assert_eq!(history.len(), 1);
+
+    // Refused, nothing written: a moderated tag, a tag the forum lacks,
+    // too many tags, no message, an empty message.
+    let refused = [
+        (
+            json!({"name": "x", "applied_tags": [solved], "message": {"content": "x"}}),
+            403,
+            50013,
+        ),
+        (
+            json!({"name": "x", "applied_tags": ["1"], "message": {"content": "x"}}),
+            400,
+            50035,
+        ),
+        (
+            json!({"name": "x", "applied_tags": ["1", "2", "3", "4", "5", "6"], "message": {"content": "x"}}),
+            400,
+            50035,
+        ),
+        (json!({"name": "x"}), 400, 50035),
+        (json!({"name": "x", "message": {}}), 400, 50006),
+        (
+            json!({"name": "x", "type": 12, "message": {"content": "x"}}),
+            400,
+            50035,
+        ),
+    ];
+    for (body, status, code) in refused {
+        let (got, error) = node.call("POST", &posts, Some(&bob), Some(body)).await;
+        assert_eq!((got, &error["code"]), (status, &json!(code)), "{error}");
+    }
+    let (status, active) = node
+        .call(
+            "GET",
+            &format!("/guilds/{guild_id}/threads/active"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(active["threads"].as_array().unwrap().len(), 1, "{active}");
+
+    // A post with a file, as libraries send it.
+    let payload = json!({"name": "screenshot", "message": {"content": "see"}}).to_string();
+    let body = crate::files::multipart(&[
+        ("payload_json", None, payload.as_bytes()),
+        ("files[0]", Some("shot.txt"), b"pixels"),
+    ]);
+    let (status, with_file) =
+        crate::files::send_form(&node, "POST", &posts, Some(&bob), body).await;
+    assert_eq!(status, 201, "{with_file}");
+    assert_eq!(
+        with_file["message"]["attachments"][0]["filename"],
+        "shot.txt"
+    );
+
+    // Tags change on an edit: the starter may apply the forum's own, a
+    // moderator the moderated one, which the starter then cannot remove.
+    let edit = |token: String, body: serde_json::Value| {
+        let node = &node;
+        let post_id = post_id.clone();
+        async move {
+            node.call(
+                "PATCH",
+                &format!("/channels/{post_id}"),
+                Some(&token),
+                Some(body),
+            )
+            .await
+        }
+    };
+    let (status, edited) = edit(bob.clone(), json!({"applied_tags": []})).await;
+    assert_eq!(
+        (status, &edited["applied_tags"]),
+        (200, &json!([])),
+        "{edited}"
+    );
+    let (status, edited) = edit(owner.clone(), json!({"applied_tags": [solved, bug]})).await;
+    assert_eq!(status, 200, "{edited}");
+    assert_eq!(edited["applied_tags"], json!([solved, bug]));
+    let (status, error) = edit(bob.clone(), json!({"applied_tags": [bug]})).await;
+    assert_eq!((status, &error["code"]), (403, &json!(50013)), "{error}");
+    // Posts are talked in as threads are; they are listed when archived.
+    let (status, _) = edit(owner.clone(), json!({"archived": true})).await;
+    assert_eq!(status, 200);
+    let (status, list) = node
+        .call(
+            "GET",
+            &format!("/channels/{forum_id}/threads/archived/public"),
+            Some(&bob),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["threads"][0]["id"], json!(post_id));
+}
+
 /// A thread archives by itself after its `auto_archive_duration` without
 /// activity, counted from its archive time or its newest message, also
 /// across a restart (the owner reads both back at load). Two hours pass
