@@ -43,8 +43,9 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Every bound.
     pub limits: Limits,
-    /// Snowflake worker id (unique per node in a cluster).
-    pub worker_id: u16,
+    /// Snowflake worker id (unique per node in a cluster); None: a free
+    /// one is picked and claimed at start (`worker_id::claim_any`).
+    pub worker_id: Option<u16>,
     /// Stable node name announced in the registry (`[a-z0-9._-]`).
     pub node_name: String,
     /// The registry to announce in and watch; `None`: a private in-process
@@ -136,7 +137,7 @@ impl NodeConfig {
         Self {
             data_dir,
             limits: Limits::default(),
-            worker_id: 1,
+            worker_id: Some(1),
             node_name: "node-1".to_owned(),
             registry: None,
             bus: None,
@@ -1518,19 +1519,24 @@ pub async fn run(
         .clone()
         .unwrap_or_else(|| Arc::new(guildhall_cluster::LocalRegistry::default()));
     // No id is minted before the worker id is this node's alone.
-    let worker_lease = worker_id::claim(
-        registry.as_ref(),
-        &config.node_name,
-        config.worker_id,
-        &config.limits,
-    )
-    .await?;
+    let (worker_id, worker_lease) = match config.worker_id {
+        Some(id) => (
+            id,
+            worker_id::claim(registry.as_ref(), &config.node_name, id, &config.limits).await?,
+        ),
+        None => {
+            let (id, lease) =
+                worker_id::claim_any(registry.as_ref(), &config.node_name, &config.limits).await?;
+            tracing::info!(worker_id = id, "picked a free snowflake worker id");
+            (id, lease)
+        }
+    };
     let worker_lost = Arc::new(tokio::sync::Notify::new());
     let worker_held = Arc::new(AtomicU64::new(0));
     let worker_keeper = worker_id::keep(
         registry.clone(),
         config.node_name.clone(),
-        config.worker_id,
+        worker_id,
         worker_lease,
         &config.limits,
         worker_lost.clone(),
@@ -1540,7 +1546,7 @@ pub async fn run(
         store,
         config.limits.clone(),
         own_gateway_url.clone(),
-        config.worker_id,
+        worker_id,
     );
     shared.public_gateway_url = config.public_gateway_url.clone();
     let shared = Arc::new(shared);
@@ -1910,7 +1916,7 @@ pub async fn run(
         task.abort();
     }
     if worker_gone.load(Ordering::Relaxed) {
-        return Err(NodeError::WorkerIdLost(config.worker_id));
+        return Err(NodeError::WorkerIdLost(worker_id));
     }
     served.map_err(NodeError::Serve)
 }

@@ -11,6 +11,12 @@
 //! claims it then. A registry that does not answer at start is retried a
 //! few times, then the start fails (no id is minted unclaimed).
 //!
+//! Without a given id (a pod of a Deployment has no per-pod
+//! configuration), [`claim_any`] picks one: the id this node's name held
+//! before (its previous process), else the first free id from a start
+//! spread by the name's hash, each tried with the same compare-and-put, a
+//! lost race moving on to the next. The id space bounds the tries.
+//!
 //! While the node runs, a task keeps the lease alive every
 //! `lease_renew_interval_ms`. Should the lease end anyway (the node was
 //! cut off from the registry past its TTL), the task claims the id again;
@@ -43,6 +49,15 @@ pub enum WorkerIdError {
         /// Who holds it.
         holder: String,
     },
+    /// Every worker id is held by a live node.
+    #[error("every worker id (0-1023) is held: the cluster has no room for another node")]
+    Exhausted,
+    /// The registry did not list the held ids.
+    #[error("worker ids: the registry did not answer ({reason})")]
+    Unlisted {
+        /// Its last error.
+        reason: String,
+    },
     /// The registry did not answer.
     #[error("worker id {id}: the registry did not answer ({reason})")]
     Registry {
@@ -51,6 +66,92 @@ pub enum WorkerIdError {
         /// Its last error.
         reason: String,
     },
+}
+
+/// Snowflake worker ids: 10 bits.
+pub const WORKER_IDS: u16 = 1_024;
+
+/// Picks and claims a free worker id for `node` (see the module
+/// documentation): the id and the lease that holds it.
+pub async fn claim_any(
+    registry: &dyn Registry,
+    node: &str,
+    limits: &guildhall_limits::Limits,
+) -> Result<(u16, LeaseId), WorkerIdError> {
+    let renew_ms = limits.lease_renew_interval_ms.max(1);
+    let mut failures = 0;
+    let listing = loop {
+        match registry.list(WORKER_PREFIX).await {
+            Ok(listing) => break listing,
+            Err(error) => {
+                failures += 1;
+                if failures >= START_ATTEMPTS_MAX {
+                    return Err(WorkerIdError::Unlisted {
+                        reason: error.to_string(),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(renew_ms)).await;
+            }
+        }
+    };
+    let id_of = |key: &str| {
+        key.strip_prefix(WORKER_PREFIX)
+            .and_then(|id| id.parse::<u16>().ok())
+            .filter(|id| *id < WORKER_IDS)
+    };
+    // Its previous process's id: waited for as a given id is.
+    if let Some(id) = listing
+        .entries
+        .iter()
+        .filter(|(_, holder)| holder.as_slice() == node.as_bytes())
+        .find_map(|(key, _)| id_of(key))
+    {
+        return Ok((id, claim(registry, node, id, limits).await?));
+    }
+    let held: std::collections::BTreeSet<u16> = listing
+        .entries
+        .keys()
+        .filter_map(|key| id_of(key))
+        .collect();
+    let start = start_for(node);
+    for step in 0..WORKER_IDS {
+        let id = (start + step) % WORKER_IDS;
+        if held.contains(&id) {
+            continue;
+        }
+        match registry
+            .claim(
+                &worker_key(id),
+                node.as_bytes().to_vec(),
+                limits.lease_ttl_ms,
+            )
+            .await
+        {
+            Ok(Claim::Won(lease)) => return Ok((id, lease)),
+            // Another node was faster: the next one.
+            Ok(Claim::Held(_)) => {}
+            Err(error) => {
+                failures += 1;
+                if failures >= START_ATTEMPTS_MAX {
+                    return Err(WorkerIdError::Registry {
+                        id,
+                        reason: error.to_string(),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(renew_ms)).await;
+            }
+        }
+    }
+    Err(WorkerIdError::Exhausted)
+}
+
+/// Where `node`'s search for a free id starts (FNV-1a of its name):
+/// nodes starting at once mostly try different ids, not race for id 0.
+fn start_for(node: &str) -> u16 {
+    let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash % u64::from(WORKER_IDS)) as u16
 }
 
 /// Claims `id` for `node` (see the module documentation): the lease that

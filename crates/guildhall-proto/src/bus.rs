@@ -330,12 +330,7 @@ impl TakeoverRequest {
         }
         // A node name as announcements have them: the owners key a stream
         // by it.
-        let node_ok = (1..=64).contains(&request.to_node.len())
-            && request
-                .to_node
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
-        if !node_ok {
+        if !crate::cluster::node_name_ok(&request.to_node) {
             return Err(EnvelopeError::Bounds("to_node"));
         }
         Ok(request)

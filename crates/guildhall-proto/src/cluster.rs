@@ -138,6 +138,21 @@ impl Rejection {
     }
 }
 
+/// Longest node name, bytes.
+pub const NODE_NAME_BYTES_MAX: usize = 64;
+
+/// Whether `name` can name a node: 1 to [`NODE_NAME_BYTES_MAX`] bytes of
+/// lower-case ASCII letters, digits, `.`, `_` and `-`. It is a registry
+/// key's last segment, a bus subject's token and a stream's key, so
+/// peers refuse any other announcement; a node checks its own name at
+/// start with this same function rather than run unseen by its peers.
+pub fn node_name_ok(name: &str) -> bool {
+    (1..=NODE_NAME_BYTES_MAX).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+}
+
 /// The key an announcement of `node` lives under.
 pub fn instance_key(node: &str) -> String {
     format!("{INSTANCE_PREFIX}{node}")
@@ -155,12 +170,10 @@ impl Announcement {
         if self.schema != ANNOUNCEMENT_SCHEMA {
             return Err(Rejection::WrongSchema);
         }
-        let name_ok = (1..=64).contains(&self.node.len())
-            && self
-                .node
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
-        if !name_ok || self.roles.is_empty() || self.addr.parse::<SocketAddr>().is_err() {
+        if !node_name_ok(&self.node)
+            || self.roles.is_empty()
+            || self.addr.parse::<SocketAddr>().is_err()
+        {
             return Err(Rejection::InvalidField);
         }
         if let Some(url) = &self.gateway_url {

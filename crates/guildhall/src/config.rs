@@ -279,8 +279,8 @@ pub struct Services {
     pub database_url: String,
     /// Unique name in the registry.
     pub node_name: String,
-    /// Unique snowflake worker id.
-    pub worker_id: u16,
+    /// Unique snowflake worker id (None: picked at start).
+    pub worker_id: Option<u16>,
 }
 
 /// What `serve` runs.
@@ -296,9 +296,10 @@ pub struct Resolved {
 
 impl Cluster {
     /// Checks the combination: embedded mode runs every role; cluster mode
-    /// needs all three services and a unique name and worker id (two
-    /// processes sharing either would take each other's place on the ring
-    /// or mint the same snowflakes).
+    /// needs all three services and a unique name, valid as peers read it
+    /// (two processes sharing one would take each other's place on the
+    /// ring); a worker id given must fit a snowflake (without one the node
+    /// picks a free one).
     pub fn resolve(self) -> Result<Resolved> {
         let roles = match &self.roles {
             None => guildhall_node::ROLES_ALL.to_vec(),
@@ -327,12 +328,44 @@ impl Cluster {
                 roles
             }
         };
+        if let Some(url) = &self.public_gateway_url {
+            check_url("--public-gateway-url", url, &["ws://", "wss://"])?;
+            if url.len() > guildhall_proto::cluster::GATEWAY_URL_BYTES_MAX {
+                bail!(
+                    "--public-gateway-url {url:?}: at most {} bytes",
+                    guildhall_proto::cluster::GATEWAY_URL_BYTES_MAX
+                );
+            }
+        }
+        if let Some(url) = &self.nats {
+            check_url("--nats", url, &["nats://", "tls://", "ws://", "wss://"])?;
+        }
+        if let Some(endpoints) = &self.etcd {
+            for endpoint in endpoints.split(',').map(str::trim) {
+                check_url("--etcd", endpoint, &["http://", "https://"])?;
+            }
+        }
+        if let Some(url) = &self.database_url {
+            check_url("--database-url", url, &["postgres://", "postgresql://"])?;
+        }
         let given = [&self.nats, &self.etcd, &self.database_url]
             .iter()
             .filter(|s| s.is_some())
             .count();
         let services = match (given, self.nats, self.etcd, self.database_url) {
             (0, ..) => {
+                // Embedded mode names itself and holds worker id 1: a
+                // name or id given for it would be silently unused.
+                if let Some(name) = &self.node_name {
+                    bail!(
+                        "--node-name {name:?}: only cluster mode (--nats, --etcd, --database-url) takes a node name"
+                    );
+                }
+                if let Some(id) = self.worker_id {
+                    bail!(
+                        "--worker-id {id}: only cluster mode (--nats, --etcd, --database-url) takes a worker id"
+                    );
+                }
                 if roles.len() != guildhall_node::ROLES_ALL.len() {
                     bail!(
                         "running only some roles needs cluster mode (--nats, --etcd, --database-url): other processes must run the rest"
@@ -344,11 +377,17 @@ impl Cluster {
                 let node_name = self
                     .node_name
                     .context("cluster mode needs --node-name (unique in the cluster)")?;
-                let worker_id = self
-                    .worker_id
-                    .context("cluster mode needs --worker-id (0-1023, unique in the cluster)")?;
-                if worker_id > 1023 {
-                    bail!("--worker-id {worker_id}: at most 1023 (10 bits of a snowflake)");
+                if !guildhall_proto::cluster::node_name_ok(&node_name) {
+                    bail!(
+                        "--node-name {node_name:?}: 1 to {} characters of a-z, 0-9, '.', '_' and '-' (peers ignore any other name)",
+                        guildhall_proto::cluster::NODE_NAME_BYTES_MAX
+                    );
+                }
+                let worker_id = self.worker_id;
+                if let Some(id) = worker_id
+                    && id > 1023
+                {
+                    bail!("--worker-id {id}: at most 1023 (10 bits of a snowflake)");
                 }
                 Some(Services {
                     nats,
@@ -365,6 +404,22 @@ impl Cluster {
             services,
             public_gateway_url: self.public_gateway_url,
         })
+    }
+}
+
+/// A URL setting `key` with one of the `schemes` and a host after it, and
+/// no whitespace or control characters: refused at start in one line,
+/// rather than found at the first connection (or, for a URL peers read,
+/// never).
+pub fn check_url(key: &str, url: &str, schemes: &[&str]) -> Result<()> {
+    let rest = schemes.iter().find_map(|scheme| url.strip_prefix(scheme));
+    let clean = url.bytes().all(|b| b.is_ascii_graphic());
+    match rest {
+        Some(rest) if clean && !rest.is_empty() && !rest.starts_with('/') => Ok(()),
+        _ => bail!(
+            "{key} {url:?}: a URL starting {} with a host",
+            schemes.join(" or ")
+        ),
     }
 }
 
@@ -573,15 +628,40 @@ mod tests {
         };
         let resolved = full().resolve().unwrap();
         assert_eq!(resolved.roles, [Role::Gateway, Role::Api]);
-        assert_eq!(resolved.services.unwrap().worker_id, 7);
-        assert!(
+        assert_eq!(resolved.services.unwrap().worker_id, Some(7));
+        // Without one, the node picks a free id at start.
+        let picked = Cluster {
+            worker_id: None,
+            ..full()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(picked.services.unwrap().worker_id, None);
+        for bad in [
             Cluster {
-                worker_id: None,
+                node_name: Some("GW-1".into()),
                 ..full()
-            }
-            .resolve()
-            .is_err()
-        );
+            },
+            Cluster {
+                nats: Some("10.0.0.5:4222".into()),
+                ..full()
+            },
+            Cluster {
+                etcd: Some("http://b, etcd:2379".into()),
+                ..full()
+            },
+            Cluster {
+                database_url: Some("mysql://c/d".into()),
+                ..full()
+            },
+            Cluster {
+                public_gateway_url: Some("https://gateway.example.org".into()),
+                ..full()
+            },
+        ] {
+            let error = bad.resolve().unwrap_err().to_string();
+            assert!(error.starts_with("--"), "names the flag: {error}");
+        }
         assert!(
             Cluster {
                 worker_id: Some(1024),

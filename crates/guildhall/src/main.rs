@@ -425,7 +425,20 @@ fn call(server: &Server, path: &str, token: Option<&str>, body: serde_json::Valu
     })
 }
 
-fn main() -> Result<()> {
+/// Runs the command; a failure is one line on stderr (the error and its
+/// causes, `error: ...: ...`) and exit status 1, never a backtrace: an
+/// operator reads which key or value was wrong, not a stack.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     let scenario = match cli.command {
         Command::Config {
@@ -477,6 +490,10 @@ fn main() -> Result<()> {
                 public_gateway_url: public_gateway_url.or(file.public_gateway_url.clone()),
             }
             .resolve()?;
+            let public_cdn_url = public_cdn_url.or(file.public_cdn_url.clone());
+            if let Some(url) = &public_cdn_url {
+                config::check_url("--public-cdn-url", url, &["http://", "https://"])?;
+            }
             let listen = listen
                 .or(file.listen)
                 .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
@@ -500,7 +517,7 @@ fn main() -> Result<()> {
                     public_gateway_url: cluster.public_gateway_url.clone(),
                     files: guildhall_node::FileSettings {
                         blob_dir: blob_dir.or(file.blob_dir.clone()),
-                        public_cdn_url: public_cdn_url.or(file.public_cdn_url.clone()),
+                        public_cdn_url: public_cdn_url.clone(),
                         // A secret: the config file or the environment only.
                         signing_key: file.cdn_signing_key.clone(),
                     },

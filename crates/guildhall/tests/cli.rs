@@ -49,6 +49,57 @@ fn naive_flag_selects_the_incident_configuration() {
 }
 
 #[test]
+fn bad_cluster_settings_are_refused_at_start_in_one_line() {
+    // Refused before any service is dialled: nothing listens on port 1.
+    let cluster = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--nats",
+        "nats://127.0.0.1:1",
+        "--etcd",
+        "http://127.0.0.1:1",
+        "--database-url",
+        "postgres://127.0.0.1:1/none",
+    ];
+    let cases: [(&[&str], &str); 4] = [
+        (&["--worker-id", "1"], "--node-name"),
+        (
+            &["--node-name", "A", "--worker-id", "1"],
+            "--node-name \"A\"",
+        ),
+        (
+            &["--node-name", "a b", "--worker-id", "1"],
+            "--node-name \"a b\"",
+        ),
+        (
+            &["--node-name", "gw-1", "--worker-id", "2000"],
+            "--worker-id 2000",
+        ),
+    ];
+    for (extra, named) in cases {
+        let args: Vec<&str> = cluster.iter().chain(extra).copied().collect();
+        let (ok, _, stderr) = guildhall(&args);
+        assert!(!ok, "{args:?}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!stderr.contains("backtrace"), "{stderr}");
+        assert!(!stderr.contains("connecting"), "dialled first: {stderr}");
+    }
+    // Embedded mode takes neither (they would be silently unused).
+    for extra in [["--node-name", "gw-1"], ["--worker-id", "3"]] {
+        let args: Vec<&str> = ["serve", "--listen", "127.0.0.1:0"]
+            .iter()
+            .chain(&extra)
+            .copied()
+            .collect();
+        let (ok, _, stderr) = guildhall(&args);
+        assert!(!ok, "{args:?}");
+        assert!(stderr.contains("only cluster mode"), "{stderr}");
+    }
+}
+
+#[test]
 fn bad_arguments_fail_with_usage_not_a_panic() {
     let (ok, _, stderr) = guildhall(&["sim", "ring", "--nodes", "many"]);
     assert!(!ok);

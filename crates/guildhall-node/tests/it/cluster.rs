@@ -458,7 +458,7 @@ async fn a_worker_id_is_held_by_one_node_at_a_time() {
     );
 
     let intruder = guildhall_node::NodeConfig {
-        worker_id: 5,
+        worker_id: Some(5),
         node_name: "intruder".into(),
         registry: Some(registry.clone()),
         bus: Some(bus.clone()),
@@ -481,4 +481,70 @@ async fn a_worker_id_is_held_by_one_node_at_a_time() {
     holder.stop().await;
     let after = registry.list("/guildhall/workers/").await.unwrap();
     assert!(after.entries.is_empty(), "{:?}", after.entries.keys());
+}
+
+/// Without a worker id (a pod of a Deployment), a node picks a free one
+/// and claims it as a given one is claimed: nodes get distinct ids, an id
+/// held by another is passed over, a name gets its own id back when it is
+/// free, and a node started this way serves and releases its id on stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_worker_id_picks_a_free_one() {
+    use guildhall_node::worker_id::{claim_any, worker_key};
+    let limits = Limits::default();
+    let registry: Arc<dyn Registry> = Arc::new(LocalRegistry::default());
+    let (a, lease_a) = claim_any(registry.as_ref(), "a", &limits).await.unwrap();
+    let (b, _) = claim_any(registry.as_ref(), "b", &limits).await.unwrap();
+    assert_ne!(a, b);
+    let held = registry.list("/guildhall/workers/").await.unwrap();
+    assert_eq!(
+        held.entries.get(&worker_key(a)).map(Vec::as_slice),
+        Some(&b"a"[..])
+    );
+    assert_eq!(
+        held.entries.get(&worker_key(b)).map(Vec::as_slice),
+        Some(&b"b"[..])
+    );
+    // Gone and back: the same name starts its search at the same id.
+    registry.revoke(lease_a).await.unwrap();
+    let (again, lease_a) = claim_any(registry.as_ref(), "a", &limits).await.unwrap();
+    assert_eq!(again, a);
+    // Held by another meanwhile: the next free one.
+    registry.revoke(lease_a).await.unwrap();
+    let _taken = registry
+        .claim(&worker_key(a), b"x".to_vec(), limits.lease_ttl_ms)
+        .await
+        .unwrap();
+    let (moved, _) = claim_any(registry.as_ref(), "a", &limits).await.unwrap();
+    assert_ne!(moved, a);
+    assert_ne!(moved, b);
+
+    let dir = tempfile::tempdir().unwrap();
+    let bus: Arc<dyn Bus> = Arc::new(LocalBus::new(limits.bus_payload_bytes_max));
+    let node = TestNode::from_config(guildhall_node::NodeConfig {
+        worker_id: None,
+        node_name: "pod-7f9c".into(),
+        registry: Some(registry.clone()),
+        bus: Some(bus),
+        ..guildhall_node::NodeConfig::embedded(dir.path().to_owned())
+    })
+    .await;
+    let (token, _) = node.register("alice").await;
+    let (guild_id, _) = node.guild(&token, "Picked").await;
+    assert!(guild_id.parse::<u64>().is_ok());
+    let held = registry.list("/guildhall/workers/").await.unwrap();
+    assert!(
+        held.entries
+            .values()
+            .any(|holder| holder.as_slice() == b"pod-7f9c"),
+        "{held:?}"
+    );
+    node.stop().await;
+    let after = registry.list("/guildhall/workers/").await.unwrap();
+    assert!(
+        after
+            .entries
+            .values()
+            .all(|holder| holder.as_slice() != b"pod-7f9c"),
+        "{after:?}"
+    );
 }

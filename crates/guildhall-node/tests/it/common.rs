@@ -53,7 +53,7 @@ impl TestNode {
         let config = guildhall_node::NodeConfig {
             data_dir: dir.path().to_owned(),
             limits,
-            worker_id: 1,
+            worker_id: Some(1),
             node_name: "test-node".to_owned(),
             registry,
             bus,
@@ -91,7 +91,7 @@ impl TestNode {
         Self::from_config(guildhall_node::NodeConfig {
             data_dir: data_dir.to_owned(),
             limits,
-            worker_id,
+            worker_id: Some(worker_id),
             node_name: name.to_owned(),
             registry: Some(registry),
             bus: Some(bus),
@@ -116,7 +116,7 @@ impl TestNode {
                 rest_rate_limit_per_window: 1_000_000,
                 ..Limits::default()
             },
-            worker_id,
+            worker_id: Some(worker_id),
             node_name: name.to_owned(),
             registry: Some(registry),
             bus: Some(bus),
@@ -143,7 +143,7 @@ impl TestNode {
         Self::from_config(guildhall_node::NodeConfig {
             data_dir: data_dir.to_owned(),
             limits,
-            worker_id,
+            worker_id: Some(worker_id),
             node_name: name.to_owned(),
             registry: Some(registry),
             bus: Some(bus),
