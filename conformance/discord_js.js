@@ -1,6 +1,8 @@
 // discord.js, unmodified, with only its REST base changed (the gateway URL
 // comes from GET /gateway/bot).
-const { AttachmentBuilder, Client, GatewayIntentBits, REST, Routes, SlashCommandBuilder } = require('discord.js');
+const {
+  AttachmentBuilder, ChannelType, Client, GatewayIntentBits, REST, Routes, SlashCommandBuilder,
+} = require('discord.js');
 const [base, token, channelId, ownerToken] = process.argv.slice(2);
 const client = new Client({
   intents: [GatewayIntentBits.Guilds, GatewayIntentBits.GuildMessages, GatewayIntentBits.MessageContent],
@@ -25,7 +27,25 @@ client.once('clientReady', async () => {
   seen.synced = put.map((c) => c.name).sort();
   seen.fetched = [...fetched.values()].map((c) => c.name).sort();
   const channel = await client.channels.fetch(channelId);
-  seen.sent = (await channel.send('hello from discord.js')).id;
+  const sent = await channel.send('hello from discord.js');
+  seen.sent = sent.id;
+  // Threads as bots use them: started from a message, talked in,
+  // archived; a forum with a tag and a post in it carrying the tag.
+  const thread = await sent.startThread({ name: 'js thread' });
+  await thread.send('in the js thread');
+  const archived = await thread.setArchived(true);
+  const forum = await guild.channels.create({
+    name: 'js-forum', type: ChannelType.GuildForum, availableTags: [{ name: 'question' }],
+  });
+  const post = await forum.threads.create({
+    name: 'js post', message: { content: 'first js post' }, appliedTags: [forum.availableTags[0].id],
+  });
+  const starter = await post.fetchStarterMessage();
+  Object.assign(seen, {
+    thread_id: thread.id, thread_archived: archived.archived, forum_type: forum.type,
+    forum_tags: forum.availableTags.map((t) => t.name), post_tags: post.appliedTags,
+    post_tag_expected: forum.availableTags[0].id, post_starter: starter && starter.content,
+  });
   // A file, as bots send them (AttachmentBuilder: multipart with
   // payload_json and files[0]), read back from the URL the message names.
   const withFile = await channel.send({

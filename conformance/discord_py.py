@@ -76,6 +76,21 @@ async def on_ready():
                 file_description=attachment.description, file_bytes=(await attachment.read()).decode())
     edited = await with_file.edit(attachments=[])
     seen.update(file_after_edit=len(edited.attachments))
+    # Threads as bots use them: one started from a message, talked in,
+    # archived and read back archived; a forum with a tag, and a post in
+    # it carrying the tag and its first message.
+    thread = await sent.create_thread(name="py thread")
+    await thread.send("in the thread")
+    archived = await thread.edit(archived=True)
+    listed = [t.id async for t in client.get_channel(channel_id).archived_threads(limit=10)]
+    seen.update(thread_id=str(thread.id), thread_archived=archived.archived,
+                thread_listed=thread.id in listed,
+                thread_history=[m.content async for m in archived.history(limit=5)])
+    forum = await guild.create_forum(name="py-forum", available_tags=[discord.ForumTag(name="question")])
+    post = await forum.create_thread(name="py post", content="first post", applied_tags=[forum.available_tags[0]])
+    seen.update(forum_type=str(forum.type), forum_tags=[t.name for t in forum.available_tags],
+                post_tags=[t.name for t in post.thread.applied_tags], post_message=post.message.content,
+                post_message_is_thread=post.message.id == post.thread.id)
     await asyncio.get_running_loop().run_in_executor(None, owner_post, "!ping")
 
 

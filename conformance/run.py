@@ -40,10 +40,13 @@ for library, command in [
          "--data-dir", data_dir, "--server", f"http://{base}"]))
     call("POST", f"/oauth2/authorize?client_id={bot['application_id']}&scope=bot", owner["token"],
          {"guild_id": guild["id"], "permissions": "0", "authorize": True})
-    # PIN_MESSAGES (1 << 51), which @everyone lacks, for the bots that pin.
+    # PIN_MESSAGES (1 << 51), which @everyone lacks, for the bots that pin;
+    # MANAGE_CHANNELS (1 << 4), CREATE_PUBLIC_THREADS (1 << 35) and
+    # SEND_MESSAGES_IN_THREADS (1 << 38) for those that start threads and
+    # forums.
     bot_user = call("GET", "/users/@me", f"Bot {bot['token']}")
     pinners = call("POST", f"/guilds/{guild['id']}/roles", owner["token"],
-                   {"name": "pinners", "permissions": str(1 << 51)})
+                   {"name": "pinners", "permissions": str((1 << 51) | (1 << 4) | (1 << 35) | (1 << 38))})
     call("PUT", f"/guilds/{guild['id']}/members/{bot_user['id']}/roles/{pinners['id']}", owner["token"])
     env = dict(os.environ, NODE_PATH=node_modules)
     result = subprocess.run(command + [base, bot["token"], channel, owner["token"]],
@@ -64,13 +67,21 @@ for library, command in [
             and seen.get("reactions_after") == 0 \
             and seen.get("file_name") == "hello_file.txt" and seen.get("file_size") == 10 \
             and seen.get("file_type") == "text/plain; charset=utf-8" and seen.get("file_description") == "greeting" \
-            and seen.get("file_bytes") == "hello file" and seen.get("file_after_edit") == 0
+            and seen.get("file_bytes") == "hello file" and seen.get("file_after_edit") == 0 \
+            and seen.get("thread_id") == seen.get("sent") and seen.get("thread_archived") is True \
+            and seen.get("thread_listed") is True and seen.get("thread_history") == ["in the thread"] \
+            and seen.get("forum_type") == "forum" and seen.get("forum_tags") == ["question"] \
+            and seen.get("post_tags") == ["question"] and seen.get("post_message") == "first post" \
+            and seen.get("post_message_is_thread") is True
     elif library == "discord.js":
         ok = ok and seen.get("synced") == ["Profile", "echo"] and seen.get("fetched") == ["Profile", "echo"] \
             and seen.get("reply_type") == 19 and seen.get("reply_to") == seen.get("ping_id") \
             and seen.get("replied_user") == seen.get("ping_author") \
             and seen.get("file_name") == "hello.txt" and seen.get("file_size") == 13 \
-            and seen.get("file_bytes") == "hello from js" and seen.get("file_description") == "js greeting"
+            and seen.get("file_bytes") == "hello from js" and seen.get("file_description") == "js greeting" \
+            and seen.get("thread_id") == seen.get("sent") and seen.get("thread_archived") is True \
+            and seen.get("forum_type") == 15 and seen.get("forum_tags") == ["question"] \
+            and seen.get("post_tags") == [seen.get("post_tag_expected")] and seen.get("post_starter") == "first js post"
     else:
         # Its socket is the one compressing (zlib-stream) while it runs.
         ok = ok and seen.get("unavailable_guilds") == 1 and "general" in seen.get("channels", []) \
