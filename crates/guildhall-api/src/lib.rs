@@ -3376,6 +3376,20 @@ async fn list_messages(
     ok(&out)
 }
 
+/// 50083 for a message action in an archived thread: its messages are not
+/// edited or reacted to until a message or an edit unarchives it (only
+/// deletes pass, as the threads topic documents; the owner refuses the
+/// other actions that need a permission of their own).
+fn unarchived(node: &ApiState, channel: &ChannelRow) -> Result<(), ApiError> {
+    if guildhall_store::THREAD_KINDS.contains(&channel.kind) && channel.archived {
+        node.counters
+            .bad_requests_total
+            .fetch_add(1, Ordering::Relaxed);
+        return Err(ApiError::Code(ErrorCode::ThreadArchived));
+    }
+    Ok(())
+}
+
 async fn message_of(
     node: &ApiState,
     caller: &UserRow,
@@ -3472,7 +3486,9 @@ async fn edit_message(
     } else {
         perm::VIEW_CHANNEL | perm::ATTACH_FILES
     };
-    let (_, audience, mut row) = message_of(&node, &caller, &channel, &message, need).await?;
+    let (channel_row, audience, mut row) =
+        message_of(&node, &caller, &channel, &message, need).await?;
+    unarchived(&node, &channel_row)?;
     // A webhook's message is stored with its creator as `author_id`, but
     // only the webhook edits it (through its token).
     if row.author_id != caller.id || row.webhook_id.is_some() {
@@ -5624,6 +5640,7 @@ async fn reaction(
         perm::VIEW_CHANNEL
     };
     let (channel_row, audience, row) = message_of(node, &caller, &channel, &message, need).await?;
+    unarchived(node, &channel_row)?;
     let (key, emoji) = emoji_of(&emoji)?;
     // A timed-out member keeps reading, and reacts with nothing (not even
     // an emoji someone else already chose).

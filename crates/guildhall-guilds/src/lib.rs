@@ -905,6 +905,9 @@ impl GuildOwner {
         }
         if let Some(minutes) = minutes {
             row.auto_archive_duration = Some(minutes);
+            // Changing the duration is activity, as documented.
+            self.thread_activity_ms
+                .insert(thread_id, guildhall_common::state::now_ms() as i64);
         }
         if let Some(seconds) = slowmode {
             row.rate_limit_per_user = seconds;
@@ -1030,8 +1033,8 @@ impl GuildOwner {
     /// thread of this guild (None: no such thread, or it was unarchived
     /// and is now held). Sending a message (`send`) unarchives it, as
     /// Discord does, unless it is locked and the sender no moderator;
-    /// anything but viewing and reading history is refused with 50083
-    /// while it stays archived: archived threads are immutable.
+    /// anything but viewing, reading history and deleting messages is
+    /// refused with 50083 while it stays archived.
     async fn archived_thread_bits(
         &mut self,
         user_id: i64,
@@ -1060,7 +1063,10 @@ impl GuildOwner {
                 Err(error) => Err(error),
             };
         }
-        if viewer && need & !(perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY) != 0 {
+        // Deleting messages is the one change an archived thread takes
+        // (the threads topic): a moderator's MANAGE_MESSAGES passes.
+        let readable = perm::VIEW_CHANNEL | perm::READ_MESSAGE_HISTORY | perm::MANAGE_MESSAGES;
+        if viewer && need & !readable != 0 {
             return Err(GuildError::ThreadArchived);
         }
         Ok(Some(bits))

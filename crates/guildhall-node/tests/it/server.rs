@@ -4207,6 +4207,11 @@ async fn threads_are_edited_archived_and_deleted() {
         assert!(error["errors"][field].is_object(), "{field}: {error}");
     }
 
+    let (status, doomed) = node
+        .post_message(&bob, &talk, json!({"content": "doomed"}))
+        .await;
+    assert_eq!(status, 200);
+    let doomed = doomed["id"].as_str().unwrap().to_owned();
     // Bob archives it: it leaves the active list for the archived one.
     let (status, archived) = edit(bob.clone(), talk.clone(), json!({"archived": true})).await;
     assert_eq!(status, 200, "{archived}");
@@ -4279,6 +4284,25 @@ async fn threads_are_edited_archived_and_deleted() {
     assert_eq!(status, 200);
     let (status, error) = edit(bob.clone(), talk.clone(), json!({"name": "again"})).await;
     assert_eq!((status, &error["code"]), (400, &json!(50083)), "{error}");
+    let (status, error) = node
+        .call(
+            "PUT",
+            &format!("/channels/{talk}/messages/{doomed}/reactions/%F0%9F%91%8D/@me"),
+            Some(&carol),
+            None,
+        )
+        .await;
+    assert_eq!((status, &error["code"]), (400, &json!(50083)), "{error}");
+    // Deleting messages is what an archived thread still takes.
+    let (status, _) = node
+        .call(
+            "DELETE",
+            &format!("/channels/{talk}/messages/{doomed}"),
+            Some(&owner),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
     let (status, error) = node
         .call(
             "PUT",
