@@ -105,6 +105,9 @@ pub struct ClusterState {
     pub overflow_total: AtomicU64,
     /// Gateway nodes of the view with what they announce.
     pub gateway_infos: RwLock<Arc<Vec<GatewayInfo>>>,
+    /// Live nodes running each role in the registry view, by role label
+    /// (every role listed; 0: the role runs nowhere and its work waits).
+    pub role_nodes: Mutex<BTreeMap<&'static str, u64>>,
     /// This node drains: its announcement says so from now on.
     pub draining: AtomicBool,
     /// Wakes the announcement refresher at once (the drain starting).
@@ -173,6 +176,7 @@ impl Default for ClusterState {
         Self {
             instances: AtomicUsize::new(0),
             rejected: Mutex::new(BTreeMap::new()),
+            role_nodes: Mutex::new(BTreeMap::new()),
             ring: RwLock::new(Arc::new(Ring::new(0, &[], 1))),
             frozen: AtomicBool::new(false),
             gateways_generation: AtomicU64::new(0),
@@ -222,6 +226,38 @@ impl Default for ClusterState {
 }
 
 impl ClusterState {
+    /// Counts the view's nodes per role into `role_nodes`, and says in
+    /// the log when a role comes to run nowhere (its requests fail or wait
+    /// until a node runs it) and when it runs again. Not a readiness
+    /// matter: failing every pod's readiness over a missing role would
+    /// take the whole cluster out at once.
+    fn count_roles(&self, view: &RegistryView) {
+        let counts: BTreeMap<&'static str, u64> = Role::ALL
+            .iter()
+            .map(|role| {
+                let nodes = view.instances().filter(|a| a.roles.contains(role)).count();
+                (role.label(), nodes as u64)
+            })
+            .collect();
+        let mut known = self
+            .role_nodes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (role, nodes) in &counts {
+            match (known.get(role).copied(), *nodes) {
+                (None | Some(1..), 0) => tracing::warn!(
+                    role = *role,
+                    "no node runs this role: its work waits until one does"
+                ),
+                (Some(0), 1..) => {
+                    tracing::info!(role = *role, nodes, "a node runs this role again")
+                }
+                _ => {}
+            }
+        }
+        *known = counts;
+    }
+
     /// The current ring.
     pub fn ring(&self) -> Arc<Ring> {
         self.ring
@@ -706,6 +742,8 @@ pub async fn start(
         // release key lives for its lease's TTL, and one release ends one
         // freeze, not every freeze while the key lives.
         let mut release_applied: Option<Vec<u8>> = None;
+        // Role coverage is judged from the first full listing on.
+        let mut listed_once = false;
         loop {
             if state.left.load(Ordering::Relaxed) {
                 break;
@@ -797,6 +835,10 @@ pub async fn start(
             state
                 .instances
                 .store(view.instances().count(), Ordering::Relaxed);
+            if listed_once || listed {
+                listed_once = true;
+                state.count_roles(&view);
+            }
             *state
                 .rejected
                 .lock()

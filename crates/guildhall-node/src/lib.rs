@@ -1315,6 +1315,21 @@ async fn metrics(
     }
     let _ = writeln!(
         out,
+        "# HELP guildhall_cluster_role_nodes Live nodes running each role in this node's registry view (0: the role runs nowhere).\n# TYPE guildhall_cluster_role_nodes gauge"
+    );
+    for (role, nodes) in cluster
+        .role_nodes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
+        let _ = writeln!(
+            out,
+            "guildhall_cluster_role_nodes{{role=\"{role}\"}} {nodes}"
+        );
+    }
+    let _ = writeln!(
+        out,
         "# HELP guildhall_registry_rejected_entries_total Registry entries rejected by validation, by reason.\n# TYPE guildhall_registry_rejected_entries_total counter"
     );
     for (reason, count) in cluster

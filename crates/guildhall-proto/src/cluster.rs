@@ -50,6 +50,32 @@ pub enum Role {
     Sfu,
 }
 
+impl Role {
+    /// Every role.
+    pub const ALL: [Role; 7] = [
+        Role::Gateway,
+        Role::Api,
+        Role::Guilds,
+        Role::Presence,
+        Role::Users,
+        Role::Voice,
+        Role::Sfu,
+    ];
+
+    /// Its name, as `--roles` and announcements spell it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Gateway => "gateway",
+            Role::Api => "api",
+            Role::Guilds => "guilds",
+            Role::Presence => "presence",
+            Role::Users => "users",
+            Role::Voice => "voice",
+            Role::Sfu => "sfu",
+        }
+    }
+}
+
 /// Longest SFU endpoint an announcement may carry, in bytes
 /// (`host:port[/path]`, what VOICE_SERVER_UPDATE's `endpoint` holds).
 pub const SFU_ENDPOINT_BYTES_MAX: usize = 256;

@@ -43,6 +43,16 @@ async fn roles_on_separate_nodes_meet_only_over_the_bus() {
     )
     .await;
     back.metric("guildhall_ring_members").await;
+    // Alone, the back says which roles run nowhere (by role, on /metrics).
+    let role = |name: &str| format!("guildhall_cluster_role_nodes{{role=\"{name}\"}}");
+    let mut polls = 0;
+    while back.metric(&role("guilds")).await < 1 {
+        polls += 1;
+        assert!(polls < RING_POLLS_MAX, "the back never counted itself");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(back.metric(&role("gateway")).await, 0);
+    assert_eq!(back.metric(&role("voice")).await, 0);
     let front = TestNode::member_roles(
         "front",
         1,
@@ -53,11 +63,17 @@ async fn roles_on_separate_nodes_meet_only_over_the_bus() {
     )
     .await;
     let mut polls = 0;
-    while front.metric("guildhall_ring_members").await < 1 {
+    while front.metric("guildhall_ring_members").await < 1
+        || back.metric(&role("gateway")).await < 1
+    {
         polls += 1;
-        assert!(polls < RING_POLLS_MAX, "the front never saw the back");
+        assert!(
+            polls < RING_POLLS_MAX,
+            "the front and the back never saw each other"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    assert_eq!(front.metric(&role("api")).await, 1);
     let (token, _) = front.register("alice").await;
     let (guild_id, channel_id) = front.guild(&token, "split").await;
     assert_eq!(front.metric("guildhall_guild_owners").await, 0);
