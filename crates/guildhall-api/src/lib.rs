@@ -1431,7 +1431,20 @@ async fn get_channel(
 ) -> ApiResult {
     let (channel, guild_id) = guild_channel(&node, &id).await?;
     authorize(&node, caller.id, &channel, guild_id, perm::VIEW_CHANNEL).await?;
-    ok(&wire_channel(&channel, true))
+    let mut wire = wire_channel(&channel, true);
+    // A thread carries the caller's thread member when they joined it, as
+    // the threads topic documents (one keyed read).
+    if let Some(fields) = wire.thread.as_mut() {
+        fields.member = node
+            .shared
+            .store
+            .thread_members(channel.id, caller.id - 1, 1)
+            .await?
+            .into_iter()
+            .find(|m| m.user_id == caller.id)
+            .map(|m| guildhall_common::wire::wire_thread_member(&m, true));
+    }
+    ok(&wire)
 }
 
 // ----- threads --------------------------------------------------------------

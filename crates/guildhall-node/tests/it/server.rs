@@ -4273,6 +4273,17 @@ async fn threads_are_edited_archived_and_deleted() {
         (status, &seen["thread_metadata"]["archived"]),
         (200, &json!(true))
     );
+    // Only a member's answer carries their thread member.
+    assert!(seen.get("member").is_none(), "{seen}");
+    let (status, seen) = node
+        .call("GET", &format!("/channels/{talk}"), Some(&bob), None)
+        .await;
+    assert_eq!(
+        (status, &seen["member"]["user_id"]),
+        (200, &json!(bob_id)),
+        "{seen}"
+    );
+    assert!(seen["member"]["join_timestamp"].is_string(), "{seen}");
     let (status, _) = node
         .call(
             "GET",
