@@ -1438,10 +1438,8 @@ async fn get_channel(
         fields.member = node
             .shared
             .store
-            .thread_members(channel.id, caller.id - 1, 1)
+            .thread_member(channel.id, caller.id)
             .await?
-            .into_iter()
-            .find(|m| m.user_id == caller.id)
             .map(|m| guildhall_common::wire::wire_thread_member(&m, true));
     }
     ok(&wire)
@@ -1960,10 +1958,9 @@ async fn get_thread_member(
     let rows: Vec<_> = node
         .shared
         .store
-        .thread_members(thread.id, user_id - 1, 1)
+        .thread_member(thread.id, user_id)
         .await?
         .into_iter()
-        .filter(|r| r.user_id == user_id)
         .collect();
     let with_member = truthy(query.with_member.as_deref());
     let mut members = wire_thread_members(&node, caller.id, guild_id, &rows, with_member).await?;
@@ -2138,12 +2135,7 @@ async fn archived_threads(
     // `archived_threads_page_max` of them.
     let mut members = vec![];
     for row in &rows {
-        if let Some(member) = store
-            .thread_members(row.id, caller - 1, 1)
-            .await?
-            .into_iter()
-            .find(|m| m.user_id == caller)
-        {
+        if let Some(member) = store.thread_member(row.id, caller).await? {
             members.push(guildhall_common::wire::wire_thread_member(&member, true));
         }
     }
@@ -3186,10 +3178,7 @@ async fn post_message(
     if !planned.is_empty() {
         need |= perm::ATTACH_FILES;
     }
-    let (id, granted) = match granted {
-        Some((id, grant)) => (Some(id), Some(grant)),
-        None => (None, None),
-    };
+    let (id, granted) = granted.unzip();
     let (audience, member, rights) = match (channel.guild_id, granted) {
         (Some(guild_id), Some(grant)) => (
             Audience::Guild(guild_id),
@@ -4179,7 +4168,15 @@ fn channel_settings(
 /// A forum's `default_reaction_emoji` object: exactly one of `emoji_id`
 /// (a snowflake) and `emoji_name` (a non-empty string).
 fn default_reaction(value: &Value) -> Option<guildhall_proto::model::DefaultReaction> {
-    let object = value.as_object()?;
+    forum_emoji(value.as_object()?).filter(|r| r.emoji_id.is_some() || r.emoji_name.is_some())
+}
+
+/// The emoji of a forum object (a tag, the default reaction): at most one
+/// of `emoji_id` (a snowflake) and `emoji_name` (a non-empty string),
+/// null or absent for none; None when malformed or both are given.
+fn forum_emoji(
+    object: &serde_json::Map<String, Value>,
+) -> Option<guildhall_proto::model::DefaultReaction> {
     let emoji_id = match object.get("emoji_id") {
         None | Some(Value::Null) => None,
         Some(id) => Some(sf(id_from_value(id).ok()?)),
@@ -4189,7 +4186,7 @@ fn default_reaction(value: &Value) -> Option<guildhall_proto::model::DefaultReac
         Some(Value::String(name)) if !name.is_empty() => Some(name.clone()),
         Some(_) => return None,
     };
-    (emoji_id.is_some() != emoji_name.is_some()).then_some(
+    (emoji_id.is_none() || emoji_name.is_none()).then_some(
         guildhall_proto::model::DefaultReaction {
             emoji_id,
             emoji_name,
@@ -4246,23 +4243,11 @@ fn forum_tags(
             Some(Value::Bool(moderated)) => *moderated,
             Some(_) => return Err(bad(format!("Tag {index}'s moderated must be a boolean."))),
         };
-        let emoji = match (object.get("emoji_id"), object.get("emoji_name")) {
-            (None | Some(Value::Null), None | Some(Value::Null)) => None,
-            (Some(id), None | Some(Value::Null)) => Some((Some(id), None)),
-            (None | Some(Value::Null), Some(name)) => Some((None, Some(name))),
-            _ => return Err(bad(format!("Tag {index} names two emojis."))),
-        };
-        let (emoji_id, emoji_name) = match emoji {
-            None => (None, None),
-            Some((Some(id), _)) => (
-                Some(sf(id_from_value(id).map_err(|_| {
-                    bad(format!("Tag {index}'s emoji_id is not a snowflake."))
-                })?)),
-                None,
-            ),
-            Some((_, Some(Value::String(name)))) if !name.is_empty() => (None, Some(name.clone())),
-            Some(_) => return Err(bad(format!("Tag {index}'s emoji_name must be a string."))),
-        };
+        let emoji = forum_emoji(object).ok_or_else(|| {
+            bad(format!(
+                "Tag {index}'s emoji is at most one of emoji_id (a snowflake) and emoji_name."
+            ))
+        })?;
         let id = match object.get("id") {
             None | Some(Value::Null) => {
                 let id = node.shared.next_id().get() as i64;
@@ -4276,8 +4261,8 @@ fn forum_tags(
             id: sf(id),
             name,
             moderated,
-            emoji_id,
-            emoji_name,
+            emoji_id: emoji.emoji_id,
+            emoji_name: emoji.emoji_name,
         });
     }
     Ok(tags)

@@ -362,6 +362,16 @@ struct NodeStream {
     tails_sent: u32,
 }
 
+/// A member's permissions in a held channel ([`GuildOwner::held_bits`]).
+struct HeldBits {
+    /// None: not a member.
+    bits: Option<u64>,
+    /// The channel's slowmode, seconds.
+    slowmode_s: i64,
+    /// The channel is an active thread.
+    thread: bool,
+}
+
 /// A stream message waiting for the bus.
 #[derive(Debug)]
 struct Unsent {
@@ -566,13 +576,8 @@ impl GuildOwner {
                 .get(&thread_id)
                 .is_some_and(|m| m.contains_key(&user_id)));
         }
-        match self
-            .shared
-            .store
-            .thread_members(thread_id, user_id - 1, 1)
-            .await
-        {
-            Ok(page) => Ok(page.first().is_some_and(|m| m.user_id == user_id)),
+        match self.shared.store.thread_member(thread_id, user_id).await {
+            Ok(member) => Ok(member.is_some()),
             Err(error) => Err(self.store_failed(Some(&error))),
         }
     }
@@ -1027,6 +1032,32 @@ impl GuildOwner {
             ));
         }
         Ok(serde_json::to_string(&ids).unwrap_or_else(|_| "[]".into()))
+    }
+
+    /// `user_id`'s permissions in a channel this owner holds (a channel, an
+    /// active thread, or [`GUILD_WIDE`]: the guild), read in one pass with
+    /// its slowmode; None: not held.
+    fn held_bits(&self, user_id: i64, channel_id: i64) -> Option<HeldBits> {
+        if channel_id == GUILD_WIDE {
+            return Some(HeldBits {
+                bits: self.permissions(user_id),
+                slowmode_s: 0,
+                thread: false,
+            });
+        }
+        if let Some(c) = self.channels.iter().find(|c| c.id == channel_id) {
+            return Some(HeldBits {
+                bits: self.channel_permissions(user_id, c),
+                slowmode_s: c.rate_limit_per_user,
+                thread: false,
+            });
+        }
+        let t = self.threads.iter().find(|t| t.id == channel_id)?;
+        Some(HeldBits {
+            bits: self.thread_permissions(user_id, t),
+            slowmode_s: t.rate_limit_per_user,
+            thread: true,
+        })
     }
 
     /// `user_id`'s permissions in `thread_id` when it is an archived
@@ -3715,39 +3746,24 @@ impl GuildOwner {
                 need,
                 slowmode,
             } => {
-                // A channel not held may be an archived thread (in the
-                // store only).
-                let archived = if channel_id != GUILD_WIDE
-                    && self.members.contains_key(&user_id)
-                    && !self.channels.iter().any(|c| c.id == channel_id)
-                    && !self.threads.iter().any(|t| t.id == channel_id)
+                let mut held = self.held_bits(user_id, channel_id);
+                let mut archived_bits = None;
+                if held.is_none() && channel_id != GUILD_WIDE && self.members.contains_key(&user_id)
                 {
+                    // Not held: maybe an archived thread (in the store
+                    // only). A send unarchives it, and it is held then.
                     match self
                         .archived_thread_bits(user_id, channel_id, need, slowmode)
                         .await
                     {
-                        Ok(bits) => bits,
                         Err(error) => return Some(Err(error)),
+                        Ok(Some(bits)) => archived_bits = Some(bits),
+                        Ok(None) => held = self.held_bits(user_id, channel_id),
                     }
-                } else {
-                    None
-                };
-                // The channel's slowmode, read in the same pass.
-                let mut slowmode_s = 0;
-                let bits = if channel_id == GUILD_WIDE {
-                    Some(self.permissions(user_id))
-                } else if let Some(c) = self.channels.iter().find(|c| c.id == channel_id) {
-                    slowmode_s = c.rate_limit_per_user;
-                    Some(self.channel_permissions(user_id, c))
-                } else {
-                    self.threads
-                        .iter()
-                        .find(|t| t.id == channel_id)
-                        .map(|t| {
-                            slowmode_s = t.rate_limit_per_user;
-                            self.thread_permissions(user_id, t)
-                        })
-                        .or(archived)
+                }
+                let (bits, slowmode_s, in_thread) = match held {
+                    Some(held) => (Some(held.bits), held.slowmode_s, held.thread),
+                    None => (archived_bits, 0, false),
                 };
                 // Not a member: no access, whichever channel is named.
                 let member = self.members.contains_key(&user_id);
@@ -3807,7 +3823,7 @@ impl GuildOwner {
                 // A send granted in a thread is activity from now: its
                 // message, published a moment later, must not find the
                 // thread archived by its clock meanwhile.
-                if slowmode && result.is_ok() && self.threads.iter().any(|t| t.id == channel_id) {
+                if slowmode && result.is_ok() && in_thread {
                     self.thread_activity_ms
                         .insert(channel_id, guildhall_common::state::now_ms() as i64);
                 }

@@ -1880,6 +1880,21 @@ where
         Ok(removed)
     }
 
+    /// `user_id`'s membership of a thread, if they joined it.
+    pub async fn thread_member(
+        &self,
+        thread_id: i64,
+        user_id: i64,
+    ) -> Result<Option<ThreadMemberRow>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM thread_members WHERE thread_id = $1 AND user_id = $2")
+                .bind(thread_id)
+                .bind(user_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
     /// A thread's members above `after` (a user id; 0 for all), by user
     /// id, at most `limit`.
     pub async fn thread_members(
@@ -3754,6 +3769,8 @@ store_api! {
     fn add_thread_member<'a>(&'a self, member: &'a ThreadMemberRow, epoch: i64) -> bool;
     /// Removes a thread member.
     fn remove_thread_member<'a>(&'a self, guild_id: i64, thread_id: i64, user_id: i64, epoch: i64) -> bool;
+    /// A user's membership of a thread.
+    fn thread_member<'a>(&'a self, thread_id: i64, user_id: i64) -> Option<ThreadMemberRow>;
     /// A thread's members, by user id.
     fn thread_members<'a>(&'a self, thread_id: i64, after: i64, limit: i64) -> Vec<ThreadMemberRow>;
     /// Counts a message sent in a thread.
@@ -4889,6 +4906,8 @@ mod tests {
         assert!(state.thread_last_messages.is_empty());
         let page = store.thread_members(900, 1, 1).await.unwrap();
         assert_eq!(page, vec![starter(2)]);
+        assert_eq!(store.thread_member(900, 3).await.unwrap(), Some(starter(3)));
+        assert_eq!(store.thread_member(900, 4).await.unwrap(), None);
         assert!(store.remove_thread_member(a, 900, 2, 0).await.unwrap());
         assert!(!store.remove_thread_member(a, 900, 2, 0).await.unwrap());
         // Leaving the guild leaves its threads.
