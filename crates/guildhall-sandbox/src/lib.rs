@@ -287,6 +287,11 @@ impl Node {
         self.child.wait().ok()
     }
 
+    /// The file its log (stderr) is written to.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     /// What it logged so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -120,6 +120,34 @@ enum Command {
         #[command(subcommand)]
         scenario: SimCommand,
     },
+    /// Replay an incident report on a real cluster of its own, and write a report.
+    Chaos {
+        #[command(subcommand)]
+        action: ChaosCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ChaosCommand {
+    /// Name the scenarios, one per incident report.
+    List,
+    /// Start a cluster (NATS, etcd, PostgreSQL, guildhall processes on free
+    /// loopback ports), replay NAME through its four phases, stop everything
+    /// it started, and write DIR/report.html and DIR/summary.json. Exits 1
+    /// when a criterion fails.
+    Run {
+        /// The scenario (see `chaos list`).
+        name: String,
+        /// small (CI's, under a minute), medium or large.
+        #[arg(long, default_value = "small")]
+        scale: String,
+        /// The seed of its random choices [default: the clock].
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Where the report goes [default: ./chaos-NAME].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 /// Where the running server is.
@@ -394,6 +422,100 @@ async fn release_ring(etcd: &str, lease_ms: u64) -> Result<()> {
     Ok(())
 }
 
+/// `guildhall chaos`: the replays live in `guildhall_faults`; this prints
+/// and writes what they return.
+fn chaos(action: ChaosCommand) -> Result<()> {
+    use guildhall_faults::catalog::{Scale, Scenario};
+    let (name, scale, seed, out) = match action {
+        ChaosCommand::List => {
+            let mut text = String::new();
+            for scenario in Scenario::ALL {
+                text.push_str(&format!(
+                    "{:<20} report {}{}\n    {}\n",
+                    scenario.name(),
+                    scenario.seed_report(),
+                    if scenario.runnable() {
+                        ""
+                    } else {
+                        " (not replayable yet)"
+                    },
+                    scenario.incident()
+                ));
+            }
+            return print(text.trim_end());
+        }
+        ChaosCommand::Run {
+            name,
+            scale,
+            seed,
+            out,
+        } => (name, scale, seed, out),
+    };
+    let scenario = Scenario::parse(&name).ok_or_else(|| {
+        anyhow::anyhow!("no scenario {name:?}: `guildhall chaos list` names them")
+    })?;
+    let scale = Scale::parse(&scale)
+        .ok_or_else(|| anyhow::anyhow!("--scale {scale:?}: small, medium or large"))?;
+    if !scenario.runnable() {
+        anyhow::bail!("{name} is not replayable yet: only the runnable ones of `chaos list` are");
+    }
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let out = out.unwrap_or_else(|| std::path::PathBuf::from(format!("chaos-{name}")));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    eprintln!(
+        "chaos {name}: scale {}, seed {seed}, report in {}",
+        scale.name(),
+        out.display()
+    );
+    let options = guildhall_faults::node_loss::Options {
+        scale,
+        seed,
+        binary: std::env::current_exe().context("finding this binary to start the processes")?,
+        out: out.clone(),
+    };
+    let run = runtime()?.block_on(async {
+        tokio::select! {
+            run = guildhall_faults::node_loss::run(&options) => run.map_err(|e| anyhow::anyhow!(e)),
+            // Everything the run started is stopped as its values drop.
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        }
+    })?;
+    std::fs::write(
+        out.join("summary.json"),
+        guildhall_faults::report::summary_json(&run),
+    )?;
+    std::fs::write(
+        out.join("report.html"),
+        guildhall_faults::report::html(&run),
+    )?;
+    let mut text = String::new();
+    for c in &run.criteria {
+        text.push_str(&format!(
+            "{} {}: {} {} (bound {})\n",
+            if c.pass { "pass" } else { "FAIL" },
+            c.name,
+            c.measured,
+            c.unit,
+            c.bound
+        ));
+    }
+    text.push_str(&format!("report: {}", out.join("report.html").display()));
+    print(&text)?;
+    if !run.passed() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn print(text: &str) -> Result<()> {
+    writeln!(std::io::stdout().lock(), "{text}")?;
+    Ok(())
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -605,6 +727,7 @@ fn run() -> Result<()> {
             return runtime()?.block_on(release_ring(&etcd, lease_ms));
         }
         Command::Sim { scenario } => scenario,
+        Command::Chaos { action } => return chaos(action),
     };
     let started = Instant::now();
     match scenario {
