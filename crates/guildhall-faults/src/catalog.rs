@@ -184,8 +184,15 @@ pub struct NodeLossSize {
     pub guilds_nodes: usize,
     /// Guilds, one poster each.
     pub guilds: usize,
-    /// Gateway sessions, spread over the fronts. A few record every
-    /// dispatch for the history checker; the rest read and heartbeat.
+    /// Users with sessions (a separate user owns the guilds and posts).
+    pub users: usize,
+    /// Guilds each of those users joined (user `u` is in guilds
+    /// `u × guilds_per_user + k` modulo the guilds, so every guild has
+    /// members when `users × guilds_per_user ≥ guilds`).
+    pub guilds_per_user: usize,
+    /// Gateway sessions, spread over the fronts and the users in turn. A
+    /// few record every dispatch for the history checker; the rest read
+    /// and heartbeat.
     pub sessions: usize,
     /// Of those, the sessions that record every dispatch.
     pub recording_sessions: usize,
@@ -212,10 +219,17 @@ impl NodeLossSize {
         // One user's token posts for every poster (a load generator's
         // shortcut for thousands of users): the per-token REST limit would
         // otherwise measure itself, not the cluster.
-        let load_env = vec![(
-            "GUILDHALL_REST_RATE_LIMIT_PER_WINDOW".to_owned(),
-            "1000000".to_owned(),
-        )];
+        let load_env = vec![
+            (
+                "GUILDHALL_REST_RATE_LIMIT_PER_WINDOW".to_owned(),
+                "1000000".to_owned(),
+            ),
+            // Every user registers from one address.
+            (
+                "GUILDHALL_REST_AUTH_RATE_LIMIT_PER_WINDOW".to_owned(),
+                "1000000".to_owned(),
+            ),
+        ];
         let mut short_leases = load_env.clone();
         short_leases.extend([
             ("GUILDHALL_LEASE_TTL_MS".to_owned(), "2000".to_owned()),
@@ -237,6 +251,8 @@ impl NodeLossSize {
                 fronts: 2,
                 guilds_nodes: 3,
                 guilds: 12,
+                users: 4,
+                guilds_per_user: 6,
                 sessions: 40,
                 recording_sessions: 2,
                 post_interval_ms: 500,
@@ -244,7 +260,7 @@ impl NodeLossSize {
                 recovery_wait_ms_max: 30_000,
                 observe_ms: 6_000,
                 env: short_leases,
-                scaled_down: "3 guilds processes instead of 12, 12 guilds, 40 sessions; leases of \
+                scaled_down: "3 guilds processes instead of 12, 12 guilds, 40 sessions of 4 users in 6 guilds each; leases of \
                               2 s (and 0.6 s before a down member is removed) instead of the \
                               default 15 s and 10 s, so that CI replays it in under a minute: \
                               the recovery bound is the same formula of those limits."
@@ -254,6 +270,8 @@ impl NodeLossSize {
                 fronts: 2,
                 guilds_nodes: 4,
                 guilds: 200,
+                users: 40,
+                guilds_per_user: 10,
                 sessions: 2_000,
                 recording_sessions: 4,
                 post_interval_ms: 5_000,
@@ -261,7 +279,7 @@ impl NodeLossSize {
                 recovery_wait_ms_max: 120_000,
                 observe_ms: 20_000,
                 env: load_env.clone(),
-                scaled_down: "4 guilds processes instead of 12, 200 guilds, 2,000 sessions on one \
+                scaled_down: "4 guilds processes instead of 12, 200 guilds, 2,000 sessions of 40 users in 10 guilds each, on one \
                               machine, at the default limits."
                     .to_owned(),
             },
@@ -269,6 +287,8 @@ impl NodeLossSize {
                 fronts: 4,
                 guilds_nodes: 6,
                 guilds: 1_000,
+                users: 200,
+                guilds_per_user: 10,
                 sessions: 12_000,
                 recording_sessions: 4,
                 post_interval_ms: 20_000,
@@ -277,7 +297,7 @@ impl NodeLossSize {
                 observe_ms: 30_000,
                 env: load_env.clone(),
                 scaled_down:
-                    "6 guilds processes instead of 12, 1,000 guilds, 12,000 sessions over \
+                    "6 guilds processes instead of 12, 1,000 guilds, 12,000 sessions of 200 users in 10 guilds each, over \
                               4 gateway processes: what one 24 GiB machine and its file limit \
                               hold beside the load generator, at the default limits."
                         .to_owned(),
@@ -321,7 +341,12 @@ mod tests {
         assert_eq!(medium.limit_ms("GUILDHALL_LEASE_TTL_MS", 15_000), 15_000);
         for scale in [Scale::Small, Scale::Medium, Scale::Large] {
             let size = NodeLossSize::at(scale);
-            assert!(size.recording_sessions <= size.sessions);
+            assert!(size.recording_sessions <= size.users && size.users <= size.sessions);
+            assert!(
+                size.users * size.guilds_per_user >= size.guilds,
+                "every guild has members"
+            );
+            assert!(size.guilds_per_user <= size.guilds);
             assert!(size.guilds_nodes >= 2, "one must survive the kill");
         }
     }

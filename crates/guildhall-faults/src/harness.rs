@@ -419,6 +419,59 @@ pub async fn create_guild(
     Ok((id, channel))
 }
 
+/// Creates an invite to `channel` that never expires.
+///
+/// # Errors
+/// The answer when it is not an invite.
+pub async fn create_invite(
+    http: &reqwest::Client,
+    api: &str,
+    owner: &User,
+    channel: &str,
+) -> Result<String, String> {
+    let invite: Value = http
+        .post(format!("http://{api}/api/v10/channels/{channel}/invites"))
+        .header("authorization", &owner.token)
+        .json(&json!({"max_age": 0, "max_uses": 0}))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(invite["code"]
+        .as_str()
+        .ok_or(format!("create invite: {invite}"))?
+        .to_owned())
+}
+
+/// `user` joins through invite `code`.
+///
+/// # Errors
+/// The status and body when the join is refused.
+pub async fn join(
+    http: &reqwest::Client,
+    api: &str,
+    user: &User,
+    code: &str,
+) -> Result<(), String> {
+    let answer = http
+        .post(format!("http://{api}/api/v10/invites/{code}"))
+        .header("authorization", &user.token)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if answer.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "join {code}: {} {}",
+            answer.status(),
+            answer.text().await.unwrap_or_default()
+        ))
+    }
+}
+
 /// One post's outcome, for the charts.
 #[derive(Clone, Copy, Debug)]
 pub struct Post {
@@ -445,14 +498,14 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Opens `count` sessions of `user`, round robin over `gateways`; the
-    /// first `recording` record.
+    /// Opens `count` sessions of `users` in turn, round robin over
+    /// `gateways`; the first `recording` record.
     ///
     /// # Errors
     /// The first session that could not be opened.
     pub async fn open(
         gateways: &[String],
-        user: &User,
+        users: &[User],
         count: usize,
         recording: usize,
         history: &History,
@@ -465,7 +518,7 @@ impl Sessions {
             let url = format!("ws://{}/?v=10&encoding=json", gateways[i % gateways.len()]);
             let (limit, user, history, deliveries) = (
                 limit.clone(),
-                user.clone(),
+                users[i % users.len()].clone(),
                 history.clone(),
                 deliveries.clone(),
             );
@@ -534,7 +587,11 @@ async fn open_one(
             .map_err(|_| "no READY in time")?
             .ok_or("closed before READY")?
             .map_err(|e| e.to_string())?;
-        let Message::Text(text) = frame else { continue };
+        let text = match frame {
+            Message::Text(text) => text,
+            Message::Close(close) => return Err(format!("closed before READY: {close:?}")),
+            _ => continue,
+        };
         let frame: Value = serde_json::from_str(&text).unwrap_or_default();
         if frame["t"] == "READY" {
             break frame["d"]["session_id"]

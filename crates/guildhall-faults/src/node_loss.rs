@@ -34,6 +34,9 @@ const SETTLE_MS_MAX: u64 = 20_000;
 /// The pause of a poster whose guild is not served again yet: recovery is
 /// measured to this precision, whatever the baseline pace.
 const PROBE_INTERVAL_MS: u64 = 200;
+/// Probes of one guild in flight at once while it is not served again
+/// (a reply timeout's worth at `PROBE_INTERVAL_MS`, and some).
+const PROBES_IN_FLIGHT_MAX: usize = 32;
 /// Chart buckets.
 const BUCKET_MS: u64 = 1_000;
 
@@ -61,13 +64,25 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// (a failure after that is a failed criterion, not an error).
 pub async fn run(options: &Options) -> Result<Run, String> {
     let size = NodeLossSize::at(options.scale);
+    let mut cluster = Cluster::start(&options.binary, &size.env)?;
+    let run = replay(options, size, &mut cluster).await;
+    // The logs are kept whatever happened: a replay that could not be set
+    // up is explained by them.
+    cluster.keep_logs(&options.out.join("logs"));
+    run
+}
+
+async fn replay(
+    options: &Options,
+    size: NodeLossSize,
+    cluster: &mut Cluster,
+) -> Result<Run, String> {
     let lease_ttl_ms = size.limit_ms("GUILDHALL_LEASE_TTL_MS", guildhall_limits::LEASE_TTL_MS);
     let permanent_down_ms = size.limit_ms(
         "GUILDHALL_MEMBER_PERMANENT_DOWN_MS",
         guildhall_limits::MEMBER_PERMANENT_DOWN_MS,
     );
     let recovery_bound_ms = lease_ttl_ms + permanent_down_ms + 5_000;
-    let mut cluster = Cluster::start(&options.binary, &size.env)?;
     let fronts: Vec<String> = (1..=size.fronts).map(|i| format!("front-{i}")).collect();
     for (i, name) in fronts.iter().enumerate() {
         let roles = if i == 0 {
@@ -83,12 +98,12 @@ pub async fn run(options: &Options) -> Result<Run, String> {
     for (i, name) in guilds_nodes.iter().enumerate() {
         cluster.spawn(name, u16::try_from(100 + i).unwrap_or(100), "guilds")?;
     }
-    let members = size.guilds_nodes as f64;
+    let ring_members = size.guilds_nodes as f64;
     for front in &fronts {
         let front = front.clone();
         cluster
             .wait_for("every guilds process in the ring", async || {
-                cluster.metric(&front, "guildhall_ring_members").await == members
+                cluster.metric(&front, "guildhall_ring_members").await == ring_members
             })
             .await?;
     }
@@ -99,6 +114,19 @@ pub async fn run(options: &Options) -> Result<Run, String> {
         guilds.push(
             harness::create_guild(cluster.http(), &api, &user, &format!("replay {i}")).await?,
         );
+    }
+    let mut invites = Vec::new();
+    for (_, channel) in &guilds {
+        invites.push(harness::create_invite(cluster.http(), &api, &user, channel).await?);
+    }
+    let mut members = Vec::new();
+    for u in 0..size.users {
+        let member = harness::register(cluster.http(), &api, &format!("member{u}")).await?;
+        for k in 0..size.guilds_per_user {
+            let code = &invites[(u * size.guilds_per_user + k) % invites.len()];
+            harness::join(cluster.http(), &api, &member, code).await?;
+        }
+        members.push(member);
     }
     let placed = size.guilds as f64;
     cluster
@@ -112,18 +140,20 @@ pub async fn run(options: &Options) -> Result<Run, String> {
 
     let clock = Clock::start();
     let history = History::default();
-    for (guild, _) in &guilds {
-        history.push(Entry::Membership {
-            at_us: 0,
-            user: user.id,
-            guild: *guild,
-            member: true,
-        });
+    for (u, member) in members.iter().enumerate() {
+        for k in 0..size.guilds_per_user {
+            history.push(Entry::Membership {
+                at_us: 0,
+                user: member.id,
+                guild: guilds[(u * size.guilds_per_user + k) % guilds.len()].0,
+                member: true,
+            });
+        }
     }
     let gateways: Vec<String> = fronts.iter().map(|f| cluster.addr(f)).collect();
     let sessions = Sessions::open(
         &gateways,
-        &user,
+        &members,
         size.sessions,
         size.recording_sessions,
         &history,
@@ -171,6 +201,8 @@ pub async fn run(options: &Options) -> Result<Run, String> {
         let interval_ms = size.post_interval_ms;
         posters.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(offset_ms)).await;
+            let probes = Arc::new(tokio::sync::Semaphore::new(PROBES_IN_FLIGHT_MAX));
+            let mut in_flight = Vec::new();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let key = format!("g{g}-{n}");
@@ -182,44 +214,76 @@ pub async fn run(options: &Options) -> Result<Run, String> {
                     key: key.clone(),
                     via: via.clone(),
                 });
-                let answer = http
-                    .post(&url)
-                    .header("authorization", &token)
-                    .json(&json!({ "content": key }))
-                    .send()
-                    .await;
-                let status = answer.as_ref().map(|a| a.status().as_u16()).unwrap_or(0);
-                let ok = (200..300).contains(&status);
-                // A 5xx or no answer leaves the send indeterminate.
-                if (200..500).contains(&status) {
-                    history.push(Entry::Complete {
-                        at_us: clock.us(),
-                        key,
-                        ok,
-                    });
-                }
-                let done_ms = clock.ms();
-                lock(&posts).push(Post {
-                    guild: g,
-                    sent_ms,
-                    done_ms,
-                    ok,
-                });
-                let kill_ms = killed_at.load(Ordering::Relaxed);
-                let mut recovering = false;
-                if kill_ms > 0 {
-                    let mut served = lock(&served_again);
-                    if ok && sent_ms >= kill_ms && served[g].is_none() {
-                        served[g] = Some(done_ms);
+                let post = {
+                    let (http, url, token, history, posts, served_again) = (
+                        http.clone(),
+                        url.clone(),
+                        token.clone(),
+                        history.clone(),
+                        posts.clone(),
+                        served_again.clone(),
+                    );
+                    let kill_ms = killed_at.load(Ordering::Relaxed);
+                    async move {
+                        let answer = http
+                            .post(&url)
+                            .header("authorization", &token)
+                            .json(&json!({ "content": key }))
+                            .send()
+                            .await;
+                        let status = answer.as_ref().map(|a| a.status().as_u16()).unwrap_or(0);
+                        let ok = (200..300).contains(&status);
+                        // A 5xx or no answer leaves the send indeterminate.
+                        if (200..500).contains(&status) {
+                            history.push(Entry::Complete {
+                                at_us: clock.us(),
+                                key,
+                                ok,
+                            });
+                        }
+                        let done_ms = clock.ms();
+                        lock(&posts).push(Post {
+                            guild: g,
+                            sent_ms,
+                            done_ms,
+                            ok,
+                        });
+                        if ok && kill_ms > 0 {
+                            let mut served = lock(&served_again);
+                            if served[g].is_none() {
+                                served[g] = Some(done_ms);
+                            }
+                        }
                     }
-                    recovering = served[g].is_none();
-                }
-                let pause_ms = if recovering {
-                    PROBE_INTERVAL_MS
-                } else {
-                    interval_ms
                 };
-                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                let kill_ms = killed_at.load(Ordering::Relaxed);
+                if kill_ms > 0 && lock(&served_again)[g].is_none() {
+                    // Not served again yet: a probe every PROBE_INTERVAL_MS,
+                    // each in its own task, so one waiting out the dead
+                    // owner's reply timeout does not blur the measure.
+                    let Ok(permit) = probes.clone().acquire_owned().await else {
+                        break;
+                    };
+                    in_flight.push(tokio::spawn(async move {
+                        post.await;
+                        drop(permit);
+                    }));
+                    tokio::time::sleep(Duration::from_millis(PROBE_INTERVAL_MS)).await;
+                    continue;
+                }
+                post.await;
+                // The baseline's pace, cut short by a kill (the probes
+                // start at once).
+                let due_ms = clock.ms() + interval_ms;
+                while clock.ms() < due_ms
+                    && !stop.load(Ordering::Relaxed)
+                    && killed_at.load(Ordering::Relaxed) <= sent_ms
+                {
+                    tokio::time::sleep(Duration::from_millis(PROBE_INTERVAL_MS)).await;
+                }
+            }
+            for probe in in_flight {
+                let _ = probe.await;
             }
         }));
     }
@@ -323,7 +387,6 @@ pub async fn run(options: &Options) -> Result<Run, String> {
     stop_sampler.store(true, Ordering::Relaxed);
     let samples = sampler.await.map_err(|e| e.to_string())?;
     cluster.check_exits();
-    cluster.keep_logs(&options.out.join("logs"));
     let deliveries = lock(&sessions.deliveries).clone();
     sessions.close();
 

@@ -492,6 +492,8 @@ fn chaos(action: ChaosCommand) -> Result<()> {
         out.join("report.html"),
         guildhall_faults::report::html(&run),
     )?;
+    // The charts' data, for whoever wants to draw or compare them again.
+    std::fs::write(out.join("series.json"), serde_json::to_string(&run.charts)?)?;
     let mut text = String::new();
     for c in &run.criteria {
         text.push_str(&format!(
@@ -509,6 +511,23 @@ fn chaos(action: ChaosCommand) -> Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// The log filter: `RUST_LOG`, else `info`; either way async-nats at
+/// `warn` unless `RUST_LOG` names it. The crate logs every connection
+/// event at INFO, one line per slow-consumer drop, before our own handler
+/// counts it and logs it at most once a second: seed 000's amplifier, a
+/// log line per dropped message, found by `chaos run guilds-node-loss
+/// --scale medium` (thousands of lines a second per process).
+fn log_filter(rust_log: Option<String>) -> tracing_subscriber::EnvFilter {
+    let mut directives = rust_log
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or_else(|| "info".to_owned());
+    if !directives.contains("async_nats") {
+        directives.push_str(",async_nats=warn");
+    }
+    tracing_subscriber::EnvFilter::try_new(&directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn"))
 }
 
 fn print(text: &str) -> Result<()> {
@@ -627,10 +646,7 @@ fn run() -> Result<()> {
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info".into()),
-                )
+                .with_env_filter(log_filter(std::env::var("RUST_LOG").ok()))
                 .init();
             return runtime()?.block_on(async {
                 let listener = tokio::net::TcpListener::bind(&listen).await?;
@@ -881,4 +897,19 @@ fn run() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod log_filter_tests {
+    use super::log_filter;
+
+    #[test]
+    fn async_nats_events_are_not_logged_one_line_each() {
+        assert!(log_filter(None).to_string().contains("async_nats=warn"));
+        let debug = log_filter(Some("debug".to_owned())).to_string();
+        assert!(debug.contains("debug") && debug.contains("async_nats=warn"));
+        // Asked for by name, it is the operator's choice.
+        let named = log_filter(Some("info,async_nats=debug".to_owned())).to_string();
+        assert!(!named.contains("async_nats=warn"));
+    }
 }
