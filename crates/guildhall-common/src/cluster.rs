@@ -744,6 +744,9 @@ pub async fn start(
         let mut release_applied: Option<Vec<u8>> = None;
         // Role coverage is judged from the first full listing on.
         let mut listed_once = false;
+        // The guilds members of the last view, and whether each was
+        // draining (bounded by the registry's entry bound).
+        let mut guild_members_seen: BTreeMap<MemberId, bool> = BTreeMap::new();
         loop {
             if state.left.load(Ordering::Relaxed) {
                 break;
@@ -788,9 +791,19 @@ pub async fn start(
                     }
                 }
             }
+            // Also wake when membership is due (a hysteresis ending): the
+            // renewal tick alone removed a dead member up to one interval
+            // late.
+            let woke_ms = now_ms();
+            let due = Duration::from_millis(
+                membership
+                    .next_due_ms(woke_ms)
+                    .map_or(renew_ms, |at| (at - woke_ms).min(renew_ms)),
+            );
             let event = tokio::select! {
                 event = next_event(&mut watch) => Some(event),
                 _ = tick.tick() => None,
+                () = tokio::time::sleep(due) => None,
             };
             let now = now_ms();
             effects.clear();
@@ -920,6 +933,26 @@ pub async fn start(
                     .filter_map(|a| a.sfu.clone().map(|info| (a.node.clone(), info)))
                     .collect(),
             );
+            // A guilds member whose key left the view: the registry ended
+            // its lease. Announced as draining just before, it left
+            // gracefully and its guilds move at once; otherwise it is down
+            // from now (the registry already counted its TTL) and removed
+            // after the hysteresis, within self-preservation's budget.
+            let present: BTreeMap<MemberId, bool> = view
+                .instances()
+                .filter(|a| a.roles.contains(&Role::Guilds))
+                .map(|a| (member_id_of(&a.node), a.draining))
+                .collect();
+            for (&member, &was_draining) in &guild_members_seen {
+                if !present.contains_key(&member) {
+                    if was_draining {
+                        membership.leave(now, member, &mut effects);
+                    } else {
+                        membership.expire(now, member, &mut effects);
+                    }
+                }
+            }
+            guild_members_seen = present;
             for instance in view.instances().filter(|a| a.roles.contains(&Role::Guilds)) {
                 membership.renew(now, member_id_of(&instance.node), &mut effects);
             }

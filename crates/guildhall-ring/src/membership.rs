@@ -304,6 +304,26 @@ impl Membership {
         self.evaluate(now_ms, effects);
     }
 
+    /// The registry says the member's lease expired (its key is gone, and
+    /// it did not leave gracefully): it is down from now on, and a removal
+    /// candidate `permanent_down_ms` later. The table's own lease clock is
+    /// for members the registry can no longer tell us about; counting a
+    /// second TTL from the last renewal seen, after the registry already
+    /// counted the first, made a dead member wait two TTLs (plus the
+    /// hysteresis) before its keys moved. A member already down keeps its
+    /// earlier start.
+    pub fn expire(&mut self, now_ms: u64, member: MemberId, effects: &mut Vec<MembershipEffect>) {
+        self.roll_window(now_ms, effects);
+        if let Some(m) = self.members.get_mut(&member)
+            && m.state == MemberState::Alive
+        {
+            m.lease_expires_ms = now_ms;
+            m.state = MemberState::Down { since_ms: now_ms };
+            effects.push(MembershipEffect::Down(member));
+        }
+        self.evaluate(now_ms, effects);
+    }
+
     /// An operator removes a member, even during a freeze.
     pub fn force_remove(
         &mut self,
@@ -350,6 +370,36 @@ impl Membership {
         }
         self.evaluate(now_ms, effects);
         down.len()
+    }
+
+    /// The earliest time after `now_ms` at which [`Membership::tick`] may
+    /// change something on its own: a lease running out, a down member's
+    /// hysteresis ending, the next window (a pending rebuild, a fresh
+    /// removal budget) or a freeze reaching its bound. `None` when nothing
+    /// is pending. A caller that ticks only at its renewal interval removes
+    /// a dead member up to one interval late (5 s at the default limits);
+    /// it should also wake at this time. Times already past are left out:
+    /// what they allowed happened at the last tick, or waits for one of
+    /// the others (a frozen removal waits for its window or bound).
+    pub fn next_due_ms(&self, now_ms: u64) -> Option<u64> {
+        let members = self.members.values().map(|m| match m.state {
+            MemberState::Alive => m.lease_expires_ms,
+            MemberState::Down { since_ms } => {
+                since_ms.saturating_add(self.config.permanent_down_ms)
+            }
+        });
+        let any_down = self.members.values().any(|m| m.state != MemberState::Alive);
+        let window = (self.rebuild_pending || any_down)
+            .then(|| self.window_start_ms.saturating_add(self.config.window_ms));
+        let freeze = (self.frozen && !self.freeze_expired).then(|| {
+            self.frozen_since_ms
+                .saturating_add(self.config.freeze_max_ms)
+        });
+        members
+            .chain(window)
+            .chain(freeze)
+            .filter(|&at| at > now_ms)
+            .min()
     }
 
     /// Advances time: expires leases, removes what the budget allows, applies
@@ -567,6 +617,47 @@ mod tests {
             reason: RemovalReason::Expired
         }));
         assert!(!table.is_frozen());
+    }
+
+    #[test]
+    fn an_expiry_the_registry_reports_starts_the_hysteresis_at_once() {
+        let config = MembershipConfig::default();
+        let mut table = cluster(3, config.clone());
+        let mut fx = Vec::new();
+        // The registry deletes member 0's key at 12 s (its lease ran out);
+        // the others keep renewing.
+        for t in (1_000..=12_000).step_by(1_000) {
+            for id in 0..3 {
+                table.renew(t, MemberId(id), &mut fx);
+            }
+            table.tick(t, &mut fx);
+        }
+        table.expire(12_000, MemberId(0), &mut fx);
+        assert!(fx.contains(&E::Down(MemberId(0))));
+        // The caller is told when to look again: the hysteresis's end (the
+        // others' leases run out later).
+        assert_eq!(
+            table.next_due_ms(12_000),
+            Some(12_000 + config.permanent_down_ms)
+        );
+        let mut removed_at = None;
+        for t in (12_100..=40_000).step_by(100) {
+            for id in 1..3 {
+                table.renew(t, MemberId(id), &mut fx);
+            }
+            table.tick(t, &mut fx);
+            if removed_at.is_none() && removed(&fx) == 1 {
+                removed_at = Some(t);
+            }
+        }
+        // Removed once the hysteresis is over, not a second TTL later.
+        assert_eq!(removed_at, Some(12_000 + config.permanent_down_ms));
+        // It comes back: alive again, and expiring a member twice or one
+        // that is unknown changes nothing.
+        table.renew(41_000, MemberId(0), &mut fx);
+        fx.clear();
+        table.expire(41_000, MemberId(7), &mut fx);
+        assert!(fx.iter().all(|e| !matches!(e, E::Down(_))));
     }
 
     #[test]
