@@ -112,6 +112,9 @@ pub struct ClusterState {
     pub draining: AtomicBool,
     /// Wakes the announcement refresher at once (the drain starting).
     pub announce_now: tokio::sync::Notify,
+    /// The announcement last written (so a leave can write it once more,
+    /// draining, before it revokes the lease).
+    pub announced: Mutex<Option<Announcement>>,
     /// Announcement refreshes written under the lease.
     pub announce_refreshes_total: AtomicU64,
     /// Where guild owners go: bounded loads over the ring and the listed
@@ -195,6 +198,7 @@ impl Default for ClusterState {
             gateway_infos: RwLock::new(Arc::new(Vec::new())),
             draining: AtomicBool::new(false),
             announce_now: tokio::sync::Notify::new(),
+            announced: Mutex::new(None),
             announce_refreshes_total: AtomicU64::new(0),
             placement: RwLock::new(Arc::new(Placement::compute(Ring::new(0, &[], 1), &[], 0))),
             placement_changes: tokio::sync::watch::Sender::new(0),
@@ -591,6 +595,10 @@ pub async fn start(
         Ordering::Relaxed,
     );
     let asked = crate::state::monotonic_ms();
+    *state
+        .announced
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(announcement.clone());
     if let Some(lease) = announce(registry.as_ref(), &announcement, ttl_ms).await {
         state.lease.store(lease, Ordering::Relaxed);
         state.lease_renewed_ms.store(asked, Ordering::Relaxed);
@@ -633,6 +641,10 @@ pub async fn start(
                         state
                             .announce_refreshes_total
                             .fetch_add(1, Ordering::Relaxed);
+                        *state
+                            .announced
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now.clone());
                         written = now;
                     }
                     Err(error) => crate::throttled!(
@@ -701,6 +713,11 @@ pub async fn start(
                             "lease lost, announcing again"
                         );
                         let announcement = current(&base, &state, &sessions, &sfu);
+                        *state
+                            .announced
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                            Some(announcement.clone());
                         if let Some(lease) =
                             announce(registry.as_ref(), &announcement, ttl_ms).await
                         {
@@ -1140,9 +1157,33 @@ async fn list_guild_ids(
     }
 }
 
-/// Graceful leave: the lease ends now, so peers move work at once.
+/// Graceful leave: the announcement says draining (written now, before
+/// the lease ends: a drain with no sessions to move reaches here before
+/// the refresher writes it, and a key that vanishes without saying so
+/// looks like a crash, which waits out the hysteresis and counts against
+/// self-preservation's budget), then the lease ends, so peers move work
+/// at once.
 pub async fn leave(registry: &dyn Registry, state: &ClusterState) {
     state.left.store(true, Ordering::Relaxed);
+    let lease = state.lease.load(Ordering::Relaxed);
+    let last = state
+        .announced
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    if lease != 0
+        && let Some(mut announcement) = last
+        && !announcement.draining
+    {
+        announcement.draining = true;
+        if let Ok(bytes) = announcement.encode()
+            && let Err(error) = registry
+                .put_under_lease(&instance_key(&announcement.node), bytes, lease)
+                .await
+        {
+            tracing::warn!(%error, lease, "announcing the leave failed; peers will see a crash");
+        }
+    }
     let lease = state.lease.swap(0, Ordering::Relaxed);
     if lease != 0
         && let Err(error) = registry.revoke(lease).await

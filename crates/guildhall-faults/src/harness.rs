@@ -84,6 +84,7 @@ pub struct Cluster {
     http: reqwest::Client,
     /// Processes that exited without being told to (name, status).
     pub unexpected_exits: Vec<(String, String)>,
+    expected_exits: std::collections::BTreeSet<String>,
 }
 
 impl Cluster {
@@ -105,6 +106,7 @@ impl Cluster {
             watched: Arc::default(),
             http,
             unexpected_exits: Vec::new(),
+            expected_exits: Default::default(),
         })
     }
 
@@ -170,10 +172,16 @@ impl Cluster {
         }
     }
 
+    /// `name` is about to be told to exit (SIGTERM): its exit is no crash.
+    pub fn expect_exit(&mut self, name: &str) {
+        self.expected_exits.insert(name.to_owned());
+    }
+
     /// Records processes that exited by themselves (a crash).
     pub fn check_exits(&mut self) {
         for (name, node) in &mut self.nodes {
             if let Some(status) = node.exited()
+                && !self.expected_exits.contains(name)
                 && !self.unexpected_exits.iter().any(|(n, _)| n == name)
             {
                 self.unexpected_exits

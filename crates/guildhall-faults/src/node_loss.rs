@@ -37,6 +37,9 @@ const PROBE_INTERVAL_MS: u64 = 200;
 /// Probes of one guild in flight at once while it is not served again
 /// (a reply timeout's worth at `PROBE_INTERVAL_MS`, and some).
 const PROBES_IN_FLIGHT_MAX: usize = 32;
+/// Longest a graceful leave may leave a guild unserved: no lease or
+/// hysteresis to wait out, only the new owners' loads.
+const LEAVE_RECOVERY_MS_MAX: u64 = 5_000;
 /// Chart buckets.
 const BUCKET_MS: u64 = 1_000;
 
@@ -215,13 +218,14 @@ async fn replay(
                     via: via.clone(),
                 });
                 let post = {
-                    let (http, url, token, history, posts, served_again) = (
+                    let (http, url, token, history, posts, served_again, killed_at) = (
                         http.clone(),
                         url.clone(),
                         token.clone(),
                         history.clone(),
                         posts.clone(),
                         served_again.clone(),
+                        killed_at.clone(),
                     );
                     let kill_ms = killed_at.load(Ordering::Relaxed);
                     async move {
@@ -248,7 +252,8 @@ async fn replay(
                             done_ms,
                             ok,
                         });
-                        if ok && kill_ms > 0 {
+                        // Sent after the latest fault: its guild is served.
+                        if ok && kill_ms > 0 && killed_at.load(Ordering::Relaxed) == kill_ms {
                             let mut served = lock(&served_again);
                             if served[g].is_none() {
                                 served[g] = Some(done_ms);
@@ -308,16 +313,17 @@ async fn replay(
     guilds_nodes.remove(victim_index);
 
     // Until every guild is served again (or the wait's bound).
-    let recovered_ms = loop {
+    let served_by = async |fault_ms: u64| loop {
         let served = lock(&served_again).clone();
         if served.iter().all(Option::is_some) {
             break served.iter().flatten().max().copied();
         }
-        if clock.ms() > kill_ms + size.recovery_wait_ms_max {
+        if clock.ms() > fault_ms + size.recovery_wait_ms_max {
             break None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    let recovered_ms = served_by(kill_ms).await;
     let recovery_ms = recovered_ms.map(|at| at.saturating_sub(kill_ms));
     if let Some(at) = recovered_ms {
         events.push(Mark {
@@ -348,6 +354,31 @@ async fn replay(
     let mut loads = Vec::new();
     for node in &guilds_nodes {
         loads.push(cluster.metric(node, "guildhall_guild_owners").await);
+    }
+
+    // A graceful leave, told apart from a crash: SIGTERM to a survivor
+    // of the kill; its guilds must move at once, not after the lease.
+    let leaver = guilds_nodes.remove(0);
+    let left_owned = cluster.metric(&leaver, "guildhall_guild_owners").await;
+    let leaver_pid = cluster.pid(&leaver);
+    lock(&served_again).iter_mut().for_each(|s| *s = None);
+    cluster.expect_exit(&leaver);
+    cluster.signal(&leaver, "TERM");
+    let leave_ms = clock.ms();
+    killed_at.store(leave_ms, Ordering::Relaxed);
+    events.push(Mark {
+        at_ms: leave_ms,
+        label: format!(
+            "SIGTERM {leaver} (pid {leaver_pid}), owner of {left_owned} guilds: a graceful leave"
+        ),
+    });
+    let left_served_ms = served_by(leave_ms).await;
+    let leave_recovery_ms = left_served_ms.map(|at| at.saturating_sub(leave_ms));
+    if let Some(at) = left_served_ms {
+        events.push(Mark {
+            at_ms: at,
+            label: "every guild served again after the leave".to_owned(),
+        });
     }
     stop_posts.store(true, Ordering::Relaxed);
     for poster in posters {
@@ -391,7 +422,8 @@ async fn replay(
     sessions.close();
 
     // Criteria.
-    let live = guilds_nodes.len() as f64;
+    // The loads were read before the leave, over one more process.
+    let live = (guilds_nodes.len() + 1) as f64;
     let bound = (1.25 * size.guilds as f64 / live).ceil();
     let max_load = loads.iter().copied().fold(0.0, f64::max);
     let posts = lock(&posts).clone();
@@ -419,6 +451,16 @@ async fn replay(
             pass: checked.breaches_total() == 0 && !cut && checked.required > 0,
         },
         Criterion {
+            name: "every guild served again after a graceful leave (SIGTERM)".to_owned(),
+            bound: format!(
+                "≤ {:.1} s (at once: no lease to wait out, only the loads)",
+                LEAVE_RECOVERY_MS_MAX as f64 / 1_000.0
+            ),
+            measured: leave_recovery_ms.map_or(f64::INFINITY, |ms| ms as f64 / 1_000.0),
+            unit: "s".to_owned(),
+            pass: leave_recovery_ms.is_some_and(|ms| ms <= LEAVE_RECOVERY_MS_MAX),
+        },
+        Criterion {
             name: "guilds per guilds process after the replacement joined (max)".to_owned(),
             bound: format!("≤ ⌈1.25 × {} / {live}⌉ = {bound}", size.guilds),
             measured: max_load,
@@ -437,6 +479,16 @@ async fn replay(
         (
             "guilds owned by the killed process".to_owned(),
             format!("{owned}"),
+        ),
+        (
+            "guilds owned by the process that left gracefully".to_owned(),
+            format!("{left_owned}"),
+        ),
+        (
+            "time until every guild was served again after the leave".to_owned(),
+            leave_recovery_ms.map_or("not within the wait".to_owned(), |ms| {
+                format!("{:.2} s", ms as f64 / 1_000.0)
+            }),
         ),
         (
             "time until every guild was served again".to_owned(),

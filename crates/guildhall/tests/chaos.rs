@@ -71,10 +71,14 @@ fn guilds_node_loss_is_survived_at_small_scale() {
     let (summary, html) = replay("guilds-node-loss", "1");
     assert_eq!(summary["scenario"], "guilds-node-loss");
     let criteria = summary["criteria"].as_array().unwrap();
-    assert_eq!(criteria.len(), 4);
+    assert_eq!(criteria.len(), 5);
     let recovery = &criteria[0];
     // Small scale's leases: 2 s TTL, 0.6 s permanent-down, + 5 s.
     assert!(recovery["measured"].as_f64().unwrap() <= 7.6, "{recovery}");
+    // A graceful leave waits for no lease.
+    let leave = &criteria[2];
+    assert!(leave["name"].as_str().unwrap().contains("graceful leave"));
+    assert!(leave["measured"].as_f64().unwrap() <= 5.0, "{leave}");
     let phases: Vec<&str> = summary["phases"]
         .as_array()
         .unwrap()
@@ -87,4 +91,5 @@ fn guilds_node_loss_is_survived_at_small_scale() {
     // Every chart drawn, the kill on the timeline.
     assert_eq!(html.matches("<svg").count(), 10);
     assert!(html.contains("kill -9 guilds-2"));
+    assert!(html.contains("SIGTERM guilds-1"));
 }
