@@ -305,6 +305,18 @@ impl NodeLossSize {
         }
     }
 
+    /// Its workload.
+    pub fn workload(&self) -> crate::workload::Size {
+        crate::workload::Size {
+            guilds: self.guilds,
+            users: self.users,
+            guilds_per_user: self.guilds_per_user,
+            sessions: self.sessions,
+            recording_sessions: self.recording_sessions,
+            post_interval_ms: self.post_interval_ms,
+        }
+    }
+
     /// A limit's value for this run: the override, else the default.
     pub fn limit_ms(&self, env: &str, default_ms: u64) -> u64 {
         self.env

@@ -9,6 +9,7 @@
 //! Everything it starts it stops, by PID, on every path: services and
 //! processes are owned values whose drop kills them.
 
+use crate::catalog::Scale;
 use crate::history::Entry;
 use futures_util::{SinkExt, StreamExt};
 use guildhall_sandbox::{Node, Service, Services};
@@ -38,6 +39,19 @@ const IDENTIFY_CONCURRENCY: usize = 32;
 /// History entries kept; the recording stops growing there (and the run
 /// says so) rather than filling memory.
 const HISTORY_ENTRIES_MAX: usize = 2_000_000;
+
+/// What a replay needs beside its scenario.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Its scale.
+    pub scale: Scale,
+    /// Its seed (its random choices: which process, when).
+    pub seed: u64,
+    /// The `guildhall` binary to start the processes from.
+    pub binary: PathBuf,
+    /// Where the report and the logs go.
+    pub out: PathBuf,
+}
 
 /// Milliseconds since the run's start (its one clock).
 #[derive(Clone, Copy, Debug)]
@@ -203,6 +217,19 @@ impl Cluster {
         };
         let text = answer.text().await.unwrap_or_default();
         parse_metrics(&text).get(metric).copied().unwrap_or(0.0)
+    }
+
+    /// Every metric line of a process (empty when unreadable).
+    pub async fn metrics(&self, name: &str) -> BTreeMap<String, f64> {
+        let Ok(answer) = self
+            .http
+            .get(format!("http://{}/metrics", self.addr(name)))
+            .send()
+            .await
+        else {
+            return BTreeMap::new();
+        };
+        parse_metrics(&answer.text().await.unwrap_or_default())
     }
 
     /// Waits for `done`, polling every 100 ms.

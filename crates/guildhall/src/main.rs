@@ -471,7 +471,7 @@ fn chaos(action: ChaosCommand) -> Result<()> {
         scale.name(),
         out.display()
     );
-    let options = guildhall_faults::node_loss::Options {
+    let options = guildhall_faults::harness::Options {
         scale,
         seed,
         binary: std::env::current_exe().context("finding this binary to start the processes")?,
@@ -479,7 +479,7 @@ fn chaos(action: ChaosCommand) -> Result<()> {
     };
     let run = runtime()?.block_on(async {
         tokio::select! {
-            run = guildhall_faults::node_loss::run(&options) => run.map_err(|e| anyhow::anyhow!(e)),
+            run = guildhall_faults::replay(scenario, &options) => run.map_err(|e| anyhow::anyhow!(e)),
             // Everything the run started is stopped as its values drop.
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         }
