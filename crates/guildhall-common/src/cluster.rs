@@ -115,6 +115,13 @@ pub struct ClusterState {
     /// The announcement last written (so a leave can write it once more,
     /// draining, before it revokes the lease).
     pub announced: Mutex<Option<Announcement>>,
+    /// Our key holds a value we did not write (seed 002: a poisoned or
+    /// half-written value; an operator's put, which also detaches the key
+    /// from our lease): the refresher writes the announcement again, under
+    /// the lease, at its next pass.
+    pub announcement_stale: AtomicBool,
+    /// Announcements written again because our key held something else.
+    pub announce_repairs_total: AtomicU64,
     /// Announcement refreshes written under the lease.
     pub announce_refreshes_total: AtomicU64,
     /// Where guild owners go: bounded loads over the ring and the listed
@@ -199,6 +206,8 @@ impl Default for ClusterState {
             draining: AtomicBool::new(false),
             announce_now: tokio::sync::Notify::new(),
             announced: Mutex::new(None),
+            announcement_stale: AtomicBool::new(false),
+            announce_repairs_total: AtomicU64::new(0),
             announce_refreshes_total: AtomicU64::new(0),
             placement: RwLock::new(Arc::new(Placement::compute(Ring::new(0, &[], 1), &[], 0))),
             placement_changes: tokio::sync::watch::Sender::new(0),
@@ -629,8 +638,18 @@ pub async fn start(
                 }
                 let lease = state.lease.load(Ordering::Relaxed);
                 let now = current(&base, &state, &sessions, &sfu);
-                if lease == 0 || now == written {
+                let stale = lease != 0 && state.announcement_stale.swap(false, Ordering::Relaxed);
+                if lease == 0 || (now == written && !stale) {
                     continue;
+                }
+                if stale {
+                    state.announce_repairs_total.fetch_add(1, Ordering::Relaxed);
+                    crate::throttled!(
+                        warn,
+                        "cluster.announcement_repaired",
+                        node = %now.node,
+                        "our registry key held a value we did not write; writing our announcement again"
+                    );
                 }
                 let Ok(bytes) = now.encode() else { continue };
                 match registry
@@ -647,12 +666,17 @@ pub async fn start(
                             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now.clone());
                         written = now;
                     }
-                    Err(error) => crate::throttled!(
-                        warn,
-                        "cluster.refresh_failed",
-                        %error,
-                        "refreshing the announcement failed; retrying at the next interval"
-                    ),
+                    Err(error) => {
+                        if stale {
+                            state.announcement_stale.store(true, Ordering::Relaxed);
+                        }
+                        crate::throttled!(
+                            warn,
+                            "cluster.refresh_failed",
+                            %error,
+                            "refreshing the announcement failed; retrying at the next interval"
+                        );
+                    }
                 }
             }
         });
@@ -861,6 +885,20 @@ pub async fn start(
                     reason = reason.label(),
                     "rejected registry entry; keeping its last good value"
                 );
+            }
+            // Our own key as the registry holds it: anything but what we
+            // last wrote is repaired by the refresher (a peer that starts
+            // now would otherwise never see us: it has no last good value).
+            let own = state
+                .announced
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .map(|a| (instance_key(&a.node), a.encode().ok()));
+            if let Some((key, Some(ours))) = own
+                && mirror.get(&key) != Some(&ours)
+            {
+                state.announcement_stale.store(true, Ordering::Relaxed);
             }
             state
                 .instances

@@ -140,7 +140,7 @@ impl Scenario {
 
     /// Whether `chaos run` can replay it yet.
     pub fn runnable(self) -> bool {
-        matches!(self, Self::GuildsNodeLoss)
+        matches!(self, Self::GuildsNodeLoss | Self::PoisonedDiscovery)
     }
 }
 
@@ -171,6 +171,100 @@ impl Scale {
         [Self::Small, Self::Medium, Self::Large]
             .into_iter()
             .find(|s| s.name() == name)
+    }
+}
+
+/// Limit overrides every replay's processes get: one token posts for every
+/// poster and every user registers from one address (a load generator's
+/// shortcuts for thousands of users), so the per-token and per-address
+/// REST limits would otherwise measure themselves, not the cluster.
+fn load_env() -> Vec<(String, String)> {
+    vec![
+        (
+            "GUILDHALL_REST_RATE_LIMIT_PER_WINDOW".to_owned(),
+            "1000000".to_owned(),
+        ),
+        (
+            "GUILDHALL_REST_AUTH_RATE_LIMIT_PER_WINDOW".to_owned(),
+            "1000000".to_owned(),
+        ),
+    ]
+}
+
+/// The sizes of a `poisoned-discovery` replay.
+#[derive(Clone, Debug)]
+pub struct DiscoverySize {
+    /// Processes running the gateway and api roles (the first also runs
+    /// users and presence).
+    pub fronts: usize,
+    /// Processes running the guilds role.
+    pub guilds_nodes: usize,
+    /// The workload.
+    pub workload: crate::workload::Size,
+    /// The baseline before the injection.
+    pub baseline_ms: u64,
+    /// Corrupt values written per second.
+    pub inject_per_s: u64,
+    /// How long they are written.
+    pub inject_ms: u64,
+    /// How long the cluster is watched after the late process joined.
+    pub observe_ms: u64,
+    /// Limit overrides every process gets.
+    pub env: Vec<(String, String)>,
+    /// What was scaled down from the incident, and why.
+    pub scaled_down: String,
+}
+
+impl DiscoverySize {
+    /// The sizes at `scale`: resilience.md S3's injection (100 values a
+    /// second for 60 s) from medium on.
+    pub fn at(scale: Scale) -> Self {
+        let size = |guilds, users, sessions, post_interval_ms| crate::workload::Size {
+            guilds,
+            users,
+            guilds_per_user: guilds.min(5),
+            sessions,
+            recording_sessions: 2,
+            post_interval_ms,
+        };
+        match scale {
+            Scale::Small => Self {
+                fronts: 2,
+                guilds_nodes: 2,
+                workload: size(6, 4, 20, 500),
+                baseline_ms: 4_000,
+                inject_per_s: 100,
+                inject_ms: 10_000,
+                observe_ms: 4_000,
+                env: load_env(),
+                scaled_down: "100 values a second for 10 s instead of 60 s, 4 processes, 6 guilds,                               20 sessions, so that CI replays it in under a minute."
+                    .to_owned(),
+            },
+            Scale::Medium => Self {
+                fronts: 2,
+                guilds_nodes: 3,
+                workload: size(100, 20, 1_000, 2_000),
+                baseline_ms: 15_000,
+                inject_per_s: 100,
+                inject_ms: 60_000,
+                observe_ms: 15_000,
+                env: load_env(),
+                scaled_down: "5 processes, 100 guilds, 1,000 sessions on one machine; the                               injection at resilience.md's full rate and length."
+                    .to_owned(),
+            },
+            Scale::Large => Self {
+                fronts: 4,
+                guilds_nodes: 6,
+                workload: size(500, 100, 8_000, 5_000),
+                baseline_ms: 20_000,
+                inject_per_s: 100,
+                inject_ms: 60_000,
+                observe_ms: 20_000,
+                env: load_env(),
+                scaled_down: "10 processes, 500 guilds, 8,000 sessions: what one 24 GiB machine                               holds beside the load generator."
+                    .to_owned(),
+            },
+        }
     }
 }
 
@@ -216,20 +310,7 @@ pub struct NodeLossSize {
 impl NodeLossSize {
     /// The sizes at `scale`.
     pub fn at(scale: Scale) -> Self {
-        // One user's token posts for every poster (a load generator's
-        // shortcut for thousands of users): the per-token REST limit would
-        // otherwise measure itself, not the cluster.
-        let load_env = vec![
-            (
-                "GUILDHALL_REST_RATE_LIMIT_PER_WINDOW".to_owned(),
-                "1000000".to_owned(),
-            ),
-            // Every user registers from one address.
-            (
-                "GUILDHALL_REST_AUTH_RATE_LIMIT_PER_WINDOW".to_owned(),
-                "1000000".to_owned(),
-            ),
-        ];
+        let load_env = load_env();
         let mut short_leases = load_env.clone();
         short_leases.extend([
             ("GUILDHALL_LEASE_TTL_MS".to_owned(), "2000".to_owned()),

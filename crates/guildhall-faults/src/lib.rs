@@ -6,13 +6,14 @@
 //! session received); [`catalog`], the replays and their sizes; [`report`],
 //! a replay's `summary.json` and `report.html`. At the edge: [`harness`],
 //! the real cluster and the sampler; [`workload`], the users, guilds,
-//! sessions and posters; one module per replay ([`node_loss`]), and
-//! [`replay`] to run one by its scenario.
+//! sessions and posters; one module per replay ([`node_loss`],
+//! [`poisoned`]), and [`replay`] to run one by its scenario.
 
 pub mod catalog;
 pub mod harness;
 pub mod history;
 pub mod node_loss;
+pub mod poisoned;
 pub mod report;
 pub mod workload;
 
@@ -26,6 +27,7 @@ use catalog::Scenario;
 pub async fn replay(scenario: Scenario, options: &harness::Options) -> Result<report::Run, String> {
     match scenario {
         Scenario::GuildsNodeLoss => node_loss::run(options).await,
+        Scenario::PoisonedDiscovery => poisoned::run(options).await,
         other => Err(format!("{} is not replayable yet", other.name())),
     }
 }

@@ -1127,6 +1127,11 @@ async fn metrics(
             &node.cluster.announce_refreshes_total,
         ),
         (
+            "guildhall_announce_repairs_total",
+            "Announcements written again because this node's registry key held a value it did not write.",
+            &node.cluster.announce_repairs_total,
+        ),
+        (
             "guildhall_log_lines_suppressed_total",
             "Log lines held back by the log throttle (process-wide).",
             &log::SUPPRESSED_TOTAL,

@@ -482,6 +482,7 @@ fn chaos(action: ChaosCommand) -> Result<()> {
             run = guildhall_faults::replay(scenario, &options) => run.map_err(|e| anyhow::anyhow!(e)),
             // Everything the run started is stopped as its values drop.
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+            () = terminated() => Err(anyhow::anyhow!("terminated")),
         }
     })?;
     std::fs::write(
@@ -528,6 +529,18 @@ fn log_filter(rust_log: Option<String>) -> tracing_subscriber::EnvFilter {
     }
     tracing_subscriber::EnvFilter::try_new(&directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=warn"))
+}
+
+/// Resolves on SIGTERM (a supervisor's or `timeout`'s stop): a replay
+/// must stop what it started then too. Never, if the handler cannot be
+/// installed.
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            term.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
 }
 
 fn print(text: &str) -> Result<()> {

@@ -93,3 +93,13 @@ fn guilds_node_loss_is_survived_at_small_scale() {
     assert!(html.contains("kill -9 guilds-2"));
     assert!(html.contains("SIGTERM guilds-1"));
 }
+
+#[test]
+fn poisoned_discovery_is_survived_at_small_scale() {
+    let (summary, html) = replay("poisoned-discovery", "1");
+    assert_eq!(summary["scenario"], "poisoned-discovery");
+    assert_eq!(summary["seed_report"], "002");
+    let criteria = summary["criteria"].as_array().unwrap();
+    assert_eq!(criteria.len(), 9, "{criteria:#?}");
+    assert!(html.contains("corrupt values under"));
+}
