@@ -269,29 +269,16 @@ impl DiscoverySize {
 }
 
 /// The sizes of a `guilds-node-loss` replay.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug)]
 pub struct NodeLossSize {
     /// Processes running the gateway and api roles (the first also runs
     /// users and presence).
     pub fronts: usize,
     /// Processes running the guilds role; one of them is killed.
     pub guilds_nodes: usize,
-    /// Guilds, one poster each.
-    pub guilds: usize,
-    /// Users with sessions (a separate user owns the guilds and posts).
-    pub users: usize,
-    /// Guilds each of those users joined (user `u` is in guilds
-    /// `u × guilds_per_user + k` modulo the guilds, so every guild has
-    /// members when `users × guilds_per_user ≥ guilds`).
-    pub guilds_per_user: usize,
-    /// Gateway sessions, spread over the fronts and the users in turn. A
-    /// few record every dispatch for the history checker; the rest read
-    /// and heartbeat.
-    pub sessions: usize,
-    /// Of those, the sessions that record every dispatch.
-    pub recording_sessions: usize,
-    /// Pause between two posts of one guild's poster.
-    pub post_interval_ms: u64,
+    /// The workload: guilds (one poster each), users each in a few
+    /// guilds, their sessions (a few recording), the posting pace.
+    pub workload: crate::workload::Size,
     /// The baseline before the kill.
     pub baseline_ms: u64,
     /// Longest wait for the dead node's guilds to be served again before
@@ -331,12 +318,14 @@ impl NodeLossSize {
             Scale::Small => Self {
                 fronts: 2,
                 guilds_nodes: 3,
-                guilds: 12,
-                users: 4,
-                guilds_per_user: 6,
-                sessions: 40,
-                recording_sessions: 2,
-                post_interval_ms: 500,
+                workload: crate::workload::Size {
+                    guilds: 12,
+                    users: 4,
+                    guilds_per_user: 6,
+                    sessions: 40,
+                    recording_sessions: 2,
+                    post_interval_ms: 500,
+                },
                 baseline_ms: 6_000,
                 recovery_wait_ms_max: 30_000,
                 observe_ms: 6_000,
@@ -350,12 +339,14 @@ impl NodeLossSize {
             Scale::Medium => Self {
                 fronts: 2,
                 guilds_nodes: 4,
-                guilds: 200,
-                users: 40,
-                guilds_per_user: 10,
-                sessions: 2_000,
-                recording_sessions: 4,
-                post_interval_ms: 5_000,
+                workload: crate::workload::Size {
+                    guilds: 200,
+                    users: 40,
+                    guilds_per_user: 10,
+                    sessions: 2_000,
+                    recording_sessions: 4,
+                    post_interval_ms: 5_000,
+                },
                 baseline_ms: 20_000,
                 recovery_wait_ms_max: 120_000,
                 observe_ms: 20_000,
@@ -367,12 +358,14 @@ impl NodeLossSize {
             Scale::Large => Self {
                 fronts: 4,
                 guilds_nodes: 6,
-                guilds: 1_000,
-                users: 200,
-                guilds_per_user: 10,
-                sessions: 12_000,
-                recording_sessions: 4,
-                post_interval_ms: 20_000,
+                workload: crate::workload::Size {
+                    guilds: 1_000,
+                    users: 200,
+                    guilds_per_user: 10,
+                    sessions: 12_000,
+                    recording_sessions: 4,
+                    post_interval_ms: 20_000,
+                },
                 baseline_ms: 30_000,
                 recovery_wait_ms_max: 180_000,
                 observe_ms: 30_000,
@@ -383,18 +376,6 @@ impl NodeLossSize {
                               hold beside the load generator, at the default limits."
                         .to_owned(),
             },
-        }
-    }
-
-    /// Its workload.
-    pub fn workload(&self) -> crate::workload::Size {
-        crate::workload::Size {
-            guilds: self.guilds,
-            users: self.users,
-            guilds_per_user: self.guilds_per_user,
-            sessions: self.sessions,
-            recording_sessions: self.recording_sessions,
-            post_interval_ms: self.post_interval_ms,
         }
     }
 
@@ -434,12 +415,13 @@ mod tests {
         assert_eq!(medium.limit_ms("GUILDHALL_LEASE_TTL_MS", 15_000), 15_000);
         for scale in [Scale::Small, Scale::Medium, Scale::Large] {
             let size = NodeLossSize::at(scale);
-            assert!(size.recording_sessions <= size.users && size.users <= size.sessions);
+            let load = &size.workload;
+            assert!(load.recording_sessions <= load.users && load.users <= load.sessions);
             assert!(
-                size.users * size.guilds_per_user >= size.guilds,
+                load.users * load.guilds_per_user >= load.guilds,
                 "every guild has members"
             );
-            assert!(size.guilds_per_user <= size.guilds);
+            assert!(load.guilds_per_user <= load.guilds);
             assert!(size.guilds_nodes >= 2, "one must survive the kill");
         }
     }

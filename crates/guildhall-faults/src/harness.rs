@@ -155,6 +155,34 @@ impl Cluster {
         Ok(())
     }
 
+    /// The replays' layout: `fronts` gateway+api processes (`front-N`, the
+    /// first also running users and presence) and `guilds` guilds
+    /// processes (`guilds-N`), each started and serving. Returns their
+    /// names.
+    ///
+    /// # Errors
+    /// The log of a process that did not start.
+    pub fn spawn_layout(
+        &mut self,
+        fronts: usize,
+        guilds: usize,
+    ) -> Result<(Vec<String>, Vec<String>), String> {
+        let front_names: Vec<String> = (1..=fronts).map(|i| format!("front-{i}")).collect();
+        for (i, name) in front_names.iter().enumerate() {
+            let roles = if i == 0 {
+                "gateway,api,users,presence"
+            } else {
+                "gateway,api"
+            };
+            self.spawn(name, u16::try_from(i + 1).unwrap_or(1), roles)?;
+        }
+        let guilds_names: Vec<String> = (1..=guilds).map(|i| format!("guilds-{i}")).collect();
+        for (i, name) in guilds_names.iter().enumerate() {
+            self.spawn(name, u16::try_from(100 + i).unwrap_or(100), "guilds")?;
+        }
+        Ok((front_names, guilds_names))
+    }
+
     /// `HOST:PORT` of a process.
     pub fn addr(&self, name: &str) -> String {
         self.nodes
@@ -207,16 +235,7 @@ impl Cluster {
     /// One metric of a process (a line without labels), 0 when absent or
     /// unreadable.
     pub async fn metric(&self, name: &str, metric: &str) -> f64 {
-        let Ok(answer) = self
-            .http
-            .get(format!("http://{}/metrics", self.addr(name)))
-            .send()
-            .await
-        else {
-            return 0.0;
-        };
-        let text = answer.text().await.unwrap_or_default();
-        parse_metrics(&text).get(metric).copied().unwrap_or(0.0)
+        self.metrics(name).await.get(metric).copied().unwrap_or(0.0)
     }
 
     /// Every metric line of a process (empty when unreadable).

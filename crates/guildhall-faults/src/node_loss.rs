@@ -55,21 +55,7 @@ async fn replay(
         guildhall_limits::MEMBER_PERMANENT_DOWN_MS,
     );
     let recovery_bound_ms = lease_ttl_ms + permanent_down_ms + 5_000;
-    let fronts: Vec<String> = (1..=size.fronts).map(|i| format!("front-{i}")).collect();
-    for (i, name) in fronts.iter().enumerate() {
-        let roles = if i == 0 {
-            "gateway,api,users,presence"
-        } else {
-            "gateway,api"
-        };
-        cluster.spawn(name, u16::try_from(i + 1).unwrap_or(1), roles)?;
-    }
-    let mut guilds_nodes: Vec<String> = (1..=size.guilds_nodes)
-        .map(|i| format!("guilds-{i}"))
-        .collect();
-    for (i, name) in guilds_nodes.iter().enumerate() {
-        cluster.spawn(name, u16::try_from(100 + i).unwrap_or(100), "guilds")?;
-    }
+    let (fronts, mut guilds_nodes) = cluster.spawn_layout(size.fronts, size.guilds_nodes)?;
     let ring_members = size.guilds_nodes as f64;
     for front in &fronts {
         let front = front.clone();
@@ -79,7 +65,7 @@ async fn replay(
             })
             .await?;
     }
-    let load = size.workload();
+    let load = size.workload.clone();
     let setup = workload::setup(cluster, &fronts[0], &load).await?;
     let clock = Clock::start();
     let mut workload = Workload::start(cluster, &fronts, setup, &load, options.seed, clock).await?;
@@ -183,7 +169,7 @@ async fn replay(
     // Criteria.
     // The loads were read before the leave, over one more process.
     let live = (guilds_nodes.len() + 1) as f64;
-    let bound = (1.25 * size.guilds as f64 / live).ceil();
+    let bound = (1.25 * size.workload.guilds as f64 / live).ceil();
     let max_load = loads.iter().copied().fold(0.0, f64::max);
     let acked = posts.iter().filter(|p| p.ok).count();
     let criteria = vec![
@@ -220,10 +206,10 @@ async fn replay(
         },
         Criterion {
             name: "guilds per guilds process after the replacement joined (max)".to_owned(),
-            bound: format!("≤ ⌈1.25 × {} / {live}⌉ = {bound}", size.guilds),
+            bound: format!("≤ ⌈1.25 × {} / {live}⌉ = {bound}", size.workload.guilds),
             measured: max_load,
             unit: "guilds".to_owned(),
-            pass: max_load <= bound && loads.iter().sum::<f64>() == size.guilds as f64,
+            pass: max_load <= bound && loads.iter().sum::<f64>() == size.workload.guilds as f64,
         },
         Criterion {
             name: "processes that exited without being killed".to_owned(),

@@ -54,7 +54,7 @@ fn log_lines_max(keys: usize, inject_ms: u64) -> f64 {
 /// turns and a key's consecutive values are of different kinds, so every
 /// put is a distinct bad value the view must count once (it counts a value
 /// equal to the key's last rejected one only once).
-fn corruption(i: u64, kind: u64, key_node: &str) -> Vec<u8> {
+pub fn corruption(i: u64, kind: u64, key_node: &str) -> Vec<u8> {
     match kind % 6 {
         0 => Vec::new(),
         1 => format!("{{\"schema\":1,\"node\":\"{key_node}{i}").into_bytes(),
@@ -104,21 +104,7 @@ async fn replay(
     size: DiscoverySize,
     cluster: &mut Cluster,
 ) -> Result<Run, String> {
-    let fronts: Vec<String> = (1..=size.fronts).map(|i| format!("front-{i}")).collect();
-    for (i, name) in fronts.iter().enumerate() {
-        let roles = if i == 0 {
-            "gateway,api,users,presence"
-        } else {
-            "gateway,api"
-        };
-        cluster.spawn(name, u16::try_from(i + 1).unwrap_or(1), roles)?;
-    }
-    let guilds_nodes: Vec<String> = (1..=size.guilds_nodes)
-        .map(|i| format!("guilds-{i}"))
-        .collect();
-    for (i, name) in guilds_nodes.iter().enumerate() {
-        cluster.spawn(name, u16::try_from(100 + i).unwrap_or(100), "guilds")?;
-    }
+    let (fronts, guilds_nodes) = cluster.spawn_layout(size.fronts, size.guilds_nodes)?;
     let mut processes: Vec<String> = fronts.iter().chain(&guilds_nodes).cloned().collect();
     let live = processes.len() as f64;
     let ring_members = size.guilds_nodes as f64;

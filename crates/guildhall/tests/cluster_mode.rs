@@ -57,29 +57,10 @@ async fn until(what: &str, check: impl AsyncFnMut() -> bool) {
     common::until(what, POLLS_MAX, check).await;
 }
 
-/// The `i`-th corrupt value for the key it goes to. Keys take turns, and
-/// a key's consecutive values are of different kinds, so every put is a
-/// distinct bad value the view must count once.
+/// The `i`-th corrupt value for the key it goes to: the replay's
+/// (`guildhall chaos run poisoned-discovery`), kinds taking turns per key.
 fn corruption(i: u64, key_node: &str) -> Vec<u8> {
-    match (i / 5) % 6 {
-        0 => Vec::new(),
-        1 => format!("{{\"schema\":1,\"node\":\"{key_node}{i}").into_bytes(),
-        2 => {
-            let mut v = vec![0xff, 0xfe];
-            v.extend_from_slice(i.to_string().as_bytes());
-            v
-        }
-        3 => {
-            let mut v = vec![b'x'; 4_200];
-            v.extend_from_slice(i.to_string().as_bytes());
-            v
-        }
-        4 => format!("{{\"schema\":9,\"n\":{i}}}").into_bytes(),
-        _ => json!({"schema": 1, "node": format!("other{i}"), "roles": ["guilds"],
-                    "addr": "127.0.0.1:9", "started_ms": i})
-        .to_string()
-        .into_bytes(),
-    }
+    guildhall_faults::poisoned::corruption(i, i / 5, key_node)
 }
 
 fn b64(bytes: &[u8]) -> String {
